@@ -1,0 +1,1 @@
+//! What RFS needs to know about the machine: online CPUs, LLCs, NUMA nodes.
