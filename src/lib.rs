@@ -10,3 +10,5 @@ pub use steer_core as core;
 pub use topology;
 #[cfg(feature = "xdp")]
 pub use xdp_io as xdp;
+
+pub mod report;
