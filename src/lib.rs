@@ -12,3 +12,8 @@ pub use topology;
 pub use xdp_io as xdp;
 
 pub mod report;
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
