@@ -1,0 +1,189 @@
+//! The consumer half: the only writer of `head` and the only reader of the
+//! filled slots.
+//!
+//! Invariant kept here: `head <= cached_tail <= tail`, where `tail` is the
+//! producer's shared counter; so `cached_tail - head` under-estimates the
+//! fill level and the consumer never reads a slot the producer has not
+//! published.
+
+use super::sync::{Arc, Ordering};
+use super::Shared;
+
+/// The receiving half of a ring (one worker's end of the queue from one
+/// dispatcher). `Send`, not `Clone`: there is exactly one consumer.
+///
+/// ```
+/// use steer_core::ring::channel;
+///
+/// let (mut tx, mut rx) = channel::<u32>(8).expect("power of two");
+/// assert_eq!(tx.push_batch(&[1, 2, 3, 4, 5]), 5);
+/// let mut buf = [0; 2];
+/// assert_eq!(rx.pop_batch(&mut buf), 2);
+/// assert_eq!(buf, [1, 2]);
+/// let mut sum = 0;
+/// assert_eq!(rx.consume(usize::MAX, |x| sum += x), 3); // head published once
+/// assert_eq!((sum, rx.dequeued(), rx.is_empty()), (12, 5, true));
+/// ```
+pub struct Consumer<T> {
+    shared: Arc<Shared<T>>,
+    /// Our own counter: the authoritative value of the shared `head`.
+    head: u64,
+    /// The producer's `tail` as last read; never ahead of the real one.
+    cached_tail: u64,
+}
+
+impl<T> Consumer<T> {
+    pub(super) fn new(shared: Arc<Shared<T>>) -> Self {
+        Self {
+            shared,
+            head: 0,
+            cached_tail: 0,
+        }
+    }
+
+    /// The ring's capacity (a power of two).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.shared.slots.capacity()
+    }
+
+    /// Filled slots by the cached tail, re-reading the shared tail when
+    /// fewer than `wanted` look filled. Returns the count (may be `< wanted`).
+    #[inline]
+    fn available(&mut self, wanted: u64) -> u64 {
+        let avail = self.cached_tail - self.head;
+        if avail >= wanted {
+            return avail;
+        }
+        // Acquire: the producer's writes of the slots it published
+        // happen-before our reads of them.
+        self.cached_tail = self.shared.tail.load(Ordering::Acquire);
+        self.cached_tail - self.head
+    }
+
+    /// Frees `n` slots just read: one `Release` store of `head`.
+    #[inline]
+    fn release(&mut self, n: u64) {
+        self.head += n;
+        // Release: our reads of the slots (and, in `consume`, the handler's
+        // work) happen-before the producer's Acquire load that observes
+        // this head, hence before it overwrites them.
+        self.shared.head.store(self.head, Ordering::Release);
+    }
+
+    /// Dequeues one item, or `None` when the ring is empty.
+    #[inline]
+    pub fn pop(&mut self) -> Option<T> {
+        if self.available(1) == 0 {
+            return None;
+        }
+        // SAFETY: position `head` is in `[head, tail)` for a tail we loaded
+        // with Acquire: the slot is initialised and ours until `release`.
+        let item = unsafe { self.shared.slots.read(self.head) };
+        self.release(1);
+        Some(item)
+    }
+
+    /// Dequeues up to `max` items, calling `handle` on each in order, and
+    /// publishes the head once, after the last call returned. Returns how
+    /// many were handled.
+    ///
+    /// Because the head moves only after `handle` returned, the producer's
+    /// [`Producer::has_dequeued`](super::Producer::has_dequeued) means
+    /// "handled", which is what RFS's `last_qtail` needs. If `handle`
+    /// panics, the items already passed to it count as dequeued (they were
+    /// moved out) and the rest stay in the ring.
+    pub fn consume<F: FnMut(T)>(&mut self, max: usize, mut handle: F) -> usize {
+        let avail = self.available(max as u64);
+        // `avail <= capacity`, so the min fits a usize.
+        let n = (max as u64).min(avail);
+        let mut guard = Release {
+            consumer: self,
+            taken: 0,
+        };
+        while guard.taken < n {
+            let pos = guard.consumer.head + guard.taken;
+            // SAFETY: `pos < head + avail <= tail` for a tail loaded with
+            // Acquire, so the slot is initialised and ours; `taken` is bumped
+            // before `handle` runs, so even if it panics the guard moves the
+            // head past this (moved-out) item and it is never read again.
+            let item = unsafe { guard.consumer.shared.slots.read(pos) };
+            guard.taken += 1;
+            handle(item);
+        }
+        n as usize
+    }
+
+    /// A fresh (`Acquire`) count of items waiting.
+    pub fn len(&self) -> usize {
+        let tail = self.shared.tail.load(Ordering::Acquire);
+        // At most the capacity, which fits a usize.
+        (tail - self.head) as usize
+    }
+
+    /// Whether no item is waiting, by a fresh read of the producer's tail.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Items ever enqueued (the ring's `tail`), by a fresh `Acquire` load.
+    #[inline]
+    pub fn enqueued(&self) -> u64 {
+        self.shared.tail.load(Ordering::Acquire)
+    }
+
+    /// Items ever dequeued (the ring's `head`); exact on this side.
+    #[inline]
+    pub fn dequeued(&self) -> u64 {
+        self.head
+    }
+
+    /// Whether the producer half has been dropped (its dispatcher is gone);
+    /// items already in the ring can still be taken.
+    pub fn is_abandoned(&self) -> bool {
+        Arc::strong_count(&self.shared) < 2
+    }
+}
+
+impl<T: Copy> Consumer<T> {
+    /// Dequeues up to `buf.len()` items into the front of `buf`, in order,
+    /// with one publish, and returns how many were written.
+    #[inline]
+    pub fn pop_batch(&mut self, buf: &mut [T]) -> usize {
+        let avail = self.available(buf.len() as u64);
+        // `avail <= capacity`, so the min fits a usize.
+        let n = (buf.len() as u64).min(avail) as usize;
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: positions `[head, head + n)` are inside `[head, tail)` for
+        // a tail loaded with Acquire: initialised and ours; `n <= capacity`.
+        unsafe { self.shared.slots.read_slice(self.head, &mut buf[..n]) };
+        self.release(n as u64);
+        n
+    }
+}
+
+/// Publishes the head past the items `consume` has taken, also on unwind.
+struct Release<'a, T> {
+    consumer: &'a mut Consumer<T>,
+    taken: u64,
+}
+
+impl<T> Drop for Release<'_, T> {
+    fn drop(&mut self) {
+        if self.taken > 0 {
+            self.consumer.release(self.taken);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Consumer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &self.capacity())
+            .field("dequeued", &self.head)
+            .field("cached_tail", &self.cached_tail)
+            .finish()
+    }
+}
