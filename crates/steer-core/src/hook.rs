@@ -1,1 +1,223 @@
-//! (being written)
+//! The steering hook: what happens outside steer when an rx-queue flow table
+//! moves a flow to another CPU (the kernel's `ndo_rx_flow_steer`).
+//!
+//! A hook may install a hardware ntuple rule so the NIC delivers the flow to
+//! the queue nearest its new CPU, update a BPF map, or do nothing. It answers
+//! with the id of the state it holds for the flow (a [`FilterId`]), which the
+//! rx-queue table keeps so that the state can be removed when the flow goes
+//! idle. Removal happens only from the table's sweep
+//! ([`crate::table::RxFlowTable::sweep`], the `rps_may_expire_flow` analog),
+//! never on the per-packet path.
+//!
+//! Invariants:
+//! - [`SteerHook::steer`] is called once per move of a flow (including its
+//!   first placement), on the dispatcher thread owning the table; a failure
+//!   leaves the software steering in place (the flow still moves) and is
+//!   counted.
+//! - [`SteerHook::remove`] is called once per filter id the hook handed out
+//!   and the table still held when the entry expired.
+
+use std::fmt;
+
+use crate::cpu::CpuId;
+
+/// Identifies the state a hook holds for one flow (a hardware rule id, a BPF
+/// map key, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FilterId(pub u32);
+
+/// A flow being moved by an rx-queue table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowMove {
+    /// The rx queue whose table moves the flow.
+    pub rxq: u32,
+    /// The bucket of the rx-queue table (the kernel's `flow_id`).
+    pub bucket: usize,
+    /// The flow hash.
+    pub hash: u32,
+    /// The CPU that served the flow, if any.
+    pub from: Option<CpuId>,
+    /// The CPU that serves it from now on.
+    pub to: CpuId,
+    /// The filter this bucket already holds, which the hook may update in
+    /// place.
+    pub filter: Option<FilterId>,
+}
+
+/// Why a hook could not steer a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookError {
+    /// The backend cannot steer (no ntuple support, no map).
+    Unsupported,
+    /// The backend has no room for another rule.
+    Full,
+    /// The backend failed with this errno.
+    Os(i32),
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported => f.write_str("flow steering is not supported by this backend"),
+            Self::Full => f.write_str("the flow steering backend is full"),
+            Self::Os(errno) => write!(f, "flow steering failed with errno {errno}"),
+        }
+    }
+}
+
+impl std::error::Error for HookError {}
+
+/// Called by an rx-queue flow table when it moves a flow, and by its sweep
+/// when an idle flow's state expires.
+pub trait SteerHook {
+    /// Steer `mv.hash` towards `mv.to`. Returns the filter now in force for
+    /// the bucket, `Ok(None)` when the hook keeps no state.
+    fn steer(&mut self, mv: &FlowMove) -> Result<Option<FilterId>, HookError>;
+
+    /// Drop the state `filter` of bucket `bucket` of rx queue `rxq` (the flow
+    /// went idle).
+    fn remove(&mut self, rxq: u32, bucket: usize, filter: FilterId);
+}
+
+/// A hook that does nothing and keeps no state (software steering only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoopHook;
+
+impl SteerHook for NoopHook {
+    #[inline]
+    fn steer(&mut self, _mv: &FlowMove) -> Result<Option<FilterId>, HookError> {
+        Ok(None)
+    }
+
+    #[inline]
+    fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: FilterId) {}
+}
+
+/// One call seen by a [`RecordingHook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookEvent {
+    /// A `steer` call and what it answered.
+    Steer(FlowMove, Result<Option<FilterId>, HookError>),
+    /// A `remove` call.
+    Remove {
+        /// The rx queue.
+        rxq: u32,
+        /// The bucket.
+        bucket: usize,
+        /// The filter removed.
+        filter: FilterId,
+    },
+}
+
+/// A hook for tests and what-if runs: hands out fresh filter ids (or the
+/// bucket's existing one, updated in place), can be told to fail, and records
+/// every call.
+///
+/// ```
+/// use steer_core::hook::{FilterId, FlowMove, RecordingHook, SteerHook};
+/// let mut hook = RecordingHook::default();
+/// let mv = FlowMove { rxq: 0, bucket: 3, hash: 7, from: None, to: 1, filter: None };
+/// assert_eq!(hook.steer(&mv).unwrap(), Some(FilterId(0)));
+/// hook.remove(0, 3, FilterId(0));
+/// assert_eq!((hook.steer_calls(), hook.remove_calls()), (1, 1));
+/// assert!(hook.live_filters().is_empty());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RecordingHook {
+    events: Vec<HookEvent>,
+    next_id: u32,
+    live: Vec<FilterId>,
+    /// When set, every `steer` call fails with this error.
+    pub fail_with: Option<HookError>,
+}
+
+impl RecordingHook {
+    /// Every call so far, in order.
+    pub fn events(&self) -> &[HookEvent] {
+        &self.events
+    }
+
+    /// Number of `steer` calls.
+    pub fn steer_calls(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e, HookEvent::Steer(..)))
+            .count()
+    }
+
+    /// Number of `remove` calls.
+    pub fn remove_calls(&self) -> usize {
+        self.events.len() - self.steer_calls()
+    }
+
+    /// Filters handed out and not yet removed, ascending.
+    pub fn live_filters(&self) -> &[FilterId] {
+        &self.live
+    }
+}
+
+impl SteerHook for RecordingHook {
+    fn steer(&mut self, mv: &FlowMove) -> Result<Option<FilterId>, HookError> {
+        let answer = match (self.fail_with, mv.filter) {
+            (Some(err), _) => Err(err),
+            (None, Some(existing)) => Ok(Some(existing)),
+            (None, None) => {
+                let id = FilterId(self.next_id);
+                self.next_id = self.next_id.wrapping_add(1);
+                self.live.push(id);
+                Ok(Some(id))
+            }
+        };
+        self.events.push(HookEvent::Steer(*mv, answer));
+        answer
+    }
+
+    fn remove(&mut self, rxq: u32, bucket: usize, filter: FilterId) {
+        self.live.retain(|&f| f != filter);
+        self.events.push(HookEvent::Remove {
+            rxq,
+            bucket,
+            filter,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(filter: Option<FilterId>) -> FlowMove {
+        FlowMove {
+            rxq: 1,
+            bucket: 9,
+            hash: 0xabc,
+            from: Some(0),
+            to: 2,
+            filter,
+        }
+    }
+
+    #[test]
+    fn noop_keeps_no_state() {
+        assert_eq!(NoopHook.steer(&mv(None)), Ok(None));
+    }
+
+    #[test]
+    fn recording_hook_updates_in_place_and_fails_on_demand() {
+        let mut h = RecordingHook::default();
+        assert_eq!(h.steer(&mv(None)), Ok(Some(FilterId(0))));
+        assert_eq!(h.steer(&mv(Some(FilterId(0)))), Ok(Some(FilterId(0))));
+        assert_eq!(h.steer(&mv(None)), Ok(Some(FilterId(1))));
+        h.fail_with = Some(HookError::Full);
+        assert_eq!(h.steer(&mv(None)), Err(HookError::Full));
+        assert_eq!(h.steer_calls(), 4);
+        assert_eq!(h.live_filters(), &[FilterId(0), FilterId(1)]);
+        h.remove(1, 9, FilterId(0));
+        assert_eq!(h.live_filters(), &[FilterId(1)]);
+        assert_eq!(h.remove_calls(), 1);
+        assert_eq!(
+            HookError::Os(16).to_string(),
+            "flow steering failed with errno 16"
+        );
+    }
+}
