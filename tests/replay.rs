@@ -1,0 +1,157 @@
+//! `steer-replay` end to end: the binary on small traces over the seed
+//! machine (`pack:2 l3:16 core:8 pu:1`: 256 CPUs, 32 LLCs of 8 CPUs each),
+//! exact JSON numbers under both policies, and bad input.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_steer-replay");
+
+/// Runs the binary with `args`, feeding `stdin`.
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn steer-replay");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write trace");
+    child.wait_with_output().expect("wait")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// Intra- and cross-LLC moves, hotplug, affinity and a slot collision.
+const TRACE: &str = "\
+# the seed machine
+topology pack:2 l3:16 core:8 pu:1
+table 1024
+c 0xA0000001 0      # A: new
+c 0xA0000001 0      # A: same CPU, nothing written
+c 0xA0000001 3      # A: intra-LLC (0-7)
+c 0xA0000001 7      # A: intra-LLC
+c 0xA0000001 8      # A: cross-LLC
+c 0xA0000001 130    # A: cross-LLC, other package
+c 0xB0000002 16     # B: new
+off 16
+c 0xB0000002 17     # B: old CPU offline
+on 16
+c 0xB0000002 18 allowed=18-23   # B: no longer allowed on 17
+c 0xB0000002 19     # B: intra-LLC (16-23)
+c 3221225473 131    # C = 0xC0000001: A's slot, another flow
+c 0xA0000001 130    # A: its slot now holds C
+";
+
+#[test]
+fn llc_policy_counts() {
+    let v = json(&run(&["--policy", "llc"], TRACE));
+    assert_eq!(v["policy"], "llc");
+    assert_eq!(v["cpus"], 256);
+    assert_eq!(v["llcs"], 32);
+    assert_eq!(v["table"], 1024);
+    assert_eq!(v["records"], 12);
+    assert_eq!(v["updates"], 8);
+    assert_eq!(v["suppressed"], 3);
+    assert_eq!(v["unchanged"], 1);
+    assert_eq!(v["new_or_other_flow"], 4);
+    assert_eq!(v["forced_offline"], 1);
+    assert_eq!(v["forced_affinity"], 1);
+    assert_eq!(v["cross_llc"], 2);
+}
+
+#[test]
+fn always_policy_counts() {
+    let v = json(&run(&["--policy", "always"], TRACE));
+    assert_eq!(v["policy"], "always");
+    assert_eq!(v["records"], 12);
+    assert_eq!(v["updates"], 11);
+    assert_eq!(v["suppressed"], 0);
+    assert_eq!(v["unchanged"], 1);
+    assert_eq!(v["new_or_other_flow"], 4);
+    assert_eq!(v["changed"], 7);
+    assert!(v.get("cross_llc").is_none());
+}
+
+#[test]
+fn reads_a_file_and_dash_means_stdin() {
+    let path = std::env::temp_dir().join(format!("steer-replay-{}.trace", std::process::id()));
+    std::fs::write(&path, TRACE).expect("write trace file");
+    let from_file = json(&run(
+        &["--policy", "llc", path.to_str().expect("utf-8")],
+        "",
+    ));
+    let _ = std::fs::remove_file(&path);
+    let from_dash = json(&run(&["--policy", "llc", "-"], TRACE));
+    assert_eq!(from_file, from_dash);
+    // One JSON object on one line.
+    let out = run(&["--policy", "llc"], TRACE);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+#[test]
+fn default_table_and_empty_trace_body() {
+    let v = json(&run(
+        &["--policy", "llc"],
+        "topology pack:2 l3:16 core:8 pu:1\n",
+    ));
+    assert_eq!(v["table"], 4096);
+    assert_eq!(v["records"], 0);
+    assert_eq!(v["updates"], 0);
+}
+
+/// Runs a bad trace; returns stderr after checking the exit status.
+fn fails(trace: &str) -> String {
+    let out = run(&["--policy", "llc"], trace);
+    assert!(!out.status.success(), "should fail: {trace:?}");
+    assert!(out.stdout.is_empty());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_lines_exit_non_zero_naming_the_line() {
+    let topo = "topology pack:2 l3:16 core:8 pu:1\n";
+    for (body, line) in [
+        ("c 0x5 1\n", 1),                     // no topology first
+        ("topology pack:2 l3:x\n", 1),        // hwloc rejects the spec
+        (&format!("{topo}# ok\nc 0 1\n"), 3), // hash 0
+        (&format!("{topo}c 5 256\n"), 2),     // CPU out of range
+        (&format!("{topo}c 5 1 allowed=0-300\n"), 2),
+        (&format!("{topo}c 5\n"), 2),
+        (&format!("{topo}table 1000\n"), 2), // not a power of two
+        (&format!("{topo}c 5 1\ntable 64\n"), 3),
+        (&format!("{topo}off 999\n"), 2),
+        (&format!("{topo}migrate 5 1\n"), 2),
+        (&format!("{topo}{topo}"), 2),
+    ] {
+        let err = fails(body);
+        assert!(
+            err.contains(&format!("line {line}:")),
+            "{body:?}: stderr {err:?} should name line {line}"
+        );
+    }
+}
+
+#[test]
+fn missing_topology_file_or_policy_fail() {
+    assert!(fails("# only a comment\n").contains("topology"));
+    let out = run(&["/nonexistent/steer.trace"], "");
+    assert!(!out.status.success());
+    let out = run(&["--policy", "sometimes"], TRACE);
+    assert!(!out.status.success());
+}
