@@ -8,15 +8,21 @@
 //! - [`policy`]: the update rule (`Always`, `LlcAffinity`).
 //! - [`hook`]: the steering hook called when a flow moves (the `ndo_rx_flow_steer` analog).
 //! - [`ring`]: bounded single-producer single-consumer rings of frame descriptors.
+//! - [`stats`]: per-CPU packet counters (the `softnet_stat` analog).
+//! - [`dispatch`]: the dispatcher: classify, steer, fast path or ring.
+//! - [`wake`]: how idle workers sleep and are woken.
 //!
 //! Nothing here needs root, libbpf or hwloc: topology comes in as a
 //! [`cpu::CpuLayout`] built by the caller.
 #![cfg_attr(not(any(test, loom)), deny(clippy::unwrap_used))]
 
 pub mod cpu;
+pub mod dispatch;
 pub mod flow;
 pub mod hook;
 pub mod packet;
 pub mod policy;
 pub mod ring;
+pub mod stats;
 pub mod table;
+pub mod wake;
