@@ -93,20 +93,30 @@ fn move_held_back_until_old_queue_passes_last_qtail() {
 }
 
 #[test]
-fn moves_at_once_when_old_cpu_offline_or_gone() {
+fn offline_cpu_keeps_flow_until_drained_gone_queue_moves_at_once() {
     let l = CpuLayout::uniform(4, 2).unwrap();
     let mut q = Queues::new(4);
     let mut t = RxFlowTable::new(0, 64).unwrap();
     let s = t.steer(FLOW, Some(0), &l, &q.heads(), 0);
     t.note_enqueued(s.bucket, q.push(0));
     l.set_online(0, false);
+    // CPU 0 is offline but its queue still holds the flow's packet: moving
+    // now would let the next packet overtake it.
+    let s = t.steer(FLOW, Some(1), &l, &q.heads(), 0);
+    assert_eq!(
+        (s.cpu, s.action),
+        (Some(0), SteerAction::HeldBack { desired: 1 })
+    );
+    let s = t.steer(FLOW, None, &l, &q.heads(), 0);
+    assert_eq!((s.cpu, s.action), (Some(0), SteerAction::Stayed));
+    q.drain(0);
     let s = t.steer(FLOW, Some(1), &l, &q.heads(), 0);
     assert_eq!(s.action, SteerAction::Moved { from: Some(0) });
     t.note_enqueued(s.bucket, q.push(1));
-    q.deq[1] = None; // worker of CPU 1 gone
+    q.deq[1] = None; // worker of CPU 1 gone, its packet returned to the pool
     let s = t.steer(FLOW, Some(2), &l, &q.heads(), 0);
     assert_eq!(s.action, SteerAction::Moved { from: Some(1) });
-    assert_eq!(t.stats().held_back, 0);
+    assert_eq!(t.stats().held_back, 1);
 }
 
 #[test]

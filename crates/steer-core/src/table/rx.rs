@@ -16,10 +16,17 @@
 //! its consumer desires only if one of these holds (the kernel's comment in
 //! `get_rps_cpu`):
 //! - the current CPU is unset;
-//! - the current CPU is offline or its queue is gone;
+//! - the current CPU's queue is gone (its worker died; what it held was
+//!   returned to the pool, so nothing is left to overtake);
 //! - `c`'s `dequeued` count has reached `last_qtail`: every packet of the flow
 //!   queued on `c` has left that queue, so a packet queued on the new CPU
 //!   cannot overtake one still waiting on the old.
+//!
+//! Unlike the kernel, an *offline* CPU whose queue still exists and still
+//! holds packets of the flow keeps the flow until they are handled (its
+//! worker keeps draining, wherever the scheduler moved it): the kernel
+//! re-injects a dead CPU's backlog elsewhere and accepts the reordering;
+//! steer promises none. An offline CPU is never chosen for a new placement.
 //!
 //! Otherwise the move is held back (counted) and the packet goes to `c`. For
 //! the guarantee to cover processing and not just dequeueing, a worker should
@@ -352,7 +359,11 @@ impl<H: SteerHook> RxFlowTable<H> {
             b.last_used = now;
         }
         let current = b.cpu();
-        let current_ok = current.filter(|&c| layout.is_online(c) && heads.dequeued(c).is_some());
+        let current_head = current.and_then(|c| heads.dequeued(c));
+        let current_ok = current.filter(|&c| layout.is_online(c) && current_head.is_some());
+        // Earlier packets of the flow still queued on the current CPU (online
+        // or not): the flow must stay there until they are handled.
+        let pending = current_head.is_some_and(|head| head < b.last_qtail);
         // A desired CPU is usable if it is online, has a queue, and fits.
         let next = desired.filter(|&c| {
             c < usize::from(NO_CPU) && layout.is_online(c) && heads.dequeued(c).is_some()
@@ -367,21 +378,18 @@ impl<H: SteerHook> RxFlowTable<H> {
             },
         };
         let Some(next) = next else {
-            return stay(current_ok);
+            return stay(if pending { current } else { current_ok });
         };
         if current == Some(next) {
             return stay(current_ok);
         }
-        if let Some(cur) = current_ok {
-            // Earlier packets of the flow still queued on `cur`?
-            if heads.dequeued(cur).is_some_and(|head| head < b.last_qtail) {
-                bump(&self.counters.0.held_back);
-                return Steered {
-                    bucket,
-                    cpu: Some(cur),
-                    action: SteerAction::HeldBack { desired: next },
-                };
-            }
+        if pending {
+            bump(&self.counters.0.held_back);
+            return Steered {
+                bucket,
+                cpu: current,
+                action: SteerAction::HeldBack { desired: next },
+            };
         }
         self.move_flow(bucket, hash, current, next, heads)
     }
