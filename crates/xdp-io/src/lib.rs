@@ -1,2 +1,37 @@
 //! AF_XDP data path for steer: one socket per rx queue sharing one UMEM,
 //! and the XDP program that redirects only the traffic steer owns.
+//!
+//! [`XdpPort::open`] attaches the steer XDP program (`bpf/steer_xdp.c`, built
+//! by build.rs and loaded through libxdp), creates the UMEM and one
+//! [`QueueSocket`] per rx queue. Received packets come out as [`Frame`]s the
+//! application owns until it sends or recycles them; [`FrameCensus`] checks
+//! that every frame is in exactly one place. Everything else (ARP, ICMP,
+//! ports steer does not own) is passed to the kernel.
+
+/// Frame accounting: per-socket place counters and the census check.
+pub mod accounting;
+/// Port configuration: modes, sizes, owned ports.
+pub mod config;
+/// Typed errors.
+pub mod error;
+/// The ethtool ntuple steering backend.
+pub mod ntuple;
+/// Packet helpers: parsing the UDP 5-tuple and turning a packet around.
+pub mod packet;
+/// The owner: program + UMEM + sockets.
+pub mod port;
+/// The steer XDP program and its maps.
+pub mod program;
+/// Readiness for event loops (mio, tokio) and a busy-poll loop.
+pub mod readiness;
+/// One AF_XDP socket per rx queue and the `Frame` token.
+pub mod socket;
+mod sys;
+
+pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
+pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
+pub use error::{Result, XdpError};
+pub use port::XdpPort;
+pub use program::{attached_programs, FlowKey, ProgramStats, SteerProgram};
+pub use socket::{Frame, QueueSocket, RxMeta, SocketStats};
+pub use sys::{check_privileges, ifindex, rx_queue_count};

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+/* steer's XDP program: redirects only the traffic steer owns (protocol +
+ * destination port, listed at run time in `owned_ports`) to the AF_XDP socket
+ * of the receiving queue (or the one `flow_socks` names for the flow), and
+ * passes everything else (ARP, ICMP, other ports, fragments, IPv6 extension
+ * headers) to the kernel with XDP_PASS. When the kernel and driver offer
+ * bpf_xdp_metadata_rx_hash (built with -DSTEER_RX_HASH, loaded device-bound),
+ * the receive hash goes into the metadata area; otherwise the metadata says
+ * "no hash". */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "steer_xdp.h"
+
+enum xdp_rss_hash_type { XDP_RSS_TYPE_NONE = 0 };
+
+#ifdef STEER_RX_HASH
+/* Resolved to the driver's implementation only for device-bound programs;
+ * otherwise the kernel substitutes a stub returning -EOPNOTSUPP. Weak, so the
+ * program still loads on kernels without it. */
+extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
+				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct steer_port_key);
+	__type(value, __u32);
+} owned_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct steer_flow_key);
+	__type(value, __u32);
+} flow_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void count(__u32 stat)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &stat);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int pass(void)
+{
+	count(STAT_PASSED);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int steer_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct steer_flow_key flow = {};
+	struct steer_port_key pk = {};
+	__u8 *l4;
+
+	if ((void *)(eth + 1) > data_end)
+		return pass();
+
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+			return pass();
+		/* Non-first fragments carry no ports; first fragments are
+		 * left to the kernel too (steer does not reassemble). */
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return pass();
+		l4 = (__u8 *)ip + ip->ihl * 4;
+		flow.proto = ip->protocol;
+		flow.family = 4;
+		__builtin_memcpy(flow.saddr, &ip->saddr, 4);
+		__builtin_memcpy(flow.daddr, &ip->daddr, 4);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > data_end)
+			return pass();
+		l4 = (__u8 *)(ip6 + 1);
+		flow.proto = ip6->nexthdr;
+		flow.family = 6;
+		__builtin_memcpy(flow.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(flow.daddr, &ip6->daddr, 16);
+	} else {
+		return pass();
+	}
+
+	if (flow.proto != IPPROTO_UDP && flow.proto != IPPROTO_TCP)
+		return pass();
+	/* Source and destination ports lead both the UDP and TCP headers. */
+	if ((void *)(l4 + 4) > data_end)
+		return pass();
+	flow.sport = *(__be16 *)l4;
+	flow.dport = *(__be16 *)(l4 + 2);
+
+	pk.proto = flow.proto;
+	pk.port = flow.dport;
+	if (!bpf_map_lookup_elem(&owned_ports, &pk))
+		return pass();
+
+	__u32 index = ctx->rx_queue_index;
+	__u32 *chosen = bpf_map_lookup_elem(&flow_socks, &flow);
+	if (chosen) {
+		index = *chosen;
+		count(STAT_FLOW_HITS);
+	}
+
+	/* The receive hash, in the metadata area in front of the packet. */
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct steer_meta)) == 0) {
+		struct steer_meta *meta = (void *)(long)ctx->data_meta;
+		data = (void *)(long)ctx->data;
+		if ((void *)(meta + 1) <= data) {
+			meta->rx_hash = 0;
+			meta->rx_hash_type = 0;
+			meta->flags = STEER_META_MAGIC;
+#ifdef STEER_RX_HASH
+			__u32 hash = 0;
+			enum xdp_rss_hash_type type = XDP_RSS_TYPE_NONE;
+			if (bpf_ksym_exists(bpf_xdp_metadata_rx_hash) &&
+			    bpf_xdp_metadata_rx_hash(ctx, &hash, &type) == 0) {
+				meta->rx_hash = hash;
+				meta->rx_hash_type = (__u16)type;
+				meta->flags |= STEER_META_HASH;
+				count(STAT_HASH_OK);
+			}
+#endif
+		}
+	}
+
+	int action = bpf_redirect_map(&xsks_map, index, XDP_PASS);
+	if (action == XDP_REDIRECT)
+		count(STAT_REDIRECTED);
+	else
+		count(STAT_REDIRECT_FAILED);
+	return action;
+}
+
+char LICENSE[] SEC("license") = "GPL";

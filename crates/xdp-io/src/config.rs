@@ -1,0 +1,164 @@
+//! What an [`XdpPort`](crate::XdpPort) is opened with: interface, queues, XDP
+//! attach mode, AF_XDP bind mode, UMEM and ring sizes, the owned ports. Plain
+//! data with defaults that work on veth; validation happens in `XdpPort::open`.
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XdpMode {
+    /// Native (driver) mode, falling back to generic when the driver lacks it.
+    #[default]
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode: works on every device, slower.
+    Generic,
+}
+
+/// How the AF_XDP sockets are bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BindMode {
+    /// Zero-copy, falling back to copy mode when the driver lacks it (veth).
+    #[default]
+    Auto,
+    /// Copy mode only.
+    Copy,
+    /// Zero-copy only.
+    ZeroCopy,
+}
+
+/// The mode the data path actually runs in, after any fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveModes {
+    /// The XDP attach mode in use (never `Auto`).
+    pub xdp: XdpMode,
+    /// The bind mode in use (never `Auto`).
+    pub bind: BindMode,
+    /// Whether the UMEM sits on huge pages.
+    pub huge_pages: bool,
+}
+
+/// An L4 protocol the steer program can own ports of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// UDP (IPPROTO_UDP).
+    Udp,
+    /// TCP (IPPROTO_TCP).
+    Tcp,
+}
+
+impl Proto {
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Udp => 17,
+            Proto::Tcp => 6,
+        }
+    }
+}
+
+/// Busy-poll socket options (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// Busy-poll time in microseconds.
+    pub usecs: u32,
+    /// Packets per busy-poll round.
+    pub budget: u32,
+}
+
+/// Configuration of an [`XdpPort`](crate::XdpPort).
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    /// Interface name.
+    pub interface: String,
+    /// Rx queues to open a socket on; `None` = all of them.
+    pub queues: Option<Vec<u32>>,
+    /// XDP attach mode.
+    pub xdp_mode: XdpMode,
+    /// AF_XDP bind mode.
+    pub bind_mode: BindMode,
+    /// Set `XDP_USE_NEED_WAKEUP` (recommended; copy mode on veth needs tx kicks anyway).
+    pub need_wakeup: bool,
+    /// Frames in the shared UMEM (split evenly between the queues' free pools).
+    pub frame_count: u32,
+    /// Frame size in bytes (2048 or 4096).
+    pub frame_size: u32,
+    /// Size of each rx, tx, fill and completion ring (power of two).
+    pub ring_size: u32,
+    /// Try huge pages for the UMEM (falls back to normal pages).
+    pub huge_pages: bool,
+    /// Replace a steer program left attached by a crashed run instead of failing.
+    pub replace_stale: bool,
+    /// Traffic steer owns from the start (more can be added at run time).
+    pub owned: Vec<(Proto, u16)>,
+    /// Busy-poll options for every socket.
+    pub busy_poll: Option<BusyPoll>,
+}
+
+impl PortConfig {
+    /// Defaults for `interface`: all queues, auto modes, 4096 frames of 2048 bytes, rings of 1024.
+    pub fn new(interface: impl Into<String>) -> Self {
+        PortConfig {
+            interface: interface.into(),
+            queues: None,
+            xdp_mode: XdpMode::Auto,
+            bind_mode: BindMode::Auto,
+            need_wakeup: true,
+            frame_count: 4096,
+            frame_size: 2048,
+            ring_size: 1024,
+            huge_pages: false,
+            replace_stale: false,
+            owned: Vec::new(),
+            busy_poll: None,
+        }
+    }
+
+    /// Own traffic to `port` of `proto`.
+    pub fn own(mut self, proto: Proto, port: u16) -> Self {
+        self.owned.push((proto, port));
+        self
+    }
+
+    /// Open only these rx queues.
+    pub fn queues(mut self, queues: impl IntoIterator<Item = u32>) -> Self {
+        self.queues = Some(queues.into_iter().collect());
+        self
+    }
+
+    /// XDP attach mode.
+    pub fn xdp_mode(mut self, mode: XdpMode) -> Self {
+        self.xdp_mode = mode;
+        self
+    }
+
+    /// AF_XDP bind mode.
+    pub fn bind_mode(mut self, mode: BindMode) -> Self {
+        self.bind_mode = mode;
+        self
+    }
+
+    /// Frame count and ring size.
+    pub fn frames(mut self, frame_count: u32, ring_size: u32) -> Self {
+        self.frame_count = frame_count;
+        self.ring_size = ring_size;
+        self
+    }
+
+    /// Ask for huge pages (falls back when none are configured).
+    pub fn huge_pages(mut self, on: bool) -> Self {
+        self.huge_pages = on;
+        self
+    }
+
+    /// Replace a stale steer program instead of failing with `StaleProgram`.
+    pub fn replace_stale(mut self, on: bool) -> Self {
+        self.replace_stale = on;
+        self
+    }
+
+    /// Busy-poll options for every socket.
+    pub fn busy_poll(mut self, usecs: u32, budget: u32) -> Self {
+        self.busy_poll = Some(BusyPoll { usecs, budget });
+        self
+    }
+}

@@ -1,0 +1,178 @@
+//! Typed errors of the AF_XDP data path. Every message says what to do about
+//! it: which capability to grant, which command shows the interfaces or the
+//! attached program, which option to change.
+
+use std::io;
+
+use crate::config::{BindMode, XdpMode};
+
+/// Why opening, configuring or using the data path failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum XdpError {
+    /// The process lacks a capability AF_XDP and XDP need.
+    #[error(
+        "missing privileges: {missing}; run as root, or grant CAP_NET_ADMIN, CAP_NET_RAW and \
+         CAP_BPF (e.g. `sudo setcap cap_net_admin,cap_net_raw,cap_bpf+ep <binary>`)"
+    )]
+    Privileges {
+        /// The capabilities that are missing, comma separated.
+        missing: String,
+    },
+    /// No interface of that name in this network namespace.
+    #[error(
+        "unknown network interface {name:?}: check the name with `ip link show` (in the network \
+         namespace this process runs in)"
+    )]
+    UnknownInterface {
+        /// The name asked for.
+        name: String,
+    },
+    /// The rx queue index is not below the interface's rx queue count.
+    #[error(
+        "rx queue {queue} is out of range: {interface} has {count} rx queue(s); see `ethtool -l \
+         {interface}` (veth: create it with `numrxqueues N numtxqueues N`)"
+    )]
+    QueueOutOfRange {
+        /// The interface.
+        interface: String,
+        /// The queue asked for.
+        queue: u32,
+        /// How many rx queues the interface has.
+        count: u32,
+    },
+    /// The driver does not offer the requested XDP attach mode.
+    #[error(
+        "{interface}: the driver does not support {mode:?} XDP ({source}); use XdpMode::Generic, \
+         or XdpMode::Auto to fall back to it"
+    )]
+    ModeUnsupported {
+        /// The interface.
+        interface: String,
+        /// The mode asked for.
+        mode: XdpMode,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The driver does not offer the requested AF_XDP bind mode.
+    #[error(
+        "{interface} queue {queue}: the driver does not support {mode:?} AF_XDP sockets \
+         ({source}); use BindMode::Copy, or BindMode::Auto to fall back to it"
+    )]
+    BindUnsupported {
+        /// The interface.
+        interface: String,
+        /// The queue.
+        queue: u32,
+        /// The bind mode asked for.
+        mode: BindMode,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// A steer program is still attached, most likely left by a crashed run.
+    #[error(
+        "{interface} already has a steer XDP program attached (program id {id}), probably left by \
+         a crashed run; open with `replace_stale(true)` to replace it, or remove it with `ip link \
+         set dev {interface} xdp off` (or `xdp-loader unload {interface} --all`)"
+    )]
+    StaleProgram {
+        /// The interface.
+        interface: String,
+        /// The kernel's id of the attached program.
+        id: u32,
+    },
+    /// Another (non-steer) XDP program occupies the interface.
+    #[error(
+        "{interface} already has another XDP program attached ({name}, id {id}); detach it \
+         (`xdp-loader unload {interface} --all`), or mount bpffs (`mount -t bpf bpf \
+         /sys/fs/bpf`) so libxdp can run both through its dispatcher"
+    )]
+    OtherProgram {
+        /// The interface.
+        interface: String,
+        /// The attached program's name.
+        name: String,
+        /// The kernel's id of the attached program.
+        id: u32,
+    },
+    /// libbpf/libxdp could not open, load or attach the steer program.
+    #[error(
+        "the steer XDP program: {context} failed ({source}); run with RUST_LOG/libbpf output \
+         visible and check `dmesg` and `bpftool prog` for the verifier's reason"
+    )]
+    Program {
+        /// The step that failed.
+        context: &'static str,
+        /// What libbpf/libxdp or the kernel said.
+        source: io::Error,
+    },
+    /// A map update of the steer program failed.
+    #[error("updating the steer program's map {map} failed ({source}); {hint}")]
+    Map {
+        /// The map.
+        map: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The UMEM could not be created.
+    #[error(
+        "creating the UMEM ({frames} frames of {frame_size} bytes) failed: {reason}; lower \
+         frame_count, or raise `ulimit -l` (locked memory) for non-root users"
+    )]
+    Umem {
+        /// Frames asked for.
+        frames: u32,
+        /// Frame size asked for.
+        frame_size: u32,
+        /// What xsk-rs / the kernel said.
+        reason: String,
+    },
+    /// An AF_XDP socket could not be created or bound.
+    #[error(
+        "creating the AF_XDP socket on {interface} queue {queue} failed: {reason}; EBUSY means \
+         another socket still holds the queue (close it or wait a moment)"
+    )]
+    Socket {
+        /// The interface.
+        interface: String,
+        /// The queue.
+        queue: u32,
+        /// What xsk-rs / the kernel said.
+        reason: String,
+    },
+    /// The configuration itself is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A facility the device or kernel does not offer (e.g. ntuple filters on veth).
+    #[error("{what} is not supported on {interface} ({source}); {hint}")]
+    NotSupported {
+        /// The facility.
+        what: &'static str,
+        /// The interface.
+        interface: String,
+        /// What the kernel said.
+        source: io::Error,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// Any other I/O error from a system call.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: &'static str,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+impl XdpError {
+    /// An [`XdpError::Io`] with context.
+    pub(crate) fn io(context: &'static str, source: io::Error) -> Self {
+        XdpError::Io { context, source }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = XdpError> = std::result::Result<T, E>;

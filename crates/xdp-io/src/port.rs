@@ -1,0 +1,343 @@
+//! [`XdpPort`]: the owner of the data path on one interface. Opening it checks
+//! privileges, the interface and queues, attaches the steer program, creates
+//! the shared UMEM and one AF_XDP socket per rx queue (each with
+//! INHIBIT_PROG_LOAD, registered in the program's socket map), and splits the
+//! frames evenly between the sockets' free pools. Dropping it detaches the
+//! program.
+
+use std::{
+    ffi::CString,
+    num::NonZeroU32,
+    os::fd::AsRawFd,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    thread,
+    time::Duration,
+};
+
+use tracing::{info, warn};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
+};
+use xsk_rs::{Socket, Umem};
+
+use crate::{
+    accounting::{FrameCensus, Ledger, LedgerSnapshot, RingCensus},
+    config::{ActiveModes, BindMode, PortConfig, Proto},
+    error::{Result, XdpError},
+    program::{ProgramStats, SteerProgram},
+    socket::{FrameMemory, QueueSocket},
+    sys,
+};
+
+static NEXT_UMEM_ID: AtomicU32 = AtomicU32::new(1);
+
+/// The AF_XDP data path on one interface: the attached steer program, the
+/// shared UMEM and one socket per rx queue.
+///
+/// ```no_run
+/// use xdp_io::{PortConfig, Proto, XdpPort};
+/// # fn main() -> Result<(), xdp_io::XdpError> {
+/// let port = XdpPort::open(PortConfig::new("eth0").own(Proto::Udp, 9000))?;
+/// println!("running in {:?} on {} queue(s)", port.modes(), port.sockets().len());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct XdpPort {
+    // Declared first so it is dropped (detached) first.
+    program: SteerProgram,
+    sockets: Vec<QueueSocket>,
+    ledgers: Vec<Arc<Ledger>>,
+    total_frames: u32,
+    modes: ActiveModes,
+    ifindex: u32,
+}
+
+impl XdpPort {
+    /// Opens the data path described by `config`.
+    pub fn open(config: PortConfig) -> Result<Self> {
+        sys::check_privileges()?;
+        let name = config.interface.clone();
+        let ifindex = sys::ifindex(&name)?;
+        let count = sys::rx_queue_count(&name)?;
+        let queues: Vec<u32> = config
+            .queues
+            .clone()
+            .unwrap_or_else(|| (0..count).collect());
+        if queues.is_empty() {
+            return Err(XdpError::Config("no queues to open".into()));
+        }
+        for (i, &q) in queues.iter().enumerate() {
+            if q >= count {
+                return Err(XdpError::QueueOutOfRange {
+                    interface: name,
+                    queue: q,
+                    count,
+                });
+            }
+            if q >= 256 || queues[..i].contains(&q) {
+                return Err(XdpError::Config(format!(
+                    "queue {q} listed twice or above 255"
+                )));
+            }
+        }
+        let ring = QueueSize::new(config.ring_size)
+            .map_err(|e| XdpError::Config(format!("ring_size: {e}")))?;
+        let frame_size = FrameSize::new(config.frame_size)
+            .map_err(|e| XdpError::Config(format!("frame_size: {e}")))?;
+        let frames = NonZeroU32::new(config.frame_count)
+            .ok_or_else(|| XdpError::Config("frame_count must be positive".into()))?;
+
+        let mut program =
+            SteerProgram::attach(&name, ifindex, config.xdp_mode, config.replace_stale)?;
+        for &(proto, port) in &config.owned {
+            program.set_owned(proto, port, true)?;
+        }
+
+        let umem_config = UmemConfig::builder()
+            .frame_size(frame_size)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| XdpError::Config(format!("UMEM: {e}")))?;
+        let umem_err = |e: xsk_rs::umem::UmemCreateError| XdpError::Umem {
+            frames: config.frame_count,
+            frame_size: config.frame_size,
+            reason: error_chain(&e),
+        };
+        let (umem, descs, huge_pages) = match Umem::new(umem_config, frames, config.huge_pages) {
+            Ok((u, d)) => (u, d, config.huge_pages),
+            Err(e) if config.huge_pages => {
+                warn!(error = %error_chain(&e), "huge pages unavailable for the UMEM, using normal pages");
+                let (u, d) = Umem::new(umem_config, frames, false).map_err(umem_err)?;
+                (u, d, false)
+            }
+            Err(e) => return Err(umem_err(e)),
+        };
+        let mem = FrameMemory {
+            umem: umem.clone(),
+            id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+        };
+
+        let iface = Interface::new(
+            CString::new(name.clone())
+                .map_err(|_| XdpError::UnknownInterface { name: name.clone() })?,
+        );
+        let mut bind = config.bind_mode;
+        let per_queue = descs.len() / queues.len();
+        let mut descs = descs.into_iter();
+        let mut sockets = Vec::with_capacity(queues.len());
+        for &q in &queues {
+            let (tx, rx, fq_cq, used) = loop {
+                match create_socket(&umem, &iface, q, ring, bind, config.need_wakeup) {
+                    Ok((tx, rx, fc)) => break (tx, rx, fc, bind),
+                    Err(e) if bind == BindMode::Auto => {
+                        let fallback = matches!(
+                            e.raw_os_error(),
+                            Some(libc::EOPNOTSUPP | libc::EPROTONOSUPPORT)
+                        );
+                        if !fallback {
+                            return Err(socket_err(&name, q, &e));
+                        }
+                        warn!(interface = %name, queue = q, error = %e, "zero-copy unavailable, falling back to copy mode");
+                        bind = BindMode::Copy;
+                    }
+                    Err(e)
+                        if bind == BindMode::ZeroCopy
+                            && e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                    {
+                        return Err(XdpError::BindUnsupported {
+                            interface: name,
+                            queue: q,
+                            mode: bind,
+                            source: e,
+                        });
+                    }
+                    Err(e) => return Err(socket_err(&name, q, &e)),
+                }
+            };
+            bind = if used == BindMode::Auto {
+                BindMode::ZeroCopy
+            } else {
+                used
+            };
+            let (fill, comp) = fq_cq.ok_or_else(|| XdpError::Socket {
+                interface: name.clone(),
+                queue: q,
+                reason: "no fill/completion rings returned (queue already bound on this UMEM?)"
+                    .into(),
+            })?;
+            let pool: Vec<_> = descs.by_ref().take(per_queue).collect();
+            let mut s =
+                QueueSocket::new(q, tx, rx, fill, comp, mem.clone(), pool, config.ring_size);
+            if let Some(bp) = config.busy_poll {
+                sys::set_busy_poll(s.as_raw_fd(), bp.usecs, bp.budget)
+                    .map_err(|e| XdpError::io("setting busy-poll socket options", e))?;
+            }
+            program.register_socket(q, s.as_raw_fd())?;
+            s.refill()
+                .map_err(|e| XdpError::io("filling the fill ring", e))?;
+            sockets.push(s);
+        }
+        // Frames left over by the even split go to the first socket.
+        let rest: Vec<_> = descs.collect();
+        let total_frames = config.frame_count - rest.len() as u32;
+        if !rest.is_empty() {
+            info!(
+                unused = rest.len(),
+                "frames not divisible by queues left unused"
+            );
+        }
+        let modes = ActiveModes {
+            xdp: program.mode(),
+            bind,
+            huge_pages,
+        };
+        info!(interface = %name, ?modes, queues = ?queues, "AF_XDP port open");
+        let ledgers = sockets.iter().map(QueueSocket::ledger).collect();
+        Ok(XdpPort {
+            program,
+            sockets,
+            ledgers,
+            total_frames,
+            modes,
+            ifindex,
+        })
+    }
+
+    /// The modes in use after any fallback (XDP attach, bind, huge pages).
+    pub fn modes(&self) -> ActiveModes {
+        self.modes
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The sockets still owned by the port.
+    pub fn sockets(&self) -> &[QueueSocket] {
+        &self.sockets
+    }
+
+    /// The sockets still owned by the port, mutably.
+    pub fn sockets_mut(&mut self) -> &mut [QueueSocket] {
+        &mut self.sockets
+    }
+
+    /// Hands the sockets to the caller (e.g. one per worker thread). The port
+    /// keeps the program attached and can still report counters.
+    pub fn take_sockets(&mut self) -> Vec<QueueSocket> {
+        std::mem::take(&mut self.sockets)
+    }
+
+    /// The steer program (owned ports, flow steering, statistics).
+    pub fn program(&mut self) -> &mut SteerProgram {
+        &mut self.program
+    }
+
+    /// Starts or stops redirecting `proto` traffic to `port`.
+    pub fn set_owned(&mut self, proto: Proto, port: u16, owned: bool) -> Result<()> {
+        self.program.set_owned(proto, port, owned)
+    }
+
+    /// The program's counters.
+    pub fn program_stats(&self) -> Result<ProgramStats> {
+        self.program.stats()
+    }
+
+    /// Frames in the UMEM that are in use (the split remainder excluded).
+    pub fn total_frames(&self) -> u32 {
+        self.total_frames
+    }
+
+    /// Place counters summed over all sockets (valid at any time, approximate while running).
+    pub fn counters(&self) -> LedgerSnapshot {
+        self.ledgers
+            .iter()
+            .map(|l| l.snapshot())
+            .fold(LedgerSnapshot::default(), |a, b| a + b)
+    }
+
+    /// The full census at a quiet moment: counters plus the rings of
+    /// `sockets` (pass every socket of this port, wherever they are).
+    pub fn census(&self, sockets: &mut [QueueSocket]) -> FrameCensus {
+        let rings = sockets
+            .iter_mut()
+            .map(|s| s.ring_census())
+            .fold(RingCensus::default(), |a, b| a + b);
+        FrameCensus::new(self.total_frames, self.counters(), rings)
+    }
+}
+
+type Queues = (
+    xsk_rs::TxQueue,
+    xsk_rs::RxQueue,
+    Option<(xsk_rs::FillQueue, xsk_rs::CompQueue)>,
+);
+
+/// One `Socket::new`, retried for a moment on EBUSY (a queue just released).
+fn create_socket(
+    umem: &Umem,
+    iface: &Interface,
+    queue: u32,
+    ring: QueueSize,
+    bind: BindMode,
+    need_wakeup: bool,
+) -> std::io::Result<Queues> {
+    let mut flags = match bind {
+        BindMode::Copy => BindFlags::XDP_COPY,
+        BindMode::Auto | BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
+    };
+    if need_wakeup {
+        flags |= BindFlags::XDP_USE_NEED_WAKEUP;
+    }
+    let config = SocketConfig::builder()
+        .rx_queue_size(ring)
+        .tx_queue_size(ring)
+        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+        .bind_flags(flags)
+        .build();
+    let mut attempt = 0;
+    loop {
+        // SAFETY: every socket is created with INHIBIT_PROG_LOAD (the steer
+        // program is ours), and each (interface, queue) is bound once per UMEM.
+        match unsafe { Socket::new(config, umem, iface, queue) } {
+            Ok(q) => return Ok(q),
+            Err(e) => {
+                let io = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<std::io::Error>())
+                    .and_then(|s| s.raw_os_error())
+                    .map(std::io::Error::from_raw_os_error)
+                    .unwrap_or_else(|| std::io::Error::other(e.to_string()));
+                if io.raw_os_error() == Some(libc::EBUSY) && attempt < 50 {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                return Err(io);
+            }
+        }
+    }
+}
+
+fn socket_err(interface: &str, queue: u32, e: &std::io::Error) -> XdpError {
+    XdpError::Socket {
+        interface: interface.into(),
+        queue,
+        reason: e.to_string(),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,80 @@
+//! Readiness of [`QueueSocket`]s for event loops: a mio `Source` (feature
+//! `mio`), a tokio `AsyncFd` wrapper (feature `tokio`), and a busy-poll loop
+//! that never sleeps. Readable means the rx ring has frames; the sockets stay
+//! usable through their own methods in every case.
+
+use std::{io, ops::ControlFlow};
+
+use crate::socket::{Frame, QueueSocket};
+
+#[cfg(feature = "mio")]
+impl mio::event::Source for QueueSocket {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        mio::unix::SourceFd(&self.as_raw_fd()).register(registry, token, interests)
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        mio::unix::SourceFd(&self.as_raw_fd()).reregister(registry, token, interests)
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        mio::unix::SourceFd(&self.as_raw_fd()).deregister(registry)
+    }
+}
+
+/// Wraps a socket for tokio: `readable().await` resolves when frames arrived.
+/// Must be called inside a tokio runtime; on failure the socket is handed back
+/// inside the error.
+#[cfg(feature = "tokio")]
+pub fn async_fd(
+    socket: QueueSocket,
+) -> Result<
+    tokio::io::unix::AsyncFd<QueueSocket>,
+    Box<tokio::io::unix::AsyncFdRegisterError<QueueSocket>>,
+> {
+    // SAFETY: the socket's fd stays open and unchanged for as long as the
+    // QueueSocket lives, and the AsyncFd owns the QueueSocket.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE)
+    }
+    .map_err(Box::new)
+}
+
+/// Receives from `socket` in a tight loop (no sleeping, no poll(2)): each
+/// round takes up to `batch` frames (possibly none) and hands them to
+/// `handler`, which owns them: it sends, recycles or keeps them (frames left
+/// in the vector are recycled). Idle rounds reap tx completions. Returns when
+/// the handler breaks, with its value.
+pub fn busy_poll<B>(
+    socket: &mut QueueSocket,
+    batch: usize,
+    mut handler: impl FnMut(&mut QueueSocket, &mut Vec<Frame>) -> ControlFlow<B>,
+) -> io::Result<B> {
+    let mut frames = Vec::with_capacity(batch);
+    loop {
+        if socket.recv(&mut frames, batch)? == 0 {
+            socket.complete();
+            std::hint::spin_loop();
+        }
+        let flow = handler(socket, &mut frames);
+        if !frames.is_empty() {
+            socket.recycle(frames.drain(..));
+        }
+        if let ControlFlow::Break(b) = flow {
+            return Ok(b);
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! One AF_XDP socket bound to one rx queue, with its four rings (rx, tx, fill,
+//! completion) over the port's shared UMEM, and the [`Frame`] token through
+//! which the application owns a UMEM frame.
+//!
+//! Invariants:
+//! - A [`Frame`] is created only from a descriptor this module took off a
+//!   ring or out of a free pool, and is consumed when given back (send,
+//!   recycle); it is neither `Clone` nor `Copy`. So `&mut Frame` is exclusive
+//!   access to that frame's memory, and the kernel never touches a frame
+//!   while a `Frame` exists for it.
+//! - Ring operations are batched: one libxdp call per batch, never per frame.
+//! - Every move between places updates the socket's [`Ledger`] once per batch.
+
+use std::{
+    io,
+    os::fd::{AsRawFd, RawFd},
+    sync::Arc,
+};
+
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
+
+use crate::{
+    accounting::{Ledger, RingCensus},
+    sys,
+};
+
+/// A UMEM frame owned by the application: received from a socket, or taken
+/// from a free pool to transmit. Give it back with [`QueueSocket::send`] or
+/// [`QueueSocket::recycle`] (on any socket of the same port).
+#[derive(Debug)]
+pub struct Frame {
+    desc: FrameDesc,
+    umem_id: u32,
+}
+
+impl Frame {
+    /// Offset of the packet data in the UMEM (unique per frame held).
+    pub fn addr(&self) -> usize {
+        self.desc.addr()
+    }
+
+    /// Packet length in bytes.
+    pub fn len(&self) -> usize {
+        self.desc.lengths().data()
+    }
+
+    /// Whether the packet is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The metadata the steer program writes in front of a redirected packet
+/// (mirrors `struct steer_meta` in bpf/steer_xdp.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// The receive hash computed by the device, when it supplied one.
+    pub rx_hash: Option<u32>,
+    /// The device's hash type (`enum xdp_rss_hash_type`), 0 when unknown.
+    pub rx_hash_type: u16,
+}
+
+const META_LEN: usize = 8;
+const META_MAGIC: u16 = 0x5300;
+const META_HASH: u16 = 1;
+
+/// The shared UMEM plus the id that ties frames to it.
+#[derive(Debug, Clone)]
+pub(crate) struct FrameMemory {
+    pub(crate) umem: Umem,
+    pub(crate) id: u32,
+}
+
+/// One AF_XDP socket on one rx queue. `Send`, not `Sync`: one thread drives it.
+///
+/// ```no_run
+/// # fn main() -> Result<(), xdp_io::XdpError> {
+/// use xdp_io::{PortConfig, Proto, XdpPort};
+/// let mut port = XdpPort::open(PortConfig::new("veth0").own(Proto::Udp, 9000))?;
+/// let mut sockets = port.take_sockets();
+/// let mut frames = Vec::new();
+/// let s = &mut sockets[0];
+/// s.recv(&mut frames, 64).map_err(|e| xdp_io::XdpError::Io { context: "recv", source: e })?;
+/// for f in &frames {
+///     println!("{} bytes on queue {}", s.data(f).len(), s.queue());
+/// }
+/// s.recycle(frames.drain(..));
+/// # Ok(()) }
+/// ```
+pub struct QueueSocket {
+    queue: u32,
+    tx: TxQueue,
+    rx: RxQueue,
+    fill: FillQueue,
+    comp: CompQueue,
+    mem: FrameMemory,
+    free: Vec<FrameDesc>,
+    scratch: Vec<FrameDesc>,
+    ring_size: u32,
+    ledger: Arc<Ledger>,
+}
+
+impl std::fmt::Debug for QueueSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueSocket")
+            .field("queue", &self.queue)
+            .field("fd", &self.as_raw_fd())
+            .field("free", &self.free.len())
+            .finish()
+    }
+}
+
+impl QueueSocket {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        queue: u32,
+        tx: TxQueue,
+        rx: RxQueue,
+        fill: FillQueue,
+        comp: CompQueue,
+        mem: FrameMemory,
+        free: Vec<FrameDesc>,
+        ring_size: u32,
+    ) -> Self {
+        let ledger = Arc::new(Ledger::default());
+        Ledger::add(&ledger.free, free.len());
+        QueueSocket {
+            queue,
+            tx,
+            rx,
+            fill,
+            comp,
+            mem,
+            free,
+            scratch: vec![FrameDesc::default(); ring_size as usize],
+            ring_size,
+            ledger,
+        }
+    }
+
+    pub(crate) fn ledger(&self) -> Arc<Ledger> {
+        Arc::clone(&self.ledger)
+    }
+
+    /// The rx queue this socket is bound to.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Frames in this socket's free pool.
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Moves free frames into the fill ring (as many as fit, one batch) and
+    /// wakes the kernel if the ring asks for it. Returns how many moved.
+    pub fn refill(&mut self) -> io::Result<usize> {
+        let want = u32::try_from(self.free.len()).unwrap_or(u32::MAX);
+        let room = self.fill.nb_free(want.min(self.ring_size)) as usize;
+        let n = room.min(self.free.len());
+        if n > 0 {
+            let start = self.free.len() - n;
+            // SAFETY: the descriptors come from this socket's free pool, so
+            // they belong to this UMEM and no Frame or ring holds them; they
+            // are removed from the pool right after, so each is in one place.
+            let done = unsafe { self.fill.produce(&self.free[start..]) };
+            if done == n {
+                self.free.truncate(start);
+                Ledger::sub(&self.ledger.free, n);
+                Ledger::add(&self.ledger.in_rx, n);
+            }
+        }
+        if self.fill.needs_wakeup() {
+            self.ledger
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            sys::kick_rx(self.as_raw_fd())?;
+        }
+        Ok(n)
+    }
+
+    /// Takes up to `max` received frames off the rx ring (one batch) into
+    /// `out`, then refills the fill ring. Returns how many were received.
+    pub fn recv(&mut self, out: &mut Vec<Frame>, max: usize) -> io::Result<usize> {
+        let max = max.min(self.scratch.len());
+        // SAFETY: the scratch descriptors are overwritten by the ring; the
+        // frames they then name were filled by the kernel and are now ours.
+        let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
+        if n > 0 {
+            out.extend(self.scratch[..n].iter().map(|&desc| Frame {
+                desc,
+                umem_id: self.mem.id,
+            }));
+            Ledger::sub(&self.ledger.in_rx, n);
+            Ledger::add(&self.ledger.held, n);
+            self.ledger
+                .rx_frames
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.refill()?;
+        Ok(n)
+    }
+
+    /// Puts frames from the front of `frames` on the tx ring (as many as fit,
+    /// one batch) and kicks the kernel; frames that did not fit stay in
+    /// `frames`. Also reaps completions. Returns how many were queued.
+    /// Frames of another port are left in `frames` untouched.
+    pub fn send(&mut self, frames: &mut Vec<Frame>) -> io::Result<usize> {
+        self.reap();
+        let ours = frames
+            .iter()
+            .take_while(|f| f.umem_id == self.mem.id)
+            .count();
+        let want = u32::try_from(ours.min(self.scratch.len())).unwrap_or(u32::MAX);
+        let n = self.tx.nb_free(want).min(want) as usize;
+        if n > 0 {
+            for (slot, f) in self.scratch.iter_mut().zip(frames.iter()).take(n) {
+                *slot = f.desc;
+            }
+            // SAFETY: the descriptors come from `Frame`s of this UMEM, which
+            // are exclusively ours; they are dropped from `frames` right after
+            // so no Frame names a frame the kernel now owns.
+            let done = unsafe { self.tx.produce(&self.scratch[..n]) };
+            if done == n {
+                frames.drain(..n);
+                Ledger::sub(&self.ledger.held, n);
+                Ledger::add(&self.ledger.in_tx, n);
+            }
+        }
+        // Copy mode reports need-wakeup even without XDP_USE_NEED_WAKEUP.
+        if self.tx.needs_wakeup() || n > 0 {
+            self.ledger
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            sys::kick_tx(self.as_raw_fd())?;
+        }
+        Ok(n)
+    }
+
+    /// Moves completed transmissions from the completion ring to the free
+    /// pool, and kicks the kernel again when the tx ring still holds frames
+    /// (in copy mode the kernel sends at most 32 frames per kick).
+    pub fn complete(&mut self) -> usize {
+        if self.tx.nb_free_exact() < self.ring_size {
+            self.ledger
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // A failed kick is retried on the next call; nothing is lost.
+            let _ = sys::kick_tx(self.as_raw_fd());
+        }
+        self.reap()
+    }
+
+    /// Completion ring to free pool, without a kick.
+    fn reap(&mut self) -> usize {
+        let mut total = 0;
+        loop {
+            let len = self.scratch.len();
+            // SAFETY: the completion ring hands back frames of this UMEM that
+            // the kernel has finished with; they go straight to the free pool.
+            let n = unsafe { self.comp.consume(&mut self.scratch[..len]) };
+            if n == 0 {
+                break;
+            }
+            self.free.extend_from_slice(&self.scratch[..n]);
+            total += n;
+            if n < len {
+                break;
+            }
+        }
+        if total > 0 {
+            Ledger::sub(&self.ledger.in_tx, total);
+            Ledger::add(&self.ledger.free, total);
+            self.ledger
+                .tx_frames
+                .fetch_add(total as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        total
+    }
+
+    /// Returns held frames to this socket's free pool (frames of another port are dropped
+    /// from the iterator without effect and counted in the return value's complement).
+    pub fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> usize {
+        let before = self.free.len();
+        let id = self.mem.id;
+        self.free.extend(
+            frames
+                .into_iter()
+                .filter(|f| f.umem_id == id)
+                .map(|f| f.desc),
+        );
+        let n = self.free.len() - before;
+        Ledger::sub(&self.ledger.held, n);
+        Ledger::add(&self.ledger.free, n);
+        n
+    }
+
+    /// Takes up to `n` frames from the free pool for the application to fill and send.
+    pub fn alloc(&mut self, n: usize, out: &mut Vec<Frame>) -> usize {
+        let n = n.min(self.free.len());
+        let id = self.mem.id;
+        out.extend(self.free.drain(self.free.len() - n..).map(|mut desc| {
+            // A fresh frame starts empty.
+            desc.set_options(0);
+            Frame { desc, umem_id: id }
+        }));
+        Ledger::sub(&self.ledger.free, n);
+        Ledger::add(&self.ledger.held, n);
+        n
+    }
+
+    /// The packet bytes of `frame` (empty for a frame of another port).
+    pub fn data<'a>(&'a self, frame: &'a Frame) -> &'a [u8] {
+        if frame.umem_id != self.mem.id {
+            return &[];
+        }
+        // SAFETY: the frame belongs to this UMEM and, being held as a `Frame`,
+        // is not accessed by the kernel or mutably elsewhere (module invariant).
+        unsafe { self.mem.umem.data(&frame.desc) }.contents()
+    }
+
+    /// Runs `f` on the packet bytes of `frame`, mutably (in-place rewrites).
+    /// Returns `None` for a frame of another port.
+    pub fn with_data_mut<R>(&self, frame: &mut Frame, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if frame.umem_id != self.mem.id {
+            return None;
+        }
+        // SAFETY: as in `data`, and `&mut Frame` makes this access exclusive.
+        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
+        Some(f(data.contents_mut()))
+    }
+
+    /// Replaces the packet in `frame` with `bytes` (truncated to the frame's room).
+    /// Returns the new length, or `None` for a frame of another port.
+    pub fn write(&self, frame: &mut Frame, bytes: &[u8]) -> Option<usize> {
+        use std::io::Write;
+        if frame.umem_id != self.mem.id {
+            return None;
+        }
+        // SAFETY: as in `with_data_mut`.
+        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
+        let mut cursor = data.cursor();
+        cursor.set_pos(0);
+        let n = cursor.write(bytes).unwrap_or(0);
+        Some(n)
+    }
+
+    /// The metadata the steer program wrote in front of a received packet, if any.
+    pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
+        let data = self.data(frame);
+        if data.is_empty() {
+            return None;
+        }
+        // SAFETY: every rx descriptor points at least XDP_PACKET_HEADROOM
+        // (256) bytes past the start of its frame, inside the one mmap'd UMEM
+        // region, so the 8 bytes before the packet are in bounds; the kernel
+        // copied the metadata there before handing the frame over, and the
+        // frame is ours (module invariant). Unaligned read of plain bytes.
+        let raw: [u8; META_LEN] =
+            unsafe { std::ptr::read_unaligned(data.as_ptr().sub(META_LEN).cast()) };
+        let hash = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        let hash_type = u16::from_ne_bytes([raw[4], raw[5]]);
+        let flags = u16::from_ne_bytes([raw[6], raw[7]]);
+        if flags & 0xff00 != META_MAGIC {
+            return None;
+        }
+        Some(RxMeta {
+            rx_hash: (flags & META_HASH != 0).then_some(hash),
+            rx_hash_type: hash_type,
+        })
+    }
+
+    /// Waits up to `timeout_ms` for received frames (poll(2) on the socket).
+    pub fn poll_rx(&mut self, timeout_ms: i32) -> io::Result<bool> {
+        self.rx.poll(timeout_ms)
+    }
+
+    /// Ring occupancies read from the rings (exact, not cached).
+    pub fn ring_census(&mut self) -> RingCensus {
+        RingCensus {
+            fill_ring: self.ring_size - self.fill.nb_free_exact(),
+            rx_ring: self.rx.nb_avail_exact(),
+            tx_ring: self.ring_size - self.tx.nb_free_exact(),
+            completion: self.comp.nb_avail_exact(),
+        }
+    }
+
+    /// The kernel's statistics for this socket (drops, ring-full events).
+    pub fn kernel_stats(&self) -> io::Result<SocketStats> {
+        let s = self.rx.fd().xdp_statistics()?;
+        Ok(SocketStats {
+            rx_dropped: s.rx_dropped(),
+            rx_invalid_descs: s.rx_invalid_descs(),
+            rx_ring_full: s.rx_ring_full(),
+            rx_fill_ring_empty: s.rx_fill_ring_empty_descs(),
+            tx_invalid_descs: s.tx_invalid_descs(),
+            tx_ring_empty: s.tx_ring_empty_descs(),
+        })
+    }
+
+    /// This socket's place counters.
+    pub fn counters(&self) -> crate::accounting::LedgerSnapshot {
+        self.ledger.snapshot()
+    }
+}
+
+/// `XDP_STATISTICS` of one socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketStats {
+    /// Dropped for reasons other than invalid descriptors.
+    pub rx_dropped: u64,
+    /// Dropped because of invalid descriptors.
+    pub rx_invalid_descs: u64,
+    /// Dropped because the rx ring was full.
+    pub rx_ring_full: u64,
+    /// Times the fill ring was empty when a frame arrived.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid tx descriptors.
+    pub tx_invalid_descs: u64,
+    /// Times the tx ring was empty when the kernel looked.
+    pub tx_ring_empty: u64,
+}
+
+impl AsRawFd for QueueSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.rx.fd().as_raw_fd()
+    }
+}

@@ -1,0 +1,190 @@
+//! Test hosts: a network namespace and a 2-queue veth pair with unique names,
+//! the peer inside the namespace, removed again by `Drop` (also on panic).
+//! Addresses come from TEST-NET-1 (192.0.2.0/24, a /30 per test) and
+//! 2001:db8::/32.
+
+#![allow(dead_code)]
+
+use std::{
+    fs::File,
+    net::{Ipv4Addr, Ipv6Addr},
+    os::fd::AsRawFd,
+    process::{Command, Output},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Fails the test with a clear message when not root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "xdp-io integration tests need root (network namespaces, veth, XDP, AF_XDP): run them as root, as CI does"
+    );
+}
+
+fn run(cmd: &[&str]) -> Output {
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    out
+}
+
+fn must(cmd: &[&str]) {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A namespace + veth pair owned by one test.
+pub struct TestNet {
+    /// Namespace name.
+    pub ns: String,
+    /// Host-side veth (root namespace; XDP goes here).
+    pub host: String,
+    /// Peer veth (inside `ns`).
+    pub peer: String,
+    /// Host address.
+    pub host_v4: Ipv4Addr,
+    /// Peer address.
+    pub peer_v4: Ipv4Addr,
+    /// Host IPv6 address.
+    pub host_v6: Ipv6Addr,
+    /// Peer IPv6 address.
+    pub peer_v6: Ipv6Addr,
+}
+
+impl TestNet {
+    /// Builds the namespace and the veth pair (2 queues each side).
+    pub fn new() -> Self {
+        require_root();
+        let pid = std::process::id();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{}{}", pid % 100_000, n);
+        let slot = ((pid.wrapping_mul(7) + n) % 63) as u8;
+        let net = TestNet {
+            ns: format!("sxns{tag}"),
+            host: format!("sxh{tag}"),
+            peer: format!("sxp{tag}"),
+            host_v4: Ipv4Addr::new(192, 0, 2, slot * 4 + 1),
+            peer_v4: Ipv4Addr::new(192, 0, 2, slot * 4 + 2),
+            host_v6: format!("2001:db8:{:x}::1", 0x100 + u32::from(slot))
+                .parse()
+                .unwrap(),
+            peer_v6: format!("2001:db8:{:x}::2", 0x100 + u32::from(slot))
+                .parse()
+                .unwrap(),
+        };
+        // Leftovers of a crashed earlier run with the same names.
+        let _ = run(&["ip", "netns", "del", &net.ns]);
+        let _ = run(&["ip", "link", "del", &net.host]);
+        must(&["ip", "netns", "add", &net.ns]);
+        let (h, p, ns) = (net.host.as_str(), net.peer.as_str(), net.ns.as_str());
+        must(&[
+            "ip",
+            "link",
+            "add",
+            h,
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            p,
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+        ]);
+        must(&["ip", "link", "set", p, "netns", ns]);
+        must(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/30", net.host_v4),
+            "dev",
+            h,
+        ]);
+        must(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/64", net.host_v6),
+            "dev",
+            h,
+            "nodad",
+        ]);
+        must(&["ip", "link", "set", h, "up"]);
+        must(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/30", net.peer_v4),
+            "dev",
+            p,
+        ]);
+        must(&[
+            "ip",
+            "-n",
+            ns,
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/64", net.peer_v6),
+            "dev",
+            p,
+            "nodad",
+        ]);
+        must(&["ip", "-n", ns, "link", "set", p, "up"]);
+        must(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        net
+    }
+
+    /// Runs `f` on a thread inside the namespace (setns affects only that thread).
+    pub fn in_ns<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let path = format!("/run/netns/{}", self.ns);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                // SAFETY: `file` is an open namespace file; setns switches only this thread.
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        })
+    }
+
+    /// Runs a command inside the namespace.
+    pub fn ns_cmd(&self, cmd: &[&str]) -> Output {
+        let mut full = vec!["ip", "netns", "exec", self.ns.as_str()];
+        full.extend_from_slice(cmd);
+        run(&full)
+    }
+
+    /// `ip link show` of the host side.
+    pub fn link_show(&self) -> String {
+        String::from_utf8_lossy(&run(&["ip", "link", "show", "dev", &self.host]).stdout)
+            .into_owned()
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        let _ = run(&["ip", "link", "del", &self.host]);
+        let _ = run(&["ip", "netns", "del", &self.ns]);
+    }
+}

@@ -1,0 +1,407 @@
+//! AF_XDP on a 2-queue veth pair in a test namespace: delivery to the queue
+//! sockets, echo back into the namespace, pass-through of non-owned traffic,
+//! frame accounting after an overflowing burst, detaching on drop, typed errors.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    net::{SocketAddr, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use common::TestNet;
+use xdp_io::{
+    attached_programs, packet, BindMode, FlowKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
+    XdpMode, XdpPort,
+};
+
+const PORT: u16 = 9000;
+
+/// Receives from all sockets until `n` frames arrived or `timeout` passed.
+fn recv_n(sockets: &mut [QueueSocket], n: usize, timeout: Duration) -> Vec<(usize, Frame)> {
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::new();
+    let mut batch = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        for (i, s) in sockets.iter_mut().enumerate() {
+            s.recv(&mut batch, 64).unwrap();
+            got.extend(batch.drain(..).map(|f| (i, f)));
+        }
+        if got.len() < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    got
+}
+
+fn open(net: &TestNet) -> XdpPort {
+    XdpPort::open(PortConfig::new(&net.host).own(Proto::Udp, PORT))
+        .expect("open XdpPort on the test veth")
+}
+
+#[test]
+fn traffic_reaches_queue_sockets_and_echo_returns() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let modes = port.modes();
+    assert_eq!(
+        modes.bind,
+        BindMode::Copy,
+        "veth offers copy mode only: {modes:?}"
+    );
+    assert_eq!(modes.xdp, XdpMode::Native, "{modes:?}");
+    let mut sockets = port.take_sockets();
+    assert_eq!(sockets.len(), 2);
+
+    const FLOWS: usize = 32;
+    let dsts: Vec<SocketAddr> = vec![
+        SocketAddr::new(net.host_v4.into(), PORT),
+        SocketAddr::new(net.host_v6.into(), PORT),
+    ];
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            net.in_ns(|| {
+                let mut socks = Vec::new();
+                for dst in &dsts {
+                    for i in 0..FLOWS {
+                        let bind: SocketAddr = if dst.is_ipv4() {
+                            SocketAddr::new(net.peer_v4.into(), 0)
+                        } else {
+                            SocketAddr::new(net.peer_v6.into(), 0)
+                        };
+                        let u = UdpSocket::bind(bind).unwrap();
+                        u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        u.send_to(format!("flow {i}").as_bytes(), dst).unwrap();
+                        socks.push((u, format!("flow {i}")));
+                    }
+                }
+                // Every sender gets its own payload back, with a valid checksum
+                // (the kernel drops it otherwise).
+                let mut ok = 0;
+                for (u, want) in &socks {
+                    let mut buf = [0u8; 64];
+                    if let Ok((len, from)) = u.recv_from(&mut buf) {
+                        assert_eq!(&buf[..len], want.as_bytes());
+                        assert_eq!(from.port(), PORT);
+                        ok += 1;
+                    }
+                }
+                ok
+            })
+        });
+        let want = FLOWS * dsts.len();
+        // ARP/ND resolution happens in the kernel while the program runs.
+        let got = recv_n(&mut sockets, want, Duration::from_secs(10));
+        assert_eq!(got.len(), want, "frames received on the queue sockets");
+        let mut per_queue = HashMap::new();
+        let mut by_queue: Vec<Vec<Frame>> = vec![Vec::new(), Vec::new()];
+        for (i, mut f) in got {
+            let l = packet::parse_udp(sockets[i].data(&f)).expect("a UDP frame");
+            assert_eq!(l.dst.port(), PORT);
+            *per_queue.entry(sockets[i].queue()).or_insert(0) += 1;
+            assert!(sockets[i]
+                .with_data_mut(&mut f, packet::reply_in_place)
+                .unwrap());
+            assert!(packet::udp_checksum_ok(sockets[i].data(&f)));
+            by_queue[i].push(f);
+        }
+        assert_eq!(
+            per_queue.len(),
+            2,
+            "flows spread over both rx queues: {per_queue:?}"
+        );
+        for (s, frames) in sockets.iter_mut().zip(by_queue.iter_mut()) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !frames.is_empty() && Instant::now() < deadline {
+                s.send(frames).unwrap();
+            }
+            assert!(frames.is_empty());
+        }
+        // Copy mode sends at most 32 frames per kick: keep completing.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while port.counters().in_tx > 0 && Instant::now() < deadline {
+            sockets.iter_mut().for_each(|s| {
+                s.complete();
+            });
+        }
+        let echoed = sender.join().unwrap();
+        assert_eq!(echoed, want, "replies received in the namespace");
+    });
+    // Completions come back to the free pools; the census balances.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while port.counters().in_tx > 0 && Instant::now() < deadline {
+        sockets.iter_mut().for_each(|s| {
+            s.complete();
+        });
+    }
+    let census = port.census(&mut sockets);
+    census.check().unwrap();
+    assert_eq!(census.held, 0);
+    assert_eq!(port.counters().tx_frames, (FLOWS * 2) as u64);
+}
+
+#[test]
+fn ping_arp_and_other_ports_keep_working() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let mut sockets = port.take_sockets();
+    // ARP + ICMP over IPv4, ND + ICMPv6 over IPv6.
+    for addr in [net.host_v4.to_string(), net.host_v6.to_string()] {
+        let out = net.ns_cmd(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &addr]);
+        assert!(
+            out.status.success(),
+            "ping {addr} while steer runs: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // UDP to a port steer does not own reaches a kernel socket.
+    let kernel = UdpSocket::bind(SocketAddr::new(net.host_v4.into(), PORT + 1)).unwrap();
+    kernel
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let owned_sock = UdpSocket::bind(SocketAddr::new(net.host_v4.into(), PORT)).unwrap();
+    owned_sock.set_nonblocking(true).unwrap();
+    let to = |p: u16| SocketAddr::new(net.host_v4.into(), p);
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        u.send_to(b"kernel", to(PORT + 1)).unwrap();
+        u.send_to(b"steer", to(PORT)).unwrap();
+    });
+    let mut buf = [0u8; 32];
+    let (n, _) = kernel
+        .recv_from(&mut buf)
+        .expect("non-owned UDP reaches the kernel socket");
+    assert_eq!(&buf[..n], b"kernel");
+    let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
+    assert_eq!(got.len(), 1, "owned UDP reaches AF_XDP");
+    assert!(
+        owned_sock.recv_from(&mut buf).is_err(),
+        "owned UDP must not reach the kernel socket"
+    );
+    for (i, f) in got {
+        sockets[i].recycle([f]);
+    }
+
+    // Ownership changes at run time.
+    port.set_owned(Proto::Udp, PORT + 1, true).unwrap();
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        u.send_to(b"now steer", to(PORT + 1)).unwrap();
+    });
+    let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
+    assert_eq!(got.len(), 1, "newly owned port redirected");
+    let stats = port.program_stats().unwrap();
+    assert!(stats.redirected >= 2 && stats.passed >= 4, "{stats:?}");
+}
+
+#[test]
+fn accounting_holds_after_overflowing_burst() {
+    let net = TestNet::new();
+    let mut port = XdpPort::open(
+        PortConfig::new(&net.host)
+            .own(Proto::Udp, PORT)
+            .frames(256, 64),
+    )
+    .expect("open with small rings");
+    let mut sockets = port.take_sockets();
+    let total = port.total_frames();
+    assert_eq!(total, 256);
+    port.census(&mut sockets).check().unwrap();
+    // 2000 packets into rings of 64 nobody reads: rx ring full, fill ring empty.
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        for i in 0..2000u32 {
+            let _ = u.send_to(&i.to_be_bytes(), SocketAddr::new(net.host_v4.into(), PORT));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let census = port.census(&mut sockets);
+    census.check().unwrap();
+    assert!(census.rx_ring > 0, "{census:?}");
+    let drops: u64 = sockets
+        .iter()
+        .map(|s| {
+            let k = s.kernel_stats().unwrap();
+            k.rx_ring_full + k.rx_fill_ring_empty + k.rx_dropped
+        })
+        .sum();
+    assert!(drops > 0, "the burst must overflow the rings");
+    // Drain, hold some, send some, recycle the rest.
+    let mut held = Vec::new();
+    let mut batch = Vec::new();
+    for s in sockets.iter_mut() {
+        while s.recv(&mut batch, 64).unwrap() > 0 {}
+        held.append(&mut batch);
+    }
+    assert!(!held.is_empty());
+    let mut to_send: Vec<Frame> = held.drain(..held.len().min(10)).collect();
+    for f in &mut to_send {
+        sockets[0].with_data_mut(f, packet::reply_in_place).unwrap();
+    }
+    let n_send = to_send.len();
+    let keep: Vec<Frame> = held.drain(..held.len().min(5)).collect();
+    sockets[1].recycle(held.drain(..));
+    sockets[0].send(&mut to_send).unwrap();
+    assert!(to_send.is_empty());
+    let census = port.census(&mut sockets);
+    census.check().unwrap();
+    assert_eq!(census.held, keep.len() as i64, "{census:?}");
+    // Quiet again: completions reaped, kept frames returned.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while port.counters().tx_frames < n_send as u64 && Instant::now() < deadline {
+        sockets[0].send(&mut Vec::new()).unwrap();
+    }
+    sockets[0].recycle(keep);
+    let census = port.census(&mut sockets);
+    census.check().unwrap();
+    assert_eq!(
+        (census.held, census.kernel_tx, census.completion),
+        (0, 0, 0),
+        "{census:?}"
+    );
+    assert_eq!(census.total, i64::from(total));
+}
+
+#[test]
+fn program_detached_on_drop_and_stale_program_detected() {
+    let net = TestNet::new();
+    let ifindex = xdp_io::ifindex(&net.host).unwrap();
+    let port = open(&net);
+    let progs = attached_programs(ifindex);
+    assert!(
+        progs
+            .iter()
+            .any(|p| p.name == xdp_io::program::PROGRAM_NAME),
+        "{progs:?}"
+    );
+    assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+    drop(port);
+    assert!(attached_programs(ifindex).is_empty());
+    assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
+
+    // A crashed run leaves its program attached (simulated by leaking the port).
+    // Its sockets are closed by the kernel, its program stays.
+    let mut crashed = open(&net);
+    drop(crashed.take_sockets());
+    std::mem::forget(crashed);
+    std::thread::sleep(Duration::from_millis(50));
+    let err = XdpPort::open(PortConfig::new(&net.host)).unwrap_err();
+    assert!(matches!(err, XdpError::StaleProgram { .. }), "{err}");
+    assert!(err.to_string().contains("replace_stale"), "{err}");
+    let port = XdpPort::open(PortConfig::new(&net.host).queues([1]).replace_stale(true))
+        .expect("replacing the stale program");
+    assert_eq!(attached_programs(ifindex).len(), 1);
+    drop(port);
+    assert!(attached_programs(ifindex).is_empty());
+}
+
+#[test]
+fn typed_errors() {
+    let net = TestNet::new();
+    let err = XdpPort::open(PortConfig::new("sxnosuchif0")).unwrap_err();
+    assert!(matches!(err, XdpError::UnknownInterface { .. }), "{err}");
+    let err = XdpPort::open(PortConfig::new(&net.host).queues([2])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            XdpError::QueueOutOfRange {
+                queue: 2,
+                count: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("numrxqueues"));
+    // Zero-copy requested on veth: the kernel says EOPNOTSUPP.
+    let err = XdpPort::open(PortConfig::new(&net.host).bind_mode(BindMode::ZeroCopy)).unwrap_err();
+    assert!(matches!(err, XdpError::BindUnsupported { .. }), "{err}");
+    // The namespace's loopback has no native XDP.
+    let err =
+        net.in_ns(|| XdpPort::open(PortConfig::new("lo").xdp_mode(XdpMode::Native)).unwrap_err());
+    assert!(matches!(err, XdpError::ModeUnsupported { .. }), "{err}");
+    // Generic mode on request.
+    let port = XdpPort::open(PortConfig::new(&net.host).xdp_mode(XdpMode::Generic)).unwrap();
+    assert_eq!(port.modes().xdp, XdpMode::Generic);
+    assert!(!port.sockets().is_empty());
+    drop(port);
+    // Huge pages requested but none configured: falls back.
+    let port = XdpPort::open(PortConfig::new(&net.host).huge_pages(true).frames(256, 64)).unwrap();
+    let hp = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    if hp.contains("HugePages_Total:       0") {
+        assert!(!port.modes().huge_pages);
+    }
+}
+
+#[test]
+fn ntuple_backend_reports_not_supported_on_veth() {
+    let net = TestNet::new();
+    let mut nt = xdp_io::ntuple::NtupleSteering::new(&net.host).unwrap();
+    let err = nt.insert(Proto::Udp, PORT, 1).unwrap_err();
+    assert!(matches!(err, XdpError::NotSupported { .. }), "{err}");
+    assert!(err.to_string().contains("steer_flow"), "{err}");
+    assert!(matches!(nt.remove(0), Err(XdpError::NotSupported { .. })));
+    assert_eq!(nt.steering_calls(), 2);
+}
+
+#[test]
+fn flow_map_steers_inside_xdp() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let mut sockets = port.take_sockets();
+    let kernel = UdpSocket::bind(SocketAddr::new(net.host_v4.into(), PORT)).unwrap();
+    kernel
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let src = SocketAddr::new(net.peer_v4.into(), 40123);
+    let dst = SocketAddr::new(net.host_v4.into(), PORT);
+    // Steer this one flow to socket-map slot 200, where no socket sits: the
+    // program falls back to XDP_PASS, so the kernel socket gets it.
+    let flow = FlowKey::new(Proto::Udp, src, dst);
+    port.program().steer_flow(&flow, 200).unwrap();
+    net.in_ns(|| {
+        let u = UdpSocket::bind(src).unwrap();
+        u.send_to(b"steered", dst).unwrap();
+    });
+    let mut buf = [0u8; 16];
+    let (n, _) = kernel.recv_from(&mut buf).expect("flow map entry honoured");
+    assert_eq!(&buf[..n], b"steered");
+    let stats = port.program_stats().unwrap();
+    assert_eq!(
+        (stats.flow_hits, stats.redirect_failed),
+        (1, 1),
+        "{stats:?}"
+    );
+    // Removing the entry puts the flow back on its queue's socket.
+    port.program().unsteer_flow(&flow).unwrap();
+    net.in_ns(|| {
+        let u = UdpSocket::bind(src).unwrap();
+        u.send_to(b"default", dst).unwrap();
+    });
+    assert_eq!(recv_n(&mut sockets, 1, Duration::from_secs(3)).len(), 1);
+    assert_eq!(port.program().steering_calls(), 2);
+}
+
+#[test]
+fn rx_hash_metadata_when_device_bound() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let dev_bound = port.program().dev_bound();
+    let mut sockets = port.take_sockets();
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        u.send_to(b"hash me", SocketAddr::new(net.host_v4.into(), PORT))
+            .unwrap();
+    });
+    let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
+    assert_eq!(got.len(), 1);
+    let (i, f) = &got[0];
+    let meta = sockets[*i]
+        .meta(f)
+        .expect("steer metadata in front of the packet");
+    // veth implements the rx-hash kfunc since 6.3; without a device-bound
+    // program the kernel's stub answers EOPNOTSUPP and no hash is passed.
+    assert_eq!(meta.rx_hash.is_some(), dev_bound, "{meta:?}");
+    eprintln!("dev_bound={dev_bound} meta={meta:?}");
+}
