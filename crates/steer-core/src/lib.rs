@@ -11,6 +11,7 @@
 //! - [`stats`]: per-CPU packet counters (the `softnet_stat` analog).
 //! - [`dispatch`]: the dispatcher: classify, steer, fast path or ring.
 //! - [`wake`]: how idle workers sleep and are woken.
+//! - [`runtime`]: pinned workers, the ring matrix, panic recovery, shutdown.
 //!
 //! Nothing here needs root, libbpf or hwloc: topology comes in as a
 //! [`cpu::CpuLayout`] built by the caller.
@@ -23,6 +24,7 @@ pub mod hook;
 pub mod packet;
 pub mod policy;
 pub mod ring;
+pub mod runtime;
 pub mod stats;
 pub mod table;
 pub mod wake;

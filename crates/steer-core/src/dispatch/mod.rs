@@ -180,6 +180,9 @@ pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
     local: LocalStats,
     rung: CpuSet,
     now: Tick,
+    /// Descriptors of the current batch already dispatched (for recovery
+    /// when a handler panics mid-batch).
+    done_in_batch: usize,
 }
 
 impl<D, C, H> std::fmt::Debug for Dispatcher<D, C, H>
@@ -226,6 +229,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             local: LocalStats::default(),
             rung: CpuSet::new(),
             now: 0,
+            done_in_batch: 0,
         }
     }
 
@@ -267,10 +271,20 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         self.pins.refresh();
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
-        for &desc in batch {
+        for (i, &desc) in batch.iter().enumerate() {
+            self.done_in_batch = i + 1;
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
         }
         self.finish_batch();
+    }
+
+    /// How many descriptors of the last batch were taken by
+    /// [`Dispatcher::dispatch`]. After a handler panicked inside it, the
+    /// descriptors from this index on were never touched and are still the
+    /// caller's to return to the pool (the one that panicked is lost with
+    /// the handler).
+    pub fn taken_in_batch(&self) -> usize {
+        self.done_in_batch
     }
 
     #[inline]
