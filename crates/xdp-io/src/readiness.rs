@@ -53,11 +53,12 @@ pub fn async_fd(
     .map_err(Box::new)
 }
 
-/// Receives from `socket` in a tight loop (no sleeping, no poll(2)): each
+/// Receives from `socket` in a tight loop (no sleeping, no blocking): each
 /// round takes up to `batch` frames (possibly none) and hands them to
 /// `handler`, which owns them: it sends, recycles or keeps them (frames left
 /// in the vector are recycled). Idle rounds reap tx completions. Returns when
-/// the handler breaks, with its value.
+/// the handler breaks, with its value. Idle rounds make a non-blocking
+/// `recvfrom`, which is how busy-poll sockets drive the device.
 pub fn busy_poll<B>(
     socket: &mut QueueSocket,
     batch: usize,
@@ -67,7 +68,8 @@ pub fn busy_poll<B>(
     loop {
         if socket.recv(&mut frames, batch)? == 0 {
             socket.complete();
-            std::hint::spin_loop();
+            // Drives NAPI when busy-poll socket options are set.
+            socket.wake_rx()?;
         }
         let flow = handler(socket, &mut frames);
         if !frames.is_empty() {

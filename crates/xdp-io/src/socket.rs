@@ -370,6 +370,16 @@ impl QueueSocket {
         })
     }
 
+    /// A non-blocking `recvfrom` on the socket: with busy-poll socket options
+    /// this is what drives the device's NAPI; otherwise it wakes the kernel
+    /// to refill from the fill ring.
+    pub fn wake_rx(&mut self) -> io::Result<()> {
+        self.ledger
+            .wakeups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        sys::kick_rx(self.as_raw_fd())
+    }
+
     /// Waits up to `timeout_ms` for received frames (poll(2) on the socket).
     pub fn poll_rx(&mut self, timeout_ms: i32) -> io::Result<bool> {
         self.rx.poll(timeout_ms)
