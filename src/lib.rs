@@ -11,6 +11,7 @@ pub use topology;
 #[cfg(feature = "xdp")]
 pub use xdp_io as xdp;
 
+pub mod probe;
 pub mod report;
 
 /// The README's Rust examples, compiled and run as doctests.

@@ -12,6 +12,7 @@
 //! - [`dispatch`]: the dispatcher: classify, steer, fast path or ring.
 //! - [`wake`]: how idle workers sleep and are woken.
 //! - [`runtime`]: pinned workers, the ring matrix, panic recovery, shutdown.
+//! - [`record`]: the application thread's handle that records where it consumes a flow.
 //!
 //! Nothing here needs root, libbpf or hwloc: topology comes in as a
 //! [`cpu::CpuLayout`] built by the caller.
@@ -23,6 +24,7 @@ pub mod flow;
 pub mod hook;
 pub mod packet;
 pub mod policy;
+pub mod record;
 pub mod ring;
 pub mod runtime;
 pub mod stats;
