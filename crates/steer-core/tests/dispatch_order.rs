@@ -318,3 +318,39 @@ fn flow_moves_only_after_its_queued_packets_are_handled() {
     sim.drain_all();
     assert_eq!(sim.seen[&0], (0..10).collect::<Vec<_>>());
 }
+
+#[test]
+fn llc_rule_ignores_intra_llc_churn_but_follows_a_cross_llc_move_at_once() {
+    // 4 CPUs, LLCs {0,1} and {2,3}; flow 0 arrives on rx queue 0 (CPU 0).
+    let mut sim = Sim::new(4, &[64]);
+    sim.run(&Step::Toggle {
+        llc: true,
+        fast_path: true,
+    });
+    sim.run(&Step::Migrate { flow: 0, cpu: 0 });
+    for i in 0..100 {
+        // The consumer hops between CPUs 0 and 1 (same LLC) between packets.
+        sim.run(&Step::Migrate {
+            flow: 0,
+            cpu: i % 2,
+        });
+        sim.run(&Step::Receive {
+            rxq: 0,
+            flows: vec![0],
+        });
+    }
+    let before = sim.shared.stats.snapshot().total;
+    assert_eq!(before.hook_calls, 1, "only the first placement");
+    assert_eq!(before.fast_path, 100, "stays on CPU 0, inline");
+    // Now the consumer moves to CPU 3, across the LLC boundary.
+    sim.run(&Step::Migrate { flow: 0, cpu: 3 });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![0],
+    });
+    let after = sim.shared.stats.snapshot().total;
+    assert_eq!(after.hook_calls, 2, "the cross-LLC move is followed");
+    assert_eq!(sim.consumers[3][0].len(), 1, "on the very next packet");
+    sim.drain_all();
+    assert_eq!(sim.seen[&0], (0..101).collect::<Vec<_>>());
+}

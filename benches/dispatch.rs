@@ -1,0 +1,308 @@
+//! Dispatcher benchmarks (issue 4):
+//! - `steer/dispatch/batch/{1,8,64,256}`: cost per packet of classify + steer +
+//!   enqueue to another CPU's ring, by batch size;
+//! - `steer/dispatch/fast_path/{on,off}`: flows whose consumer is on the
+//!   dispatcher's own CPU, inline vs through its own ring (and the ring
+//!   enqueue counts, printed);
+//! - `steer/dispatch/ring_hop`: dispatcher thread -> ring -> worker thread;
+//! - `steer/dispatch/churn/{always,llc}`: consumers hopping between CPUs of one
+//!   LLC on a synthetic 2-LLC machine (`pack:1 l3:2 core:4 pu:1`), one record
+//!   and one packet per event: time per event, and steering-hook calls and
+//!   table updates per 100k events (printed, with the llc/always ratio; goal:
+//!   at least 95% fewer, while a cross-LLC move is still followed).
+//!
+//! The classifier here reads a precomputed hash from the frame, so these
+//! numbers are the dispatch machinery alone; `benches/flow.rs` measures
+//! parse + hash.
+
+use std::hint::black_box;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use steer::core::cpu::{CpuLayout, CpuSet};
+use steer::core::dispatch::{Classifier, Dispatcher, FlowInfo, FramePool, Malformed, Pins, Shared};
+use steer::core::hook::{FilterId, FlowMove, HookError, SteerHook};
+use steer::core::policy::Policy;
+use steer::core::ring::{self, Consumer};
+use steer::core::stats::Stats;
+use steer::core::table::{DesiredCpuTable, RxFlowTable};
+
+/// Frames are 4-byte flow hashes.
+struct Pool(Vec<[u8; 4]>);
+impl FramePool<u32> for Pool {
+    #[inline]
+    fn frame(&self, d: &u32) -> &[u8] {
+        &self.0[*d as usize]
+    }
+    #[inline]
+    fn release(&mut self, _d: u32) {}
+}
+
+struct HashInFrame;
+impl Classifier for HashInFrame {
+    #[inline]
+    fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
+        let hash = u32::from_le_bytes(f.try_into().map_err(|_| Malformed)?);
+        Ok(Some(FlowInfo { hash, dst_port: 0 }))
+    }
+}
+
+/// Counts calls, like a hardware ntuple backend would be charged.
+#[derive(Default)]
+struct CountingHook(u64);
+impl SteerHook for CountingHook {
+    fn steer(&mut self, _mv: &FlowMove) -> Result<Option<FilterId>, HookError> {
+        self.0 += 1;
+        Ok(None)
+    }
+    fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: FilterId) {}
+}
+
+fn hash_of(flow: u32) -> u32 {
+    flow.wrapping_mul(0x9E37_79B9) | 1
+}
+
+struct Rig {
+    shared: Shared,
+    dispatcher: Dispatcher<u32, HashInFrame, CountingHook>,
+    consumers: Vec<Consumer<u32>>,
+    pool: Pool,
+}
+
+fn rig(layout: CpuLayout, policy: Policy, flows: u32, ring_cap: usize) -> Rig {
+    let nr = layout.nr_cpus();
+    let shared = Shared {
+        desired: Arc::new(DesiredCpuTable::with_policy(65536, nr, policy).unwrap()),
+        layout: Arc::new(layout),
+        stats: Arc::new(Stats::new(nr)),
+        pins: Pins::new(),
+        switches: Default::default(),
+    };
+    let mut producers = Vec::new();
+    let mut consumers = Vec::new();
+    for _ in 0..nr {
+        let (p, c) = ring::channel(ring_cap).unwrap();
+        producers.push(Some(p));
+        consumers.push(c);
+    }
+    let dispatcher = Dispatcher::new(
+        0,
+        0,
+        HashInFrame,
+        RxFlowTable::with_hook(0, 65536, CountingHook::default()).unwrap(),
+        producers,
+        CpuSet::first(nr),
+        shared.clone(),
+    );
+    let pool = Pool((0..flows).map(|f| hash_of(f).to_le_bytes()).collect());
+    Rig {
+        shared,
+        dispatcher,
+        consumers,
+        pool,
+    }
+}
+
+fn drain(consumers: &mut [Consumer<u32>]) {
+    for c in consumers {
+        c.consume(usize::MAX, |d| {
+            black_box(d);
+        });
+    }
+}
+
+fn batch_sizes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("steer/dispatch/batch");
+    for batch in [1usize, 8, 64, 256] {
+        let mut r = rig(
+            CpuLayout::uniform(2, 2).unwrap(),
+            Policy::Always,
+            1024,
+            4096,
+        );
+        let all = CpuSet::first(2);
+        for f in 0..1024 {
+            r.shared
+                .desired
+                .record(hash_of(f), 1, &all, &r.shared.layout)
+                .unwrap();
+        }
+        let descs: Vec<u32> = (0..batch as u32).map(|i| (i * 37) % 1024).collect();
+        g.throughput(Throughput::Elements(batch as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(batch), &batch, |b, _| {
+            b.iter(|| {
+                r.dispatcher
+                    .dispatch(&descs, &mut r.pool, &mut |d: u32, _: &mut Pool| {
+                        black_box(d);
+                    });
+                drain(&mut r.consumers);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn fast_path(c: &mut Criterion) {
+    let mut g = c.benchmark_group("steer/dispatch/fast_path");
+    g.throughput(Throughput::Elements(64));
+    let mut enqueues = Vec::new();
+    for on in [true, false] {
+        let mut r = rig(CpuLayout::uniform(2, 2).unwrap(), Policy::Always, 256, 4096);
+        r.shared.switches.fast_path.store(on, Ordering::Relaxed);
+        let all = CpuSet::first(2);
+        for f in 0..256 {
+            r.shared
+                .desired
+                .record(hash_of(f), 0, &all, &r.shared.layout)
+                .unwrap();
+        }
+        let descs: Vec<u32> = (0..64).map(|i| (i * 5) % 256).collect();
+        let mut handled = 0u64;
+        g.bench_function(if on { "on" } else { "off" }, |b| {
+            b.iter(|| {
+                r.dispatcher
+                    .dispatch(&descs, &mut r.pool, &mut |d: u32, _: &mut Pool| {
+                        handled += u64::from(black_box(d) > 0);
+                    });
+                // The worker's own ring is drained by the same CPU, later.
+                drain(&mut r.consumers);
+            })
+        });
+        let t = r.shared.stats.snapshot().total;
+        enqueues.push((
+            on,
+            t.queued_local + t.steered_out,
+            t.queued_local + t.steered_out + t.fast_path,
+        ));
+    }
+    g.finish();
+    for (on, enq, total) in enqueues {
+        println!(
+            "steer/dispatch/fast_path/{}: ring enqueues per packet {:.3}",
+            if on { "on" } else { "off" },
+            enq as f64 / total.max(1) as f64
+        );
+    }
+}
+
+fn ring_hop(c: &mut Criterion) {
+    let mut g = c.benchmark_group("steer/dispatch/ring_hop");
+    const N: u32 = 64 * 1024;
+    g.throughput(Throughput::Elements(u64::from(N)));
+    g.sample_size(10);
+    g.bench_function("two_threads", |b| {
+        b.iter_custom(|iters| {
+            let mut total = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                let mut r = rig(
+                    CpuLayout::uniform(2, 2).unwrap(),
+                    Policy::Always,
+                    1024,
+                    1024,
+                );
+                let all = CpuSet::first(2);
+                for f in 0..1024 {
+                    r.shared
+                        .desired
+                        .record(hash_of(f), 1, &all, &r.shared.layout)
+                        .unwrap();
+                }
+                let mut consumer = r.consumers.pop().unwrap();
+                let start = std::time::Instant::now();
+                let worker = std::thread::spawn(move || {
+                    let mut got = 0u32;
+                    while got < N {
+                        got += consumer.consume(256, |d| {
+                            black_box(d);
+                        }) as u32;
+                    }
+                });
+                let descs: Vec<u32> = (0..64).map(|i| (i * 37) % 1024).collect();
+                let mut sent = 0;
+                while sent < N {
+                    let before = r.shared.stats.snapshot().total.steered_out;
+                    r.dispatcher
+                        .dispatch(&descs, &mut r.pool, &mut |d: u32, _: &mut Pool| {
+                            black_box(d);
+                        });
+                    let after = r.shared.stats.snapshot().total.steered_out;
+                    sent += (after - before) as u32;
+                }
+                worker.join().unwrap();
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+/// One event = a consumer record from a CPU of the flow's home LLC, then one
+/// packet of that flow.
+fn churn(c: &mut Criterion) {
+    let mut g = c.benchmark_group("steer/dispatch/churn");
+    g.throughput(Throughput::Elements(1));
+    let spec_layout = || CpuLayout::uniform(8, 4).unwrap(); // = pack:1 l3:2 core:4 pu:1
+    let mut counts = Vec::new();
+    for policy in [Policy::Always, Policy::LlcAffinity] {
+        let mut r = rig(spec_layout(), policy, 256, 1 << 16);
+        let all = CpuSet::first(8);
+        let mut i = 0u32;
+        let name = policy.name();
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                let flow = i % 256;
+                // Tokio-style work stealing inside the flow's LLC.
+                let home = (flow as usize % 2) * 4;
+                let cpu = home + (i as usize / 3 + flow as usize) % 4;
+                r.shared
+                    .desired
+                    .record(hash_of(flow), cpu, &all, &r.shared.layout)
+                    .unwrap();
+                r.dispatcher
+                    .dispatch(&[flow], &mut r.pool, &mut |d: u32, _: &mut Pool| {
+                        black_box(d);
+                    });
+                if i % 64 == 0 {
+                    drain(&mut r.consumers);
+                }
+            })
+        });
+        // Counted run of a fixed size, outside the timing.
+        let mut r = rig(spec_layout(), policy, 256, 1 << 16);
+        for i in 0..100_000u32 {
+            let flow = i % 256;
+            let home = (flow as usize % 2) * 4;
+            let cpu = home + (i as usize / 3 + flow as usize) % 4;
+            r.shared
+                .desired
+                .record(hash_of(flow), cpu, &all, &r.shared.layout)
+                .unwrap();
+            r.dispatcher
+                .dispatch(&[flow], &mut r.pool, &mut |_: u32, _: &mut Pool| {});
+            drain(&mut r.consumers);
+        }
+        counts.push((
+            name,
+            r.shared.desired.stats().updates(),
+            r.dispatcher.rx_table().hook().0,
+        ));
+    }
+    g.finish();
+    for (name, updates, hooks) in &counts {
+        println!("steer/dispatch/churn/{name}: per 100k events: {updates} table updates, {hooks} steering-hook calls");
+    }
+    if let [(_, ua, ha), (_, ul, hl)] = counts[..] {
+        println!(
+            "steer/dispatch/churn: llc/always: updates {:.4}, hook calls {:.4} ({:.1}% fewer hook calls)",
+            ul as f64 / ua.max(1) as f64,
+            hl as f64 / ha.max(1) as f64,
+            100.0 * (1.0 - hl as f64 / ha.max(1) as f64)
+        );
+    }
+}
+
+criterion_group!(benches, batch_sizes, fast_path, ring_hop, churn);
+criterion_main!(benches);
