@@ -310,6 +310,7 @@ impl DesiredCpuTable {
     /// A consumer of flow `hash` ran on `cpu`, allowed on `allowed`: rewrite
     /// the flow's entry if the current policy says so (see
     /// [`crate::policy::decide`]) and say what happened.
+    #[inline]
     pub fn record(
         &self,
         hash: u32,
@@ -322,6 +323,7 @@ impl DesiredCpuTable {
 
     /// [`DesiredCpuTable::record`] under an explicit policy, ignoring the
     /// switch.
+    #[inline]
     pub fn record_with(
         &self,
         policy: Policy,
