@@ -93,6 +93,54 @@ impl SteerHook for NoopHook {
     fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: FilterId) {}
 }
 
+/// A hook that only counts its calls and hands out a fresh filter id per new
+/// flow (updating an existing one in place): allocation-free, for benches and
+/// long what-if runs where [`RecordingHook`]'s log would grow without bound.
+///
+/// ```
+/// use steer_core::hook::{CountingHook, FilterId, FlowMove, SteerHook};
+/// let mut hook = CountingHook::default();
+/// let mv = FlowMove { rxq: 0, bucket: 1, hash: 9, from: None, to: 2, filter: None };
+/// assert_eq!(hook.steer(&mv), Ok(Some(FilterId(0))));
+/// hook.remove(0, 1, FilterId(0));
+/// assert_eq!((hook.steers, hook.removes, hook.live()), (1, 1, 0));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountingHook {
+    /// `steer` calls so far.
+    pub steers: u64,
+    /// `remove` calls so far.
+    pub removes: u64,
+    next_id: u32,
+    live: u64,
+}
+
+impl CountingHook {
+    /// Filters handed out and not yet removed.
+    pub fn live(&self) -> u64 {
+        self.live
+    }
+}
+
+impl SteerHook for CountingHook {
+    #[inline]
+    fn steer(&mut self, mv: &FlowMove) -> Result<Option<FilterId>, HookError> {
+        self.steers += 1;
+        Ok(Some(mv.filter.unwrap_or_else(|| {
+            let id = FilterId(self.next_id);
+            self.next_id = self.next_id.wrapping_add(1);
+            self.live += 1;
+            id
+        })))
+    }
+
+    #[inline]
+    fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: FilterId) {
+        self.removes += 1;
+        self.live = self.live.saturating_sub(1);
+    }
+}
+
 /// One call seen by a [`RecordingHook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookEvent {

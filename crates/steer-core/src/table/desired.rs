@@ -26,9 +26,13 @@
 //!
 //! Cache discipline: the read-mostly header (masks, entry pointer, policy) is
 //! what every dispatcher `lookup` touches; the record counters, bumped by
-//! application threads on every write or suppression, sit on their own
-//! [`CachePadded`] line so they never invalidate the header. A record that
-//! finds its flow already on the same CPU writes neither entry nor counter.
+//! application threads on every write or suppression, live elsewhere, one
+//! [`CachePadded`] block per recording CPU, so they never invalidate the
+//! header and threads on different CPUs never contend on them (under
+//! `LlcAffinity` with intra-LLC churn nearly every record is a suppression:
+//! one shared counter would turn the saved entry writes into counter
+//! writes). A record that finds its flow already on the same CPU writes
+//! neither entry nor counter.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -174,8 +178,9 @@ impl SlotCodec {
     }
 }
 
-/// Counters of what `record` did, bumped by application threads. One padded
-/// line, apart from the table's read-mostly header.
+/// Counters of what `record` did on one CPU, bumped by the application
+/// threads running there. One padded block per CPU, apart from the table's
+/// read-mostly header.
 #[derive(Debug, Default)]
 struct RecordCounters {
     written: [AtomicU64; WriteReason::ALL.len()],
@@ -234,8 +239,9 @@ pub struct DesiredCpuTable {
     index_mask: u32,
     policy: PolicySwitch,
     entries: Box<[AtomicU32]>,
-    // Write-heavy: bumped by application threads, own cache line.
-    counters: CachePadded<RecordCounters>,
+    // Write-heavy: bumped by application threads; one padded block per
+    // recording CPU, in their own allocation.
+    counters: Box<[CachePadded<RecordCounters>]>,
 }
 
 impl DesiredCpuTable {
@@ -259,7 +265,9 @@ impl DesiredCpuTable {
             entries: (0..entries)
                 .map(|_| AtomicU32::new(SlotCodec::EMPTY))
                 .collect(),
-            counters: CachePadded::new(RecordCounters::default()),
+            counters: (0..nr_cpus)
+                .map(|_| CachePadded::new(RecordCounters::default()))
+                .collect(),
         })
     }
 
@@ -344,13 +352,18 @@ impl DesiredCpuTable {
         let slot = self.slot(hash);
         let old = slot.load(Ordering::Relaxed);
         let outcome = decide(policy, self.codec.classify(old, hash), cpu, allowed, layout);
+        let counters = self.counters.get(cpu);
         match outcome {
             RecordOutcome::Written(reason) => {
                 slot.store(self.codec.encode(hash, cpu), Ordering::Relaxed);
-                self.counters.written[reason as usize].fetch_add(1, Ordering::Relaxed);
+                if let Some(c) = counters {
+                    c.written[reason as usize].fetch_add(1, Ordering::Relaxed);
+                }
             }
             RecordOutcome::Suppressed => {
-                self.counters.suppressed.fetch_add(1, Ordering::Relaxed);
+                if let Some(c) = counters {
+                    c.suppressed.fetch_add(1, Ordering::Relaxed);
+                }
             }
             RecordOutcome::Unchanged => {}
         }
@@ -375,12 +388,16 @@ impl DesiredCpuTable {
         }
     }
 
-    /// A snapshot of the record counters.
+    /// A snapshot of the record counters, summed over the recording CPUs.
     pub fn stats(&self) -> RecordStats {
-        RecordStats {
-            written: std::array::from_fn(|i| self.counters.written[i].load(Ordering::Relaxed)),
-            suppressed: self.counters.suppressed.load(Ordering::Relaxed),
+        let mut stats = RecordStats::default();
+        for c in self.counters.iter() {
+            for (sum, n) in stats.written.iter_mut().zip(&c.written) {
+                *sum += n.load(Ordering::Relaxed);
+            }
+            stats.suppressed += c.suppressed.load(Ordering::Relaxed);
         }
+        stats
     }
 }
 
@@ -449,6 +466,24 @@ mod tests {
             t.record(a, 4, &all, &layout),
             Err(RecordError::CpuOutOfRange { cpu: 4, nr_cpus: 4 })
         );
+    }
+
+    #[test]
+    fn stats_sum_over_recording_cpus() {
+        let layout = CpuLayout::uniform(4, 2).unwrap();
+        let all = CpuSet::first(4);
+        let t = DesiredCpuTable::with_policy(64, 4, Policy::LlcAffinity).unwrap();
+        for (i, cpu) in [0, 1, 2, 3].into_iter().enumerate() {
+            let flow = 0x100 * (i as u32 + 1) + 1;
+            t.record(flow, cpu, &all, &layout).unwrap(); // new
+            t.record(flow, cpu ^ 1, &all, &layout).unwrap(); // same LLC: suppressed
+            t.record(flow, cpu ^ 2, &all, &layout).unwrap(); // cross LLC
+        }
+        let s = t.stats();
+        assert_eq!(s.written(WriteReason::NewOrOtherFlow), 4);
+        assert_eq!(s.written(WriteReason::CrossLlc), 4);
+        assert_eq!(s.suppressed, 4);
+        assert_eq!(s.updates(), 8);
     }
 
     #[test]
