@@ -145,3 +145,46 @@ fn nothing_leaks_when_the_consumer_leaves_early() {
         assert!(popped + refused <= 2);
     });
 }
+
+#[test]
+fn counter_reads_stay_within_bounds_from_both_sides() {
+    loom::model(|| {
+        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
+        let producer = thread::spawn(move || {
+            let items = [1, 2, 3];
+            let mut sent = 0;
+            while sent < items.len() {
+                let n = tx.push_batch(&items[sent..]);
+                sent += n;
+                // Fresh reads of the consumer's head: never ahead of us,
+                // never more free slots than the capacity.
+                let head = tx.dequeued();
+                assert!(head <= tx.enqueued());
+                assert!(tx.free_len() <= 2);
+                assert!(tx.has_dequeued(head));
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut got = 0u64;
+        let mut last_tail = 0;
+        while got < 3 {
+            let tail = rx.enqueued();
+            assert!(tail >= last_tail, "tail went backwards");
+            assert!(tail >= rx.dequeued() && tail - rx.dequeued() <= 2);
+            last_tail = tail;
+            let len = rx.len();
+            let n = rx.consume(1, |item| assert_eq!(u64::from(item), got + 1));
+            if len > 0 {
+                assert_eq!(n, 1, "an item seen by len() must be consumable");
+            }
+            got += n as u64;
+            if n == 0 {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!((rx.enqueued(), rx.dequeued(), rx.len()), (3, 3, 0));
+    });
+}
