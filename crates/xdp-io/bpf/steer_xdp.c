@@ -50,6 +50,13 @@ struct {
 } flow_socks SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} settings SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);
 	__type(key, __u32);
@@ -120,6 +127,13 @@ int steer_xdp(struct xdp_md *ctx)
 	pk.port = flow.dport;
 	if (!bpf_map_lookup_elem(&owned_ports, &pk))
 		return pass();
+
+	__u32 zero = 0;
+	__u32 *owned_action = bpf_map_lookup_elem(&settings, &zero);
+	if (owned_action && *owned_action == STEER_OWNED_DROP) {
+		count(STAT_DROPPED);
+		return XDP_DROP;
+	}
 
 	__u32 index = ctx->rx_queue_index;
 	__u32 *chosen = bpf_map_lookup_elem(&flow_socks, &flow);

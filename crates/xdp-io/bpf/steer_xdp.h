@@ -35,6 +35,11 @@ struct steer_meta {
 #define STEER_META_HASH 1
 #define STEER_META_MAGIC 0x5300 /* in flags: metadata was written by steer */
 
+/* Value of `settings[0]`: what to do with owned traffic. DROP exists to
+ * measure the kernel-only ceiling with the same parsing work. */
+#define STEER_OWNED_REDIRECT 0
+#define STEER_OWNED_DROP 1
+
 /* Indices of the per-CPU `stats` array. */
 enum steer_stat {
 	STAT_REDIRECTED = 0,
@@ -42,7 +47,8 @@ enum steer_stat {
 	STAT_FLOW_HITS = 2,
 	STAT_HASH_OK = 3,
 	STAT_REDIRECT_FAILED = 4,
-	STAT_MAX = 5,
+	STAT_DROPPED = 5,
+	STAT_MAX = 6,
 };
 
 #endif

@@ -32,6 +32,6 @@ pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
 pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
-pub use program::{attached_programs, FlowKey, ProgramStats, SteerProgram};
+pub use program::{attached_programs, FlowKey, OwnedAction, ProgramStats, SteerProgram};
 pub use socket::{Frame, QueueSocket, RxMeta, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};

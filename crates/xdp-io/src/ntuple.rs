@@ -4,19 +4,13 @@
 //! filters (veth, most virtual NICs) answer EOPNOTSUPP, reported as
 //! [`XdpError::NotSupported`]. Each insert or delete is a steering-hook call.
 
-use std::{
-    ffi::CString,
-    io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
-};
+use std::io;
 
 use crate::{
     config::Proto,
     error::{Result, XdpError},
-    sys::syscall,
 };
 
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_SRXCLSRLDEL: u32 = 0x31;
 const ETHTOOL_SRXCLSRLINS: u32 = 0x32;
 const TCP_V4_FLOW: u32 = 0x01;
@@ -51,7 +45,6 @@ mod off {
 #[derive(Debug)]
 pub struct NtupleSteering {
     interface: String,
-    sock: OwnedFd,
     steering_calls: u64,
 }
 
@@ -59,39 +52,14 @@ impl NtupleSteering {
     /// Opens the backend for `interface` (no device access yet).
     pub fn new(interface: &str) -> Result<Self> {
         crate::sys::ifindex(interface)?;
-        // SAFETY: plain socket(2) call with constant arguments.
-        let fd = syscall!(socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            0
-        ))
-        .map_err(|e| XdpError::io("socket for SIOCETHTOOL", e))?;
-        // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(NtupleSteering {
             interface: interface.into(),
-            sock,
             steering_calls: 0,
         })
     }
 
     fn ioctl(&self, nfc: &mut RxNfc) -> io::Result<()> {
-        let name = CString::new(self.interface.clone())
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: ifreq is plain data; zeroed is a valid value.
-        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in ifr.ifr_name.iter_mut().zip(name.as_bytes_with_nul()) {
-            *d = *s as libc::c_char;
-        }
-        ifr.ifr_ifru.ifru_data = nfc.0.as_mut_ptr().cast();
-        // SAFETY: `ifr` names the interface and points at `nfc`, a correctly
-        // sized and aligned ethtool_rxnfc that outlives the call.
-        syscall!(ioctl(
-            self.sock.as_raw_fd(),
-            SIOCETHTOOL,
-            &mut ifr as *mut libc::ifreq
-        ))?;
-        Ok(())
+        crate::sys::ethtool(&self.interface, nfc.0.as_mut_ptr().cast())
     }
 
     fn map_err(&self, e: io::Error, what: &'static str) -> XdpError {

@@ -103,6 +103,17 @@ pub struct ProgramStats {
     pub hash_ok: u64,
     /// Owned frames with no socket to go to (passed to the kernel).
     pub redirect_failed: u64,
+    /// Owned frames dropped in XDP ([`OwnedAction::Drop`]).
+    pub dropped: u64,
+}
+
+/// What the program does with owned traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnedAction {
+    /// Redirect to the queue's AF_XDP socket (normal operation).
+    Redirect,
+    /// Drop in XDP after parsing: the kernel-only ceiling for benchmarks.
+    Drop,
 }
 
 /// An attached steer XDP program and its maps.
@@ -118,6 +129,7 @@ pub struct SteerProgram {
     ports_fd: RawFd,
     flows_fd: RawFd,
     stats_fd: RawFd,
+    settings_fd: RawFd,
     steering_calls: u64,
 }
 
@@ -354,6 +366,7 @@ impl SteerProgram {
             ports_fd: -1,
             flows_fd: -1,
             stats_fd: -1,
+            settings_fd: -1,
             steering_calls: 0,
         };
         if dev_bound {
@@ -397,6 +410,7 @@ impl SteerProgram {
         this.ports_fd = this.map_fd("owned_ports")?;
         this.flows_fd = this.map_fd("flow_socks")?;
         this.stats_fd = this.map_fd("stats")?;
+        this.settings_fd = this.map_fd("settings")?;
         Ok(this)
     }
 
@@ -470,6 +484,22 @@ impl SteerProgram {
         }
     }
 
+    /// Sets what happens to owned traffic (redirect, or drop for measuring
+    /// the kernel-only ceiling).
+    pub fn set_owned_action(&mut self, action: OwnedAction) -> Result<()> {
+        let value: u32 = match action {
+            OwnedAction::Redirect => 0,
+            OwnedAction::Drop => 1,
+        };
+        Self::update(
+            self.settings_fd,
+            &0u32,
+            &value,
+            "settings",
+            "check `bpftool map`",
+        )
+    }
+
     /// Puts the AF_XDP socket `fd` at `index` of the socket map (the rx queue index).
     pub fn register_socket(&mut self, index: u32, fd: RawFd) -> Result<()> {
         let value = u32::try_from(fd).map_err(|_| XdpError::Config("negative socket fd".into()))?;
@@ -519,7 +549,7 @@ impl SteerProgram {
         let ncpu = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) })
             .unwrap_or(1)
             .max(1);
-        let mut sum = [0u64; 5];
+        let mut sum = [0u64; 6];
         for (i, slot) in sum.iter_mut().enumerate() {
             let key = i as u32;
             let mut vals = vec![0u64; ncpu.next_multiple_of(1) + 64];
@@ -547,6 +577,7 @@ impl SteerProgram {
             flow_hits: sum[2],
             hash_ok: sum[3],
             redirect_failed: sum[4],
+            dropped: sum[5],
         })
     }
 

@@ -295,7 +295,10 @@ impl QueueSocket {
         n
     }
 
-    /// Takes up to `n` frames from the free pool for the application to fill and send.
+    /// Takes up to `n` frames from the free pool for the application to fill
+    /// and send. Their bytes are whatever they last held; their length is
+    /// whatever it was when they entered the pool (0 after a completion): use
+    /// [`Self::write`] or [`Self::set_len`].
     pub fn alloc(&mut self, n: usize, out: &mut Vec<Frame>) -> usize {
         let n = n.min(self.free.len());
         let id = self.mem.id;
@@ -343,6 +346,20 @@ impl QueueSocket {
         cursor.set_pos(0);
         let n = cursor.write(bytes).unwrap_or(0);
         Some(n)
+    }
+
+    /// Sets the packet length of `frame` (capped at the frame's room), keeping
+    /// its bytes: frames back from the completion ring come with length 0.
+    /// Returns the new length, or `None` for a frame of another port.
+    pub fn set_len(&self, frame: &mut Frame, len: usize) -> Option<usize> {
+        if frame.umem_id != self.mem.id {
+            return None;
+        }
+        // SAFETY: as in `with_data_mut`.
+        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
+        let mut cursor = data.cursor();
+        cursor.set_pos(len);
+        Some(cursor.pos())
     }
 
     /// The metadata the steer program wrote in front of a received packet, if any.

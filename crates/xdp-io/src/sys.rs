@@ -20,7 +20,6 @@ macro_rules! syscall {
         }
     }};
 }
-pub(crate) use syscall;
 
 /// Capability bit numbers (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
@@ -79,9 +78,18 @@ pub fn ifindex(name: &str) -> Result<u32> {
     }
 }
 
-/// The number of rx queues of `name` (the `rx-N` entries in sysfs).
+/// The number of rx queues of `name`: from ethtool's channel counts (works in
+/// any network namespace), else from the `rx-N` entries in sysfs when sysfs
+/// shows this namespace's device, else 1.
 pub fn rx_queue_count(name: &str) -> Result<u32> {
-    ifindex(name)?;
+    let idx = ifindex(name)?;
+    if let Some(n) = ethtool_rx_channels(name).filter(|&n| n > 0) {
+        return Ok(n);
+    }
+    let sysfs_idx = fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok();
+    if sysfs_idx.and_then(|s| s.trim().parse::<u32>().ok()) != Some(idx) {
+        return Ok(1);
+    }
     let dir = format!("/sys/class/net/{name}/queues");
     let entries =
         fs::read_dir(&dir).map_err(|e| XdpError::io("reading /sys/class/net/*/queues", e))?;
@@ -90,6 +98,48 @@ pub fn rx_queue_count(name: &str) -> Result<u32> {
         .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
         .count();
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// `ETHTOOL_GCHANNELS`: rx + combined channel count, `None` when unsupported.
+fn ethtool_rx_channels(name: &str) -> Option<u32> {
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    // struct ethtool_channels: cmd, max_rx, max_tx, max_other, max_combined,
+    // rx_count, tx_count, other_count, combined_count.
+    let mut ch = [0u32; 9];
+    ch[0] = ETHTOOL_GCHANNELS;
+    ethtool(name, ch.as_mut_ptr().cast()).ok()?;
+    Some(ch[5] + ch[8])
+}
+
+/// A `SIOCETHTOOL` ioctl on `name` with the command structure at `data`.
+pub(crate) fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    if name.len() >= libc::IF_NAMESIZE {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2) call with constant arguments.
+    let fd = syscall!(socket(
+        libc::AF_INET,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        0
+    ))?;
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = data.cast();
+    // SAFETY: `ifr` names the interface (NUL-terminated: zeroed and shorter
+    // than IF_NAMESIZE) and points at the caller's ethtool command structure,
+    // which the caller keeps alive and correctly sized for its command.
+    syscall!(ioctl(
+        std::os::fd::AsRawFd::as_raw_fd(&sock),
+        SIOCETHTOOL,
+        &mut ifr as *mut libc::ifreq
+    ))?;
+    Ok(())
 }
 
 /// Sets an integer socket option.

@@ -1,0 +1,238 @@
+//! AF_XDP rates on a veth pair, in packets per second: rx-drop (receive and
+//! recycle) and rx-tx (turn around and send back), against the kernel-only
+//! ceiling measured in the same run (the steer program dropping owned
+//! traffic in XDP, with the same parsing work). Also tries `xdp-bench drop`
+//! from xdp-tools and reports what it says.
+//!
+//! Needs root. Builds its own namespace and 2-queue veth pair; the generator
+//! is an AF_XDP sender on the peer inside the namespace, pinned to the last
+//! CPU; the receiver runs on CPU 0.
+//!
+//! Usage: `cargo run --release -p xdp-io --example xdp_bench -- [seconds]`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::{
+    net::Ipv4Addr,
+    sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    time::{Duration, Instant},
+};
+
+use xdp_io::{packet, OwnedAction, PortConfig, Proto, XdpPort};
+
+const PORT: u16 = 9000;
+const FLOWS: u16 = 64;
+
+fn pin(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn mac(path: &str) -> [u8; 6] {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let mut m = [0u8; 6];
+    for (d, p) in m.iter_mut().zip(s.trim().split(':')) {
+        *d = u8::from_str_radix(p, 16).unwrap_or(0);
+    }
+    m
+}
+
+/// A 60-byte Ethernet/IPv4/UDP frame with UDP checksum 0.
+fn template(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len: u16 = 20 + 8 + 18;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&src.octets());
+    f[30..34].copy_from_slice(&dst.octets());
+    let mut sum: u32 = f[14..34]
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&PORT.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f
+}
+
+fn mpps(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64() / 1e6
+}
+
+fn main() {
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(3);
+    let phase = Duration::from_secs(secs);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let net = common::TestNet::new();
+    let host_mac = mac(&format!("/sys/class/net/{}/address", net.host));
+    let mut rx =
+        XdpPort::open(PortConfig::new(&net.host).own(Proto::Udp, PORT)).expect("receiver port");
+    println!(
+        "receiver: {} {:?}, generator: AF_XDP on the peer, {} CPUs",
+        net.host,
+        rx.modes(),
+        ncpu
+    );
+
+    let stop = AtomicBool::new(false);
+    let sent = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            net.in_ns(|| {
+                pin(ncpu - 1);
+                let peer_mac = mac(&format!("/sys/class/net/{}/address", net.peer));
+                let mut gen =
+                    XdpPort::open(PortConfig::new(&net.peer).queues([0]).frames(4096, 2048))
+                        .expect("generator port");
+                let mut socks = gen.take_sockets();
+                let sock = &mut socks[0];
+                // Write every frame once; they keep their contents when reused.
+                let mut frames = Vec::new();
+                sock.alloc(usize::MAX, &mut frames);
+                for (i, f) in frames.iter_mut().enumerate() {
+                    let sport = 40000 + (i as u16 % FLOWS);
+                    sock.write(
+                        f,
+                        &template(host_mac, peer_mac, net.peer_v4, net.host_v4, sport),
+                    );
+                }
+                sock.recycle(frames.drain(..));
+                while !stop.load(Relaxed) {
+                    sock.alloc(256, &mut frames);
+                    for f in frames.iter_mut() {
+                        sock.set_len(f, 60);
+                    }
+                    let n = sock.send(&mut frames).unwrap_or(0);
+                    sock.recycle(frames.drain(..));
+                    sock.complete();
+                    sent.fetch_add(n as u64, Relaxed);
+                }
+                drop(socks);
+            })
+        });
+        pin(0);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut sockets = rx.take_sockets();
+
+        // 1. Kernel-only ceiling: owned traffic dropped in XDP.
+        rx.program()
+            .set_owned_action(OwnedAction::Drop)
+            .expect("drop mode");
+        let (s0, d0, t0) = (
+            sent.load(Relaxed),
+            rx.program_stats().unwrap().dropped,
+            Instant::now(),
+        );
+        std::thread::sleep(phase);
+        let (s1, d1, el) = (
+            sent.load(Relaxed),
+            rx.program_stats().unwrap().dropped,
+            t0.elapsed(),
+        );
+        let ceiling = mpps(d1 - d0, el);
+        if std::env::var_os("XDP_BENCH_DEBUG").is_some() {
+            eprintln!("program stats: {:?}", rx.program_stats());
+            let out = std::process::Command::new("ip")
+                .args(["-s", "link", "show", &net.host])
+                .output()
+                .unwrap();
+            eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+        }
+        println!(
+            "xdp/kernel_drop_ceiling  {ceiling:7.3} Mpps  (offered {:.3} Mpps)",
+            mpps(s1 - s0, el)
+        );
+        rx.program()
+            .set_owned_action(OwnedAction::Redirect)
+            .expect("redirect mode");
+
+        // 2. AF_XDP rx-drop: receive and recycle.
+        let mut frames = Vec::with_capacity(64);
+        let (s0, t0) = (sent.load(Relaxed), Instant::now());
+        let mut got = 0u64;
+        while t0.elapsed() < phase {
+            for sk in sockets.iter_mut() {
+                got += sk.recv(&mut frames, 64).unwrap_or(0) as u64;
+                sk.recycle(frames.drain(..));
+            }
+        }
+        let el = t0.elapsed();
+        let rxd = mpps(got, el);
+        println!(
+            "xdp/afxdp_rx_drop        {rxd:7.3} Mpps  (offered {:.3} Mpps)  ratio to ceiling {:.2}",
+            mpps(sent.load(Relaxed) - s0, el),
+            rxd / ceiling
+        );
+
+        // 3. AF_XDP rx-tx: swap MAC/IP/ports, full checksum, send back.
+        let tx0 = rx.counters().tx_frames;
+        let (s0, t0) = (sent.load(Relaxed), Instant::now());
+        while t0.elapsed() < phase {
+            for sk in sockets.iter_mut() {
+                sk.recv(&mut frames, 64).unwrap_or(0);
+                for f in frames.iter_mut() {
+                    sk.with_data_mut(f, packet::reply_in_place);
+                }
+                let _ = sk.send(&mut frames);
+                sk.recycle(frames.drain(..));
+                sk.complete();
+            }
+        }
+        let el = t0.elapsed();
+        let rxtx = mpps(rx.counters().tx_frames - tx0, el);
+        println!(
+            "xdp/afxdp_rx_tx          {rxtx:7.3} Mpps  (offered {:.3} Mpps)  ratio to ceiling {:.2}",
+            mpps(sent.load(Relaxed) - s0, el),
+            rxtx / ceiling
+        );
+        stop.store(true, Relaxed);
+        let census = rx.census(&mut sockets);
+        println!(
+            "frame census after the run: {:?}",
+            census.check().map(|_| "balanced")
+        );
+    });
+    drop(rx);
+
+    // xdp-tools' own kernel-only drop benchmark, for reference.
+    let out = std::process::Command::new("timeout")
+        .args(["3", "xdp-bench", "drop", "-i", "1", &net.host])
+        .output();
+    match out {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout).to_string()
+                + &String::from_utf8_lossy(&o.stderr);
+            let last: Vec<&str> = text.lines().rev().take(3).collect();
+            println!(
+                "xdp-bench drop (xdp-tools): {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+        Err(e) => println!("xdp-bench drop not runnable: {e}"),
+    }
+}
