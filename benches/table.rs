@@ -5,7 +5,9 @@
 //!   the read-mostly header (masks, entry pointer) apart from the counters on
 //!   their own `CachePadded` line, as `DesiredCpuTable` does; `packed` puts
 //!   them in the header's cache line. Same entry codec and lookup code for
-//!   both; only the layout differs.
+//!   both; only the layout differs. `desired_table_llc_churn`: the real
+//!   `DesiredCpuTable` while the second thread records intra-LLC churn
+//!   (suppressed records) under `LlcAffinity`.
 //! - `steer/flow_table/record/{always,llc}/{same_cpu,intra_llc,cross_llc}`:
 //!   `DesiredCpuTable::record` when the consumer stays put, churns between
 //!   two CPUs of one LLC, or between two LLCs (batches of 1024 flows).
@@ -136,6 +138,28 @@ fn false_sharing_case<L: Layout>(c: &mut Criterion, name: &str, table: L) {
     hammer.join().unwrap();
 }
 
+/// The real table: lookups while a second thread records intra-LLC churn
+/// under `LlcAffinity` (suppressions: counter bumps, no entry writes).
+struct Real {
+    table: DesiredCpuTable,
+    layout: CpuLayout,
+    all: CpuSet,
+    churn: AtomicU64,
+}
+
+impl Layout for Real {
+    fn lookup(&self, hash: u32) -> Option<CpuId> {
+        self.table.lookup(hash)
+    }
+    fn bump(&self) {
+        let n = self.churn.fetch_add(1, Ordering::Relaxed);
+        // A flow outside the looked-up set, hopping between CPUs 0 and 1.
+        let _ = self
+            .table
+            .record(0x7fff_fff1, (n & 1) as usize, &self.all, &self.layout);
+    }
+}
+
 fn false_sharing(c: &mut Criterion) {
     assert_eq!(std::mem::size_of::<Packed>(), 64, "packed fits one line");
     let f = flows();
@@ -145,6 +169,22 @@ fn false_sharing(c: &mut Criterion) {
         Split {
             header: Header::new(4096, 256, &f),
             counters: CachePadded::new((AtomicU64::new(0), AtomicU64::new(0))),
+        },
+    );
+    let layout = CpuLayout::uniform(256, 8).unwrap();
+    let all = CpuSet::first(256);
+    let table = DesiredCpuTable::with_policy(4096, 256, Policy::LlcAffinity).unwrap();
+    for (i, &h) in f.iter().enumerate() {
+        table.record(h, i % 256, &all, &layout).unwrap();
+    }
+    false_sharing_case(
+        c,
+        "desired_table_llc_churn",
+        Real {
+            table,
+            layout,
+            all,
+            churn: AtomicU64::new(0),
         },
     );
     false_sharing_case(
