@@ -155,3 +155,29 @@ fn missing_topology_file_or_policy_fail() {
     let out = run(&["--policy", "sometimes"], TRACE);
     assert!(!out.status.success());
 }
+
+/// A generated trace: 100 flows whose consumers wander over all 8 CPUs of
+/// LLC 0, then jump to LLC 1. `always` writes every hop; `llc` writes the
+/// first placement and the LLC jump only.
+#[test]
+fn wandering_consumers_llc_saves_intra_llc_updates() {
+    let mut trace = String::from("topology pack:2 l3:16 core:8 pu:1\ntable 4096\n");
+    for f in 1..=100u32 {
+        let hash = f.wrapping_mul(0x9e37_79b9) | 1 << 31;
+        for cpu in 0..8 {
+            trace.push_str(&format!("c {hash:#x} {cpu}\n"));
+        }
+        trace.push_str(&format!("c {hash:#x} 8\n"));
+    }
+    let always = json(&run(&["--policy", "always"], &trace));
+    let llc = json(&run(&["--policy", "llc"], &trace));
+    assert_eq!(always["records"], 900);
+    assert_eq!(llc["records"], 900);
+    assert_eq!(always["new_or_other_flow"], 100);
+    assert_eq!(always["changed"], 800);
+    assert_eq!(always["updates"], 900);
+    assert_eq!(llc["new_or_other_flow"], 100);
+    assert_eq!(llc["cross_llc"], 100);
+    assert_eq!(llc["suppressed"], 700);
+    assert_eq!(llc["updates"], 200);
+}
