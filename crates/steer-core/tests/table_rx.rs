@@ -173,6 +173,26 @@ fn sweep_expires_idle_drained_entries_and_removes_hook_state() {
 }
 
 #[test]
+fn sweep_keeps_an_offline_cpus_flow_while_it_still_drains() {
+    let l = CpuLayout::uniform(4, 2).unwrap();
+    let mut q = Queues::new(4);
+    let mut t = RxFlowTable::with_hook(0, 16, RecordingHook::default()).unwrap();
+    let s = t.steer(FLOW, Some(1), &l, &q.heads(), 0);
+    t.note_enqueued(s.bucket, q.push(1));
+    l.set_online(1, false);
+    // Idle, CPU offline, but its worker has not handled the packet yet.
+    assert_eq!(t.sweep(&l, &q.heads(), 500, 100, 16).expired, 0);
+    assert_eq!(t.cpu_of(s.bucket), Some(1));
+    q.drain(1);
+    assert_eq!(t.sweep(&l, &q.heads(), 500, 100, 16).expired, 1);
+    // A gone queue expires at once.
+    let s = t.steer(FLOW, Some(2), &l, &q.heads(), 600);
+    t.note_enqueued(s.bucket, q.push(2));
+    q.deq[2] = None;
+    assert_eq!(t.sweep(&l, &q.heads(), 700, 100, 16).expired, 1);
+}
+
+#[test]
 fn sweep_is_incremental_and_steer_never_sweeps() {
     let l = CpuLayout::uniform(2, 2).unwrap();
     let q = Queues::new(2);

@@ -459,15 +459,17 @@ impl<H: SteerHook> RxFlowTable<H> {
 
     /// Expires idle entries in the next `budget` buckets (round-robin over
     /// calls): an entry expires when its flow has not been seen for
-    /// `idle_timeout` ticks and nothing of it is still queued (or its CPU is
-    /// offline or gone). Its hook state is removed through the hook and the
-    /// bucket is emptied, so the flow's next packet is placed afresh.
+    /// `idle_timeout` ticks and nothing of it is still queued (or its CPU's
+    /// queue is gone); an offline CPU still draining the flow keeps it. Its
+    /// hook state is removed through the hook and the bucket is emptied, so
+    /// the flow's next packet is placed afresh. `_layout` is unused (kept so
+    /// callers need not change).
     ///
     /// Meant for a background or idle step of the owning dispatcher; never
     /// called on the per-packet path.
     pub fn sweep(
         &mut self,
-        layout: &CpuLayout,
+        _layout: &CpuLayout,
         heads: &impl QueueHeads,
         now: Tick,
         idle_timeout: Tick,
@@ -486,8 +488,10 @@ impl<H: SteerHook> RxFlowTable<H> {
             if now.wrapping_sub(b.last_used) < idle_timeout {
                 continue;
             }
-            let drained = !layout.is_online(cpu)
-                || heads.dequeued(cpu).is_none_or(|head| head >= b.last_qtail);
+            // Like `steer`, judge an offline CPU by its queue: while it still
+            // holds packets of the flow, forgetting the entry would let the
+            // next packet be placed elsewhere and overtake them.
+            let drained = heads.dequeued(cpu).is_none_or(|head| head >= b.last_qtail);
             if !drained {
                 continue;
             }
