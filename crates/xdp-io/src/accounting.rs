@@ -3,7 +3,7 @@
 //! rx ring, held by the application (engine, steer ring, handler), its tx ring
 //! or the kernel's tx side, or its completion ring.
 //!
-//! Each socket keeps signed per-place counters ([`Ledger`]) updated once per
+//! Each socket keeps signed per-place counters ([`Ledger`](crate::accounting::Ledger)) updated once per
 //! batch; frames may move between sockets while held, so only the sum over
 //! all sockets is meaningful. At a quiet moment (no thread inside a socket
 //! call) [`FrameCensus`] adds the ring occupancies read from the rings and

@@ -9,7 +9,7 @@
 //!   access to that frame's memory, and the kernel never touches a frame
 //!   while a `Frame` exists for it.
 //! - Ring operations are batched: one libxdp call per batch, never per frame.
-//! - Every move between places updates the socket's [`Ledger`] once per batch.
+//! - Every move between places updates the socket's [`Ledger`](crate::accounting::Ledger) once per batch.
 
 use std::{
     io,

@@ -163,7 +163,14 @@ fn busy_poll_loop_receives_and_stops() {
                 readiness::busy_poll(s, 32, |_, frames| ControlFlow::Break(frames.len())).unwrap();
             seen += got;
         }
-        assert_eq!(seen, 24);
+        let kstats: Vec<_> = sockets.iter().map(|s| s.kernel_stats()).collect();
+        assert_eq!(
+            seen,
+            24,
+            "program {:?}, sockets {kstats:?}, {:?}",
+            port.program_stats(),
+            port.counters()
+        );
     });
     // Frames the handler left in the batch were recycled.
     assert_eq!(port.counters().held, 0);

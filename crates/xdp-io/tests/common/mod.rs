@@ -149,7 +149,56 @@ impl TestNet {
         ]);
         must(&["ip", "-n", ns, "link", "set", p, "up"]);
         must(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        net.static_neighbours(true);
         net
+    }
+
+    fn macs(&self) -> (String, String) {
+        let host =
+            std::fs::read_to_string(format!("/sys/class/net/{}/address", self.host)).unwrap();
+        let out = self.ns_cmd(&["cat", &format!("/sys/class/net/{}/address", self.peer)]);
+        // `ip netns exec` remounts /sys for the namespace.
+        (
+            host.trim().to_owned(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    }
+
+    /// Adds (or removes) permanent neighbour entries on both sides, so bursts
+    /// do not race ARP/ND resolution on a loaded machine. Tests of ARP and ND
+    /// themselves remove them.
+    pub fn static_neighbours(&self, on: bool) {
+        let (host_mac, peer_mac) = self.macs();
+        let (h, p, ns) = (self.host.as_str(), self.peer.as_str(), self.ns.as_str());
+        let entries = [
+            (Some(ns), self.host_v4.to_string(), host_mac.clone(), p),
+            (Some(ns), self.host_v6.to_string(), host_mac, p),
+            (None, self.peer_v4.to_string(), peer_mac.clone(), h),
+            (None, self.peer_v6.to_string(), peer_mac, h),
+        ];
+        for (netns, addr, mac, dev) in entries {
+            let mut cmd = vec!["ip"];
+            if let Some(n) = netns {
+                cmd.extend(["-n", n]);
+            }
+            if on {
+                cmd.extend([
+                    "neigh",
+                    "replace",
+                    &addr,
+                    "lladdr",
+                    &mac,
+                    "nud",
+                    "permanent",
+                    "dev",
+                    dev,
+                ]);
+                must(&cmd);
+            } else {
+                cmd.extend(["neigh", "del", &addr, "dev", dev]);
+                let _ = run(&cmd);
+            }
+        }
     }
 
     /// Runs `f` on a thread inside the namespace (setns affects only that thread).
