@@ -27,9 +27,11 @@ const CAP_NET_RAW: u32 = 13;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_BPF: u32 = 39;
 
-/// The effective capability set of this process (`CapEff` in /proc/self/status).
+/// The effective capability set of the calling thread (capabilities are
+/// per thread): `CapEff` in /proc/thread-self/status.
 fn effective_caps() -> io::Result<u64> {
-    let status = fs::read_to_string("/proc/self/status")?;
+    let status = fs::read_to_string("/proc/thread-self/status")
+        .or_else(|_| fs::read_to_string("/proc/self/status"))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))

@@ -361,10 +361,10 @@ fn flow_map_steers_inside_xdp() {
     // program falls back to XDP_PASS, so the kernel socket gets it.
     let flow = FlowKey::new(Proto::Udp, src, dst);
     port.program().steer_flow(&flow, 200).unwrap();
-    net.in_ns(|| {
-        let u = UdpSocket::bind(src).unwrap();
-        u.send_to(b"steered", dst).unwrap();
-    });
+    // One sender socket for both sends: a rebind of the same port can race
+    // with fork+exec in parallel tests holding the old fd for a moment.
+    let sender = net.in_ns(|| UdpSocket::bind(src).unwrap());
+    sender.send_to(b"steered", dst).unwrap();
     let mut buf = [0u8; 16];
     let (n, _) = kernel.recv_from(&mut buf).expect("flow map entry honoured");
     assert_eq!(&buf[..n], b"steered");
@@ -376,10 +376,7 @@ fn flow_map_steers_inside_xdp() {
     );
     // Removing the entry puts the flow back on its queue's socket.
     port.program().unsteer_flow(&flow).unwrap();
-    net.in_ns(|| {
-        let u = UdpSocket::bind(src).unwrap();
-        u.send_to(b"default", dst).unwrap();
-    });
+    sender.send_to(b"default", dst).unwrap();
     assert_eq!(recv_n(&mut sockets, 1, Duration::from_secs(3)).len(), 1);
     assert_eq!(port.program().steering_calls(), 2);
 }
@@ -405,4 +402,81 @@ fn rx_hash_metadata_when_device_bound() {
     // program the kernel's stub answers EOPNOTSUPP and no hash is passed.
     assert_eq!(meta.rx_hash.is_some(), dev_bound, "{meta:?}");
     eprintln!("dev_bound={dev_bound} meta={meta:?}");
+}
+
+#[test]
+fn another_xdp_program_is_reported() {
+    let net = TestNet::new();
+    let out = std::process::Command::new("xdp-filter")
+        .args(["load", "-m", "native", &net.host])
+        .output()
+        .expect("xdp-filter (Debian package xdp-tools) must be installed");
+    assert!(
+        out.status.success(),
+        "xdp-filter load: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = XdpPort::open(PortConfig::new(&net.host)).unwrap_err();
+    match &err {
+        XdpError::OtherProgram { name, .. } => assert!(name.starts_with("xdpfilt"), "{err}"),
+        _ => panic!("expected OtherProgram, got {err}"),
+    }
+    assert!(err.to_string().contains("xdp-loader unload"), "{err}");
+    let _ = std::process::Command::new("xdp-filter")
+        .args(["unload", &net.host])
+        .output();
+}
+
+#[test]
+fn missing_privileges_are_reported() {
+    let net = TestNet::new();
+    let host = net.host.clone();
+    // Capabilities are per thread: drop the effective set on a helper thread.
+    let err = std::thread::spawn(move || {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut hdr = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let mut data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: capget/capset with a v3 header and two data structs, as the ABI requires.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()),
+                0
+            );
+            for d in data.iter_mut() {
+                d.effective = 0;
+            }
+            assert_eq!(
+                libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()),
+                0
+            );
+        }
+        XdpPort::open(PortConfig::new(&host)).unwrap_err()
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(err, XdpError::Privileges { .. }), "{err}");
+    assert!(
+        err.to_string().contains("CAP_NET_ADMIN") && err.to_string().contains("setcap"),
+        "{err}"
+    );
+    // The program was never attached.
+    assert!(attached_programs(xdp_io::ifindex(&net.host).unwrap()).is_empty());
 }
