@@ -545,16 +545,15 @@ impl SteerProgram {
 
     /// The program's counters, summed over CPUs.
     pub fn stats(&self) -> Result<ProgramStats> {
-        // SAFETY: sysconf has no preconditions.
-        let ncpu = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) })
-            .unwrap_or(1)
-            .max(1);
+        let ncpu = crate::sys::possible_cpus()
+            .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
         let mut sum = [0u64; 6];
+        let mut vals = vec![0u64; ncpu];
         for (i, slot) in sum.iter_mut().enumerate() {
             let key = i as u32;
-            let mut vals = vec![0u64; ncpu.next_multiple_of(1) + 64];
-            // SAFETY: a per-CPU array lookup writes one 8-byte value per
-            // possible CPU; `vals` is larger than the configured CPU count.
+            // SAFETY: a per-CPU array lookup writes one 8-byte value (the
+            // value size rounded up to 8) per possible CPU: `vals` holds
+            // exactly that many.
             let rc = unsafe {
                 xdp::bpf_map_lookup_elem(
                     self.stats_fd,

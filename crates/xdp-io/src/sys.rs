@@ -144,6 +144,21 @@ pub(crate) fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
     Ok(())
 }
 
+/// The number of possible CPUs (highest id in /sys/devices/system/cpu/possible
+/// plus one): the number of values a per-CPU map lookup writes.
+pub(crate) fn possible_cpus() -> io::Result<usize> {
+    let list = fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    parse_possible(&list).ok_or_else(|| io::Error::other(format!("bad cpu list {list:?}")))
+}
+
+fn parse_possible(list: &str) -> Option<usize> {
+    list.trim()
+        .split([',', '-'])
+        .map(|n| n.trim().parse::<usize>().ok())
+        .try_fold(0usize, |max, n| n.map(|n| max.max(n)))
+        .map(|max| max + 1)
+}
+
 /// Sets an integer socket option.
 pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     let len = std::mem::size_of::<i32>() as libc::socklen_t;
@@ -244,6 +259,15 @@ mod tests {
             ifindex("a/very/long/interface/name"),
             Err(XdpError::UnknownInterface { .. })
         ));
+    }
+
+    #[test]
+    fn possible_cpu_list() {
+        assert_eq!(parse_possible("0-3\n"), Some(4));
+        assert_eq!(parse_possible("0,2-5,7"), Some(8));
+        assert_eq!(parse_possible("0"), Some(1));
+        assert_eq!(parse_possible("x"), None);
+        assert!(possible_cpus().unwrap() >= 1);
     }
 
     #[test]
