@@ -1,0 +1,159 @@
+//! The default flow hash: foldhash keyed with a random seed per process
+//! (hash-flooding resistance: a sender cannot aim flows at one bucket
+//! without knowing the seed), or a fixed seed for deterministic tests.
+//!
+//! The key is fed as a few 64-bit words (addresses, then protocol, ports and
+//! a family tag), not through `#[derive(Hash)]`, to keep it short. In
+//! symmetric mode the key is put in [`FlowKey::canonical`] form first.
+
+use std::hash::{BuildHasher, Hasher};
+
+use foldhash::fast::SeedableRandomState;
+use foldhash::SharedSeed;
+
+use super::{nonzero, FlowAddrs, FlowHasher, FlowKey};
+
+static FIXED_SHARED_SEED: SharedSeed = SharedSeed::from_u64(0x5eed_f10e_4a54_0001);
+
+/// foldhash over the flow key.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use steer_core::flow::{FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports};
+/// let k = FlowKey {
+///     addrs: FlowAddrs::V4 { src: Ipv4Addr::new(1, 1, 1, 1), dst: Ipv4Addr::new(2, 2, 2, 2) },
+///     protocol: 6,
+///     ports: Some(Ports { src: 1, dst: 2 }),
+/// };
+/// // Same seed, same hash; the symmetric mode ignores the direction.
+/// assert_eq!(KeyedHasher::with_seed(3).hash(&k), KeyedHasher::with_seed(3).hash(&k));
+/// let s = KeyedHasher::with_seed(3).symmetric(true);
+/// assert_eq!(s.hash(&k), s.hash(&k.reversed()));
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeyedHasher {
+    state: SeedableRandomState,
+    symmetric: bool,
+}
+
+impl Default for KeyedHasher {
+    /// A random seed (per process and per hasher).
+    fn default() -> Self {
+        Self::random()
+    }
+}
+
+impl KeyedHasher {
+    /// A hasher with a random seed.
+    pub fn random() -> Self {
+        Self {
+            state: SeedableRandomState::random(),
+            symmetric: false,
+        }
+    }
+
+    /// A hasher with a fixed seed (deterministic across runs).
+    pub fn with_seed(seed: u64) -> Self {
+        Self {
+            state: SeedableRandomState::with_seed(seed, &FIXED_SHARED_SEED),
+            symmetric: false,
+        }
+    }
+
+    /// Sets the symmetric mode (both directions of a flow hash alike).
+    #[must_use]
+    pub fn symmetric(mut self, yes: bool) -> Self {
+        self.symmetric = yes;
+        self
+    }
+
+    #[inline(always)]
+    fn raw(&self, k: &FlowKey) -> u32 {
+        let mut h = self.state.build_hasher();
+        let tail = (u64::from(k.protocol) << 32)
+            | (u64::from(k.src_port()) << 16)
+            | u64::from(k.dst_port());
+        match k.addrs {
+            FlowAddrs::V4 { src, dst } => {
+                h.write_u64((u64::from(src.to_bits()) << 32) | u64::from(dst.to_bits()));
+                h.write_u64(tail | (4 << 40));
+            }
+            FlowAddrs::V6 { src, dst } => {
+                h.write_u128(src.to_bits());
+                h.write_u128(dst.to_bits());
+                h.write_u64(tail | (6 << 40));
+            }
+        }
+        let x = h.finish();
+        (x ^ (x >> 32)) as u32
+    }
+}
+
+impl FlowHasher for KeyedHasher {
+    #[inline]
+    fn hash(&self, key: &FlowKey) -> u32 {
+        let h = if self.symmetric {
+            self.raw(&key.canonical())
+        } else {
+            self.raw(key)
+        };
+        nonzero(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Ports;
+    use std::collections::HashSet;
+    use std::net::Ipv4Addr;
+
+    fn key(i: u32) -> FlowKey {
+        FlowKey {
+            addrs: FlowAddrs::V4 {
+                src: Ipv4Addr::from_bits(0x0a00_0000 | i),
+                dst: Ipv4Addr::new(10, 255, 0, 1),
+            },
+            protocol: 17,
+            ports: Some(Ports {
+                src: (i % 60000) as u16,
+                dst: 53,
+            }),
+        }
+    }
+
+    #[test]
+    fn seeds_change_the_hash() {
+        let k = key(1);
+        let a = KeyedHasher::with_seed(1).hash(&k);
+        let b = KeyedHasher::with_seed(2).hash(&k);
+        assert_ne!(a, b);
+        assert_ne!(
+            KeyedHasher::random().hash(&k),
+            KeyedHasher::random().hash(&k)
+        );
+    }
+
+    #[test]
+    fn spreads_over_low_bits() {
+        // 4096 flows over 256 buckets: every bucket used, none overloaded.
+        let h = KeyedHasher::with_seed(9);
+        let mut buckets = [0u32; 256];
+        for i in 0..4096 {
+            buckets[(h.hash(&key(i)) & 255) as usize] += 1;
+        }
+        assert!(buckets.iter().all(|&n| n > 0 && n < 48), "{buckets:?}");
+    }
+
+    #[test]
+    fn distinct_fields_distinct_hashes() {
+        let h = KeyedHasher::with_seed(5);
+        let k = key(3);
+        let mut seen = HashSet::new();
+        seen.insert(h.hash(&k));
+        seen.insert(h.hash(&FlowKey { protocol: 6, ..k }));
+        seen.insert(h.hash(&FlowKey { ports: None, ..k }));
+        seen.insert(h.hash(&k.reversed()));
+        assert_eq!(seen.len(), 4);
+    }
+}

@@ -1,0 +1,359 @@
+//! Flow keys and flow hashes.
+//!
+//! [`flow_key`] reads from a frame only what the key needs: the addresses,
+//! the upper-layer protocol and, for a non-fragment of a protocol with
+//! ports, the two port words. **Fragments** (first or not) key on addresses
+//! and protocol only (ports absent), so every fragment of a datagram lands on
+//! one CPU, as the kernel's `skb_get_hash` does. Frames that are not IP have
+//! no flow (`Ok(None)`).
+//!
+//! A [`FlowHasher`] turns a key into a **non-zero** `u32` (0 is reserved for
+//! "no hash" in the tables): [`KeyedHasher`] (foldhash, random seed per
+//! process) or [`ToeplitzHasher`] (a NIC's RSS hash with a configurable key).
+//! Both have a symmetric mode where the two directions of a flow hash alike.
+//! [`FlowClassifier`] plugs a hasher into the dispatcher.
+//!
+//! ```
+//! use std::net::Ipv4Addr;
+//! use steer_core::flow::{flow_key, FlowHasher, KeyedHasher, ToeplitzHasher};
+//! use steer_core::packet::build::FrameBuilder;
+//!
+//! let frame = FrameBuilder::udp(
+//!     Ipv4Addr::new(10, 0, 0, 1).into(), Ipv4Addr::new(10, 0, 0, 2).into(), 5000, 53).build();
+//! let key = flow_key(&frame).unwrap().unwrap();
+//! assert_eq!((key.src_port(), key.dst_port()), (5000, 53));
+//! let h = KeyedHasher::with_seed(7).hash(&key);
+//! assert_ne!(h, 0);
+//! assert_ne!(ToeplitzHasher::default().hash(&key), 0);
+//! ```
+#![forbid(unsafe_code)]
+
+mod keyed;
+mod toeplitz;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::dispatch::{Classifier, FlowInfo, Malformed};
+use crate::packet::{self, ipv4, ipv6, IpVersion, ParseError};
+
+pub use keyed::KeyedHasher;
+pub use toeplitz::{KeyError, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
+
+/// The addresses of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FlowAddrs {
+    /// IPv4 source and destination.
+    V4 {
+        /// Source.
+        src: Ipv4Addr,
+        /// Destination.
+        dst: Ipv4Addr,
+    },
+    /// IPv6 source and destination.
+    V6 {
+        /// Source.
+        src: Ipv6Addr,
+        /// Destination.
+        dst: Ipv6Addr,
+    },
+}
+
+/// Transport ports of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ports {
+    /// Source port.
+    pub src: u16,
+    /// Destination port.
+    pub dst: u16,
+}
+
+/// What identifies a flow: addresses, protocol and (when the packet has
+/// them and is not a fragment) ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// Source and destination addresses.
+    pub addrs: FlowAddrs,
+    /// Upper-layer protocol.
+    pub protocol: u8,
+    /// Ports; `None` for fragments and protocols without ports.
+    pub ports: Option<Ports>,
+}
+
+impl FlowKey {
+    /// Source port (0 when there are none).
+    pub fn src_port(&self) -> u16 {
+        self.ports.map_or(0, |p| p.src)
+    }
+
+    /// Destination port (0 when there are none).
+    pub fn dst_port(&self) -> u16 {
+        self.ports.map_or(0, |p| p.dst)
+    }
+
+    /// The key of the other direction (addresses and ports swapped).
+    pub fn reversed(&self) -> Self {
+        Self {
+            addrs: match self.addrs {
+                FlowAddrs::V4 { src, dst } => FlowAddrs::V4 { src: dst, dst: src },
+                FlowAddrs::V6 { src, dst } => FlowAddrs::V6 { src: dst, dst: src },
+            },
+            protocol: self.protocol,
+            ports: self.ports.map(|p| Ports {
+                src: p.dst,
+                dst: p.src,
+            }),
+        }
+    }
+
+    /// The direction-independent form: the (address, port) endpoint that
+    /// orders lower becomes the source. `k.canonical() ==
+    /// k.reversed().canonical()`.
+    #[inline]
+    pub fn canonical(&self) -> Self {
+        let (sp, dp) = (self.src_port(), self.dst_port());
+        let swap = match self.addrs {
+            FlowAddrs::V4 { src, dst } => (src, sp) > (dst, dp),
+            FlowAddrs::V6 { src, dst } => (src, sp) > (dst, dp),
+        };
+        if swap {
+            self.reversed()
+        } else {
+            *self
+        }
+    }
+}
+
+/// Maps a raw hash to the non-zero hash space (0 becomes 1).
+#[inline(always)]
+pub const fn nonzero(h: u32) -> u32 {
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+/// A flow hash function. Implementations return a non-zero value.
+pub trait FlowHasher {
+    /// The hash of `key`, never 0.
+    fn hash(&self, key: &FlowKey) -> u32;
+}
+
+/// The flow key of an Ethernet frame; `Ok(None)` when it is not IP.
+///
+/// ```
+/// use std::net::Ipv6Addr;
+/// use steer_core::flow::flow_key;
+/// use steer_core::packet::build::FrameBuilder;
+/// let (a, b) = ("2001:db8::1".parse::<Ipv6Addr>().unwrap(), "2001:db8::2".parse::<Ipv6Addr>().unwrap());
+/// let first = FrameBuilder::udp(a.into(), b.into(), 1, 2).fragment(0, true).build();
+/// let later = FrameBuilder::udp(a.into(), b.into(), 1, 2).fragment(185, false).build();
+/// let k = flow_key(&first).unwrap().unwrap();
+/// assert_eq!(k.ports, None);
+/// assert_eq!(flow_key(&later).unwrap(), Some(k));
+/// ```
+#[inline]
+pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
+    let Some(l) = packet::parse(frame)? else {
+        return Ok(None);
+    };
+    let ports = l.ports(frame)?.map(|(src, dst)| Ports { src, dst });
+    // In bounds: parse checked the IP header at l3_offset.
+    let ip = &frame[l.l3_offset..];
+    let addrs = match l.ip {
+        IpVersion::V4 => FlowAddrs::V4 {
+            src: v4(&ip[ipv4::field::SRC]),
+            dst: v4(&ip[ipv4::field::DST]),
+        },
+        IpVersion::V6 => FlowAddrs::V6 {
+            src: v6(&ip[ipv6::field::SRC]),
+            dst: v6(&ip[ipv6::field::DST]),
+        },
+    };
+    Ok(Some(FlowKey {
+        addrs,
+        protocol: l.protocol,
+        ports,
+    }))
+}
+
+#[inline(always)]
+fn v4(b: &[u8]) -> Ipv4Addr {
+    Ipv4Addr::new(b[0], b[1], b[2], b[3])
+}
+
+#[inline(always)]
+fn v6(b: &[u8]) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(b);
+    Ipv6Addr::from(a)
+}
+
+/// The dispatcher's [`Classifier`]: [`flow_key`] then a [`FlowHasher`]; a
+/// non-zero NIC receive hash is used instead of hashing when present (the
+/// key is still parsed for the destination port).
+#[derive(Debug, Clone, Default)]
+pub struct FlowClassifier<H> {
+    hasher: H,
+    use_rx_hash: bool,
+}
+
+impl<H: FlowHasher> FlowClassifier<H> {
+    /// Hashes every frame with `hasher` (ignores the NIC's hash).
+    pub fn new(hasher: H) -> Self {
+        Self {
+            hasher,
+            use_rx_hash: false,
+        }
+    }
+
+    /// Takes a non-zero NIC receive hash when the frame has one.
+    #[must_use]
+    pub fn use_rx_hash(mut self, yes: bool) -> Self {
+        self.use_rx_hash = yes;
+        self
+    }
+
+    /// The hasher.
+    pub fn hasher(&self) -> &H {
+        &self.hasher
+    }
+}
+
+impl<H: FlowHasher> Classifier for FlowClassifier<H> {
+    #[inline]
+    fn classify(
+        &mut self,
+        frame: &[u8],
+        rx_hash: Option<u32>,
+    ) -> Result<Option<FlowInfo>, Malformed> {
+        let Some(key) = flow_key(frame).map_err(|_| Malformed)? else {
+            return Ok(None);
+        };
+        let hash = match rx_hash {
+            Some(h) if self.use_rx_hash && h != 0 => h,
+            _ => self.hasher.hash(&key),
+        };
+        Ok(Some(FlowInfo {
+            hash,
+            dst_port: key.dst_port(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::build::FrameBuilder;
+    use crate::packet::ethernet::ethertype;
+    use crate::packet::ip_proto;
+    use std::net::IpAddr;
+
+    fn a4(x: u8) -> IpAddr {
+        Ipv4Addr::new(10, 0, 0, x).into()
+    }
+
+    #[test]
+    fn udp_v4_key() {
+        let f = FrameBuilder::udp(a4(1), a4(2), 1000, 2000).build();
+        let k = flow_key(&f).unwrap().unwrap();
+        assert_eq!(
+            k,
+            FlowKey {
+                addrs: FlowAddrs::V4 {
+                    src: Ipv4Addr::new(10, 0, 0, 1),
+                    dst: Ipv4Addr::new(10, 0, 0, 2)
+                },
+                protocol: ip_proto::UDP,
+                ports: Some(Ports {
+                    src: 1000,
+                    dst: 2000
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn icmp_has_no_ports() {
+        let f = FrameBuilder::proto(a4(1), a4(2), ip_proto::ICMP)
+            .payload(&[8, 0, 0, 0])
+            .build();
+        let k = flow_key(&f).unwrap().unwrap();
+        assert_eq!((k.protocol, k.ports), (ip_proto::ICMP, None));
+    }
+
+    #[test]
+    fn v4_fragments_share_a_key() {
+        let first = FrameBuilder::udp(a4(1), a4(2), 7, 9)
+            .payload(&[0; 16])
+            .fragment(0, true)
+            .build();
+        let later = FrameBuilder::udp(a4(1), a4(2), 7, 9)
+            .payload(&[0; 16])
+            .fragment(3, false)
+            .build();
+        let k1 = flow_key(&first).unwrap().unwrap();
+        let k2 = flow_key(&later).unwrap().unwrap();
+        assert_eq!(k1, k2);
+        assert_eq!((k1.protocol, k1.ports), (ip_proto::UDP, None));
+        let whole = flow_key(&FrameBuilder::udp(a4(1), a4(2), 7, 9).build())
+            .unwrap()
+            .unwrap();
+        assert_ne!(whole, k1);
+    }
+
+    #[test]
+    fn non_ip_is_no_flow() {
+        let mut f = FrameBuilder::udp(a4(1), a4(2), 1, 2).build();
+        f[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+        assert_eq!(flow_key(&f), Ok(None));
+    }
+
+    #[test]
+    fn truncated_ports_is_an_error() {
+        // An IPv4 header claiming UDP with 2 bytes of payload.
+        let mut f = FrameBuilder::proto(a4(1), a4(2), ip_proto::ICMP)
+            .payload(&[0, 1])
+            .build();
+        f[14 + 9] = ip_proto::UDP;
+        assert_eq!(
+            flow_key(&f),
+            Err(ParseError::Truncated(packet::Layer::Ports))
+        );
+        f.truncate(20);
+        assert!(flow_key(&f).is_err());
+    }
+
+    #[test]
+    fn canonical_is_direction_free() {
+        let f = FrameBuilder::tcp(a4(9), a4(1), 80, 5000).build();
+        let k = flow_key(&f).unwrap().unwrap();
+        assert_eq!(k.canonical(), k.reversed().canonical());
+        assert_eq!(k.reversed().reversed(), k);
+        // The lower endpoint is the source.
+        assert_eq!(k.canonical().src_port(), 5000);
+    }
+
+    #[test]
+    fn classifier_uses_rx_hash_only_when_asked() {
+        let f = FrameBuilder::udp(a4(1), a4(2), 1, 53).build();
+        let mut c = FlowClassifier::new(KeyedHasher::with_seed(1));
+        let own = c.classify(&f, Some(77)).unwrap().unwrap();
+        assert_ne!(own.hash, 77);
+        assert_eq!(own.dst_port, 53);
+        let mut c = c.use_rx_hash(true);
+        assert_eq!(c.classify(&f, Some(77)).unwrap().unwrap().hash, 77);
+        assert_eq!(c.classify(&f, Some(0)).unwrap().unwrap().hash, own.hash);
+        assert_eq!(c.classify(&f[..20], None), Err(Malformed));
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+        assert_eq!(c.classify(&arp, None), Ok(None));
+    }
+
+    #[test]
+    fn nonzero_maps_only_zero() {
+        assert_eq!(nonzero(0), 1);
+        assert_eq!(nonzero(1), 1);
+        assert_eq!(nonzero(u32::MAX), u32::MAX);
+    }
+}
