@@ -7,7 +7,8 @@
 //!   them in the header's cache line. Same entry codec and lookup code for
 //!   both; only the layout differs. `desired_table_llc_churn`: the real
 //!   `DesiredCpuTable` while the second thread records intra-LLC churn
-//!   (suppressed records) under `LlcAffinity`.
+//!   (suppressed records) under `LlcAffinity`. Reader and hammer are pinned
+//!   to the first two allowed CPUs.
 //! - `steer/flow_table/record/{always,llc}/{same_cpu,intra_llc,cross_llc}`:
 //!   `DesiredCpuTable::record` when the consumer stays put, churns between
 //!   two CPUs of one LLC, or between two LLCs (batches of 1024 flows).
@@ -23,6 +24,7 @@ use crossbeam::utils::CachePadded;
 use steer::core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer::core::policy::Policy;
 use steer::core::table::{DesiredCpuTable, RxFlowTable, SlotCodec};
+use steer::topology::thread;
 
 const FLOWS: usize = 1024;
 
@@ -106,12 +108,27 @@ impl Layout for Split {
     }
 }
 
+/// The two CPUs to pin the reader and the hammer to, when we may use two,
+/// so the scheduler cannot put both threads on one core (which would hide
+/// the cache-line traffic this bench measures).
+fn two_cpus() -> Option<(CpuSet, CpuId, CpuId)> {
+    let allowed = thread::allowed_cpus().ok()?;
+    Some((allowed, allowed.nth(0)?, allowed.nth(1)?))
+}
+
 fn false_sharing_case<L: Layout>(c: &mut Criterion, name: &str, table: L) {
+    let pins = two_cpus();
+    if let Some((_, reader, _)) = pins {
+        let _ = thread::pin_current(reader);
+    }
     let table = Arc::new(table);
     let stop = Arc::new(AtomicBool::new(false));
     let hammer = {
         let (table, stop) = (Arc::clone(&table), Arc::clone(&stop));
         std::thread::spawn(move || {
+            if let Some((_, _, writer)) = pins {
+                let _ = thread::pin_current(writer);
+            }
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..64 {
                     table.bump();
@@ -136,6 +153,9 @@ fn false_sharing_case<L: Layout>(c: &mut Criterion, name: &str, table: L) {
     g.finish();
     stop.store(true, Ordering::Relaxed);
     hammer.join().unwrap();
+    if let Some((allowed, _, _)) = pins {
+        let _ = thread::set_allowed(&allowed);
+    }
 }
 
 /// The real table: lookups while a second thread records intra-LLC churn
