@@ -359,6 +359,17 @@ impl<H: SteerHook> RxFlowTable<H> {
             b.last_used = now;
         }
         let current = b.cpu();
+        // Fast path, the common case: the flow is already on its desired CPU,
+        // which is online and has a queue.
+        if let Some(c) = current.filter(|&c| desired == Some(c)) {
+            if layout.is_online(c) && heads.dequeued(c).is_some() {
+                return Steered {
+                    bucket,
+                    cpu: Some(c),
+                    action: SteerAction::Stayed,
+                };
+            }
+        }
         let current_head = current.and_then(|c| heads.dequeued(c));
         let current_ok = current.filter(|&c| layout.is_online(c) && current_head.is_some());
         // Earlier packets of the flow still queued on the current CPU (online
