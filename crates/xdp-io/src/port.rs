@@ -119,6 +119,7 @@ impl XdpPort {
         let mem = FrameMemory {
             umem: umem.clone(),
             id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+            frame_size: config.frame_size as usize,
         };
 
         let iface = Interface::new(

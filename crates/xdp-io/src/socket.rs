@@ -69,6 +69,8 @@ const META_HASH: u16 = 1;
 pub(crate) struct FrameMemory {
     pub(crate) umem: Umem,
     pub(crate) id: u32,
+    /// Frame size in bytes (frames are aligned to it in the UMEM).
+    pub(crate) frame_size: usize,
 }
 
 /// One AF_XDP socket on one rx queue. `Send`, not `Sync`: one thread drives it.
@@ -278,21 +280,24 @@ impl QueueSocket {
         total
     }
 
-    /// Returns held frames to this socket's free pool (frames of another port are dropped
-    /// from the iterator without effect and counted in the return value's complement).
-    pub fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> usize {
+    /// Returns held frames to this socket's free pool. Frames of another port
+    /// are not taken: they are handed back (the vector is empty, and does not
+    /// allocate, when all frames belong here).
+    pub fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> Vec<Frame> {
         let before = self.free.len();
         let id = self.mem.id;
-        self.free.extend(
-            frames
-                .into_iter()
-                .filter(|f| f.umem_id == id)
-                .map(|f| f.desc),
-        );
+        let mut foreign = Vec::new();
+        for f in frames {
+            if f.umem_id == id {
+                self.free.push(f.desc);
+            } else {
+                foreign.push(f);
+            }
+        }
         let n = self.free.len() - before;
         Ledger::sub(&self.ledger.held, n);
         Ledger::add(&self.ledger.free, n);
-        n
+        foreign
     }
 
     /// Takes up to `n` frames from the free pool for the application to fill
@@ -365,12 +370,15 @@ impl QueueSocket {
     /// The metadata the steer program wrote in front of a received packet, if any.
     pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
         let data = self.data(frame);
-        if data.is_empty() {
+        // Only a packet that starts at least META_LEN bytes into its frame
+        // (every rx packet: the kernel leaves XDP_PACKET_HEADROOM) has room
+        // for metadata inside its own frame.
+        let offset_in_frame = frame.desc.addr() % self.mem.frame_size.max(1);
+        if data.is_empty() || offset_in_frame < META_LEN {
             return None;
         }
-        // SAFETY: every rx descriptor points at least XDP_PACKET_HEADROOM
-        // (256) bytes past the start of its frame, inside the one mmap'd UMEM
-        // region, so the 8 bytes before the packet are in bounds; the kernel
+        // SAFETY: the 8 bytes before the packet lie inside the same frame
+        // (checked above), so inside the one mmap'd UMEM region; the kernel
         // copied the metadata there before handing the frame over, and the
         // frame is ours (module invariant). Unaligned read of plain bytes.
         let raw: [u8; META_LEN] =

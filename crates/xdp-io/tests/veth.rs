@@ -480,3 +480,40 @@ fn missing_privileges_are_reported() {
     // The program was never attached.
     assert!(attached_programs(xdp_io::ifindex(&net.host).unwrap()).is_empty());
 }
+
+#[test]
+fn frames_of_another_port_are_handed_back() {
+    let net = TestNet::new();
+    let mut a = open(&net);
+    let mut sa = a.take_sockets();
+    let mut frames = Vec::new();
+    assert_eq!(sa[0].alloc(2, &mut frames), 2);
+    // A frame made for transmission starts at its frame's first byte: no
+    // metadata room, and none is read.
+    assert!(sa[0].meta(&frames[0]).is_none());
+    // A second port, on the peer inside the namespace (its queue count comes
+    // from ethtool there, as sysfs shows the root namespace).
+    let peer = net.peer.clone();
+    let back = net.in_ns(move || {
+        let mut b = XdpPort::open(PortConfig::new(&peer)).expect("port on the namespace side");
+        assert_eq!(
+            b.sockets().len(),
+            2,
+            "both peer queues found inside the namespace"
+        );
+        let mut sb = b.take_sockets();
+        let mut back = sb[0].recycle(frames);
+        assert!(sb[0].data(&back[0]).is_empty());
+        assert_eq!(
+            sb[0].send(&mut back).unwrap(),
+            0,
+            "foreign frames are not sent"
+        );
+        back
+    });
+    assert_eq!(back.len(), 2);
+    assert!(sa[0].recycle(back).is_empty());
+    let census = a.census(&mut sa);
+    census.check().unwrap();
+    assert_eq!(census.held, 0);
+}
