@@ -85,6 +85,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(3);
     let phase = Duration::from_secs(secs);
+    // Ctrl-C ends the phases early; the port and the namespace are still removed.
+    let interrupted = xdp_io::shutdown::install().expect("signal handlers");
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -122,7 +124,7 @@ fn main() {
                     );
                 }
                 sock.recycle(frames.drain(..));
-                while !stop.load(Relaxed) {
+                while !stop.load(Relaxed) && !interrupted.load(Relaxed) {
                     sock.alloc(256, &mut frames);
                     for f in frames.iter_mut() {
                         sock.set_len(f, 60);
@@ -148,7 +150,10 @@ fn main() {
             rx.program_stats().unwrap().dropped,
             Instant::now(),
         );
-        std::thread::sleep(phase);
+        let t = Instant::now();
+        while t.elapsed() < phase && !interrupted.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let (s1, d1, el) = (
             sent.load(Relaxed),
             rx.program_stats().unwrap().dropped,
@@ -175,7 +180,7 @@ fn main() {
         let mut frames = Vec::with_capacity(64);
         let (s0, t0) = (sent.load(Relaxed), Instant::now());
         let mut got = 0u64;
-        while t0.elapsed() < phase {
+        while t0.elapsed() < phase && !interrupted.load(Relaxed) {
             for sk in sockets.iter_mut() {
                 got += sk.recv(&mut frames, 64).unwrap_or(0) as u64;
                 sk.recycle(frames.drain(..));
@@ -192,7 +197,7 @@ fn main() {
         // 3. AF_XDP rx-tx: swap MAC/IP/ports, full checksum, send back.
         let tx0 = rx.counters().tx_frames;
         let (s0, t0) = (sent.load(Relaxed), Instant::now());
-        while t0.elapsed() < phase {
+        while t0.elapsed() < phase && !interrupted.load(Relaxed) {
             for sk in sockets.iter_mut() {
                 sk.recv(&mut frames, 64).unwrap_or(0);
                 for f in frames.iter_mut() {

@@ -24,6 +24,8 @@ pub mod port;
 pub mod program;
 /// Readiness for event loops (mio, tokio) and a busy-poll loop.
 pub mod readiness;
+/// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
+pub mod shutdown;
 /// One AF_XDP socket per rx queue and the `Frame` token.
 pub mod socket;
 mod sys;
