@@ -100,6 +100,19 @@ pub struct RingCensus {
 }
 
 /// Where all frames of a UMEM are, at a quiet moment.
+///
+/// ```
+/// use xdp_io::{FrameCensus, LedgerSnapshot, RingCensus};
+/// // 64 frames: 16 free, 40 given to the fill ring (30 still there, 10 in
+/// // the rx ring), 8 held by the application.
+/// let counters = LedgerSnapshot { free: 16, in_rx: 40, held: 8, ..Default::default() };
+/// let rings = RingCensus { fill_ring: 30, rx_ring: 10, ..Default::default() };
+/// let census = FrameCensus::new(64, counters, rings);
+/// assert_eq!(census.kernel_rx, 0);
+/// assert!(census.check().is_ok());
+/// // One frame fewer accounted for than exist: a leak.
+/// assert!(FrameCensus::new(65, counters, rings).check().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameCensus {
     /// Frames in the UMEM.

@@ -116,6 +116,25 @@ fn udp_checksum(frame: &[u8], layout: &UdpLayout, udp_len: usize) -> Option<u16>
 /// ports, and writes a full UDP checksum (veth hands locally sent packets over
 /// with only the pseudo-header sum, which the receiver would reject).
 /// Returns `false` (leaving `frame` unchanged) when it is not a UDP packet.
+///
+/// ```
+/// use xdp_io::packet::{parse_udp, reply_in_place, udp_checksum_ok};
+/// // Ethernet + IPv4 + UDP 192.0.2.2:40000 -> 192.0.2.1:9000, payload "hi".
+/// let mut f = vec![0u8; 44];
+/// f[12..14].copy_from_slice(&[0x08, 0x00]);
+/// f[14] = 0x45;
+/// f[23] = 17;
+/// f[26..30].copy_from_slice(&[192, 0, 2, 2]);
+/// f[30..34].copy_from_slice(&[192, 0, 2, 1]);
+/// f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+/// f[36..38].copy_from_slice(&9000u16.to_be_bytes());
+/// f[38..40].copy_from_slice(&10u16.to_be_bytes());
+/// f[42..44].copy_from_slice(b"hi");
+/// assert!(reply_in_place(&mut f));
+/// let l = parse_udp(&f).unwrap();
+/// assert_eq!(l.dst, "192.0.2.2:40000".parse().unwrap());
+/// assert!(udp_checksum_ok(&f));
+/// ```
 pub fn reply_in_place(frame: &mut [u8]) -> bool {
     let Some(layout) = parse_udp(frame) else {
         return false;
