@@ -6,10 +6,12 @@
 //! Each measured iteration moves `ITEMS` 16-byte descriptors (the size of
 //! AF_XDP's `xdp_desc`); the consumer checks the count and sums the
 //! addresses. The clock starts once the consumer thread is running and stops
-//! when it has taken the last item, so thread start-up is not measured. The
-//! producer runs on CPU 0 and the consumer on CPU 1 (pinned, best effort);
-//! a side that finds the queue full or empty backs off the same way for all
-//! three queues (spin, then yield).
+//! when it has taken the last item, so thread start-up is not measured. A
+//! side that finds the queue full or empty backs off the same way for all
+//! three queues (spin, then yield). The threads are not pinned: on a shared
+//! machine a pinned side is hostage to whatever else runs on its CPU. Many
+//! short samples of equal size (flat sampling) let the median shed the ones
+//! hit by preemption.
 //!
 //! Goal (issue 4): at least 2x ArrayQueue's throughput, within 1.5x of rtrb.
 
@@ -19,12 +21,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
 /// Descriptors moved per iteration.
-const ITEMS: u64 = 1 << 16;
+const ITEMS: u64 = 1 << 14;
 /// Slots in every ring.
 const CAPACITY: usize = 1024;
 /// Batch sizes compared.
@@ -59,12 +63,10 @@ where
     let ready = Arc::new(AtomicBool::new(false));
     let go = ready.clone();
     let consumer = thread::spawn(move || {
-        pin(1);
         go.store(true, Ordering::Release);
         let sum = consume(n);
         (Instant::now(), sum)
     });
-    pin(0);
     while !ready.load(Ordering::Acquire) {
         spin_loop();
     }
@@ -73,12 +75,6 @@ where
     let (end, sum) = consumer.join().expect("consumer panicked");
     assert_eq!(sum, n * (n - 1) / 2, "lost or duplicated items");
     end - start
-}
-
-/// Pins the calling thread to `cpu` when the machine has it, so the two
-/// sides stay on different cores; unpinned (best effort) otherwise.
-fn pin(cpu: usize) {
-    let _ = steer::topology::thread::pin_current(cpu);
 }
 
 /// Fills `batch` with descriptors `next..next + len` and returns it.
@@ -343,9 +339,10 @@ fn one_thread(c: &mut Criterion) {
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("steer/ring/spsc");
     g.throughput(Throughput::Elements(ITEMS));
-    g.measurement_time(Duration::from_secs(3));
-    g.warm_up_time(Duration::from_secs(1));
-    g.sample_size(30);
+    g.sampling_mode(SamplingMode::Flat);
+    g.sample_size(200);
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(500));
     for batch in BATCHES {
         g.bench_with_input(BenchmarkId::new("steer", batch), &batch, |b, &batch| {
             b.iter_custom(|iters| steer_ring(iters, batch))
