@@ -1,0 +1,160 @@
+//! Per-packet classification cost over batches of 64 realistic frames
+//! (mixed IPv4/IPv6, UDP/TCP, some VLAN-tagged, a few fragments and
+//! ICMP), `Throughput::Elements(64)` so criterion reports per-frame rates.
+//!
+//! - `steer/flow/parse`: `flow_key` only.
+//! - `steer/flow/parse_hash/{keyed,keyed_symmetric,toeplitz,toeplitz_symmetric}`:
+//!   `flow_key` then the hasher.
+//! - `steer/flow/parse_hash_lookup/{keyed,toeplitz}`: plus
+//!   `DesiredCpuTable::lookup` of the hash (every flow recorded, 4096 slots),
+//!   the dispatcher's per-packet decision work (goal: under 10 ns/packet).
+//! - `steer/flow/hash/{keyed,toeplitz}`: the hashers alone over pre-parsed
+//!   keys.
+//!
+//! Run: `cargo bench --no-default-features --bench flow`.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use steer::core::cpu::{CpuLayout, CpuSet};
+use steer::core::flow::{flow_key, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher};
+use steer::core::packet::build::FrameBuilder;
+use steer::core::packet::ethernet::ethertype;
+use steer::core::packet::ip_proto;
+use steer::core::table::DesiredCpuTable;
+
+const BATCH: usize = 64;
+
+/// 64 frames of distinct flows: 40% UDP/IPv4, 25% TCP/IPv4, 15% UDP/IPv6,
+/// 10% TCP/IPv6 (half with an extension header), every 8th VLAN-tagged
+/// (one QinQ), plus two fragments and one ICMP.
+fn frames() -> Vec<Vec<u8>> {
+    (0..BATCH)
+        .map(|i| {
+            let n = i as u16;
+            let v4 = |x: u16| -> IpAddr { Ipv4Addr::new(10, 1, (x >> 8) as u8, x as u8).into() };
+            let v6 = |x: u16| -> IpAddr { Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, x).into() };
+            let server4: IpAddr = Ipv4Addr::new(192, 0, 2, 10).into();
+            let server6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 10).into();
+            let payload = [0xabu8; 64];
+            let mut b = match i % 20 {
+                0..=7 => FrameBuilder::udp(v4(n), server4, 30000 + n, 53),
+                8..=12 => FrameBuilder::tcp(v4(n), server4, 40000 + n, 443),
+                13..=15 => FrameBuilder::udp(v6(n), server6, 30000 + n, 4433),
+                16 => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443),
+                17 => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443)
+                    .ipv6_ext(ip_proto::IPV6_DEST_OPTS, 0),
+                18 => FrameBuilder::udp(v4(n), server4, 5000, 5000).fragment(0, true),
+                _ => FrameBuilder::proto(v4(n), server4, ip_proto::ICMP),
+            }
+            .payload(&payload);
+            if i == 44 {
+                b = b.vlan(ethertype::QINQ, 7).vlan(ethertype::VLAN, 8);
+            } else if i % 8 == 3 {
+                b = b.vlan(ethertype::VLAN, 100);
+            }
+            b.build()
+        })
+        .collect()
+}
+
+fn parse_hash<H: FlowHasher>(frames: &[Vec<u8>], h: &H) -> u32 {
+    let mut acc = 0u32;
+    for f in frames {
+        if let Ok(Some(k)) = flow_key(black_box(f)) {
+            acc = acc.wrapping_add(h.hash(&k));
+        }
+    }
+    acc
+}
+
+fn parse_hash_lookup<H: FlowHasher>(frames: &[Vec<u8>], h: &H, t: &DesiredCpuTable) -> usize {
+    let mut acc = 0usize;
+    for f in frames {
+        if let Ok(Some(k)) = flow_key(black_box(f)) {
+            acc = acc.wrapping_add(t.lookup(h.hash(&k)).unwrap_or(usize::MAX));
+        }
+    }
+    acc
+}
+
+fn table_for<H: FlowHasher>(frames: &[Vec<u8>], h: &H) -> DesiredCpuTable {
+    let layout = CpuLayout::uniform(64, 8).unwrap();
+    let all = CpuSet::first(64);
+    let t = DesiredCpuTable::new(4096, 64).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let k = flow_key(f).unwrap().unwrap();
+        t.record(h.hash(&k), i % 64, &all, &layout).unwrap();
+    }
+    t
+}
+
+fn bench(c: &mut Criterion) {
+    let frames = frames();
+    assert!(frames.iter().all(|f| matches!(flow_key(f), Ok(Some(_)))));
+    let keyed = KeyedHasher::random();
+    let keyed_sym = KeyedHasher::random().symmetric(true);
+    let toeplitz = ToeplitzHasher::default();
+    let toeplitz_sym = ToeplitzHasher::default().symmetric(true);
+
+    let mut g = c.benchmark_group("steer/flow/parse");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("flow_key", |b| {
+        b.iter(|| {
+            let mut n = 0usize;
+            for f in &frames {
+                n += usize::from(matches!(flow_key(black_box(f)), Ok(Some(_))));
+            }
+            n
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("steer/flow/parse_hash");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("keyed", |b| b.iter(|| parse_hash(&frames, &keyed)));
+    g.bench_function("keyed_symmetric", |b| {
+        b.iter(|| parse_hash(&frames, &keyed_sym))
+    });
+    g.bench_function("toeplitz", |b| b.iter(|| parse_hash(&frames, &toeplitz)));
+    g.bench_function("toeplitz_symmetric", |b| {
+        b.iter(|| parse_hash(&frames, &toeplitz_sym))
+    });
+    g.finish();
+
+    let tk = table_for(&frames, &keyed);
+    let tt = table_for(&frames, &toeplitz);
+    let mut g = c.benchmark_group("steer/flow/parse_hash_lookup");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("keyed", |b| {
+        b.iter(|| parse_hash_lookup(&frames, &keyed, &tk))
+    });
+    g.bench_function("toeplitz", |b| {
+        b.iter(|| parse_hash_lookup(&frames, &toeplitz, &tt))
+    });
+    g.finish();
+
+    let keys: Vec<FlowKey> = frames
+        .iter()
+        .map(|f| flow_key(f).unwrap().unwrap())
+        .collect();
+    let mut g = c.benchmark_group("steer/flow/hash");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("keyed", |b| {
+        b.iter(|| {
+            keys.iter()
+                .fold(0u32, |a, k| a.wrapping_add(keyed.hash(black_box(k))))
+        })
+    });
+    g.bench_function("toeplitz", |b| {
+        b.iter(|| {
+            keys.iter()
+                .fold(0u32, |a, k| a.wrapping_add(toeplitz.hash(black_box(k))))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
