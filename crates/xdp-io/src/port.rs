@@ -28,7 +28,7 @@ use crate::{
     config::{ActiveModes, BindMode, PortConfig, Proto},
     error::{Result, XdpError},
     program::{ProgramStats, SteerProgram},
-    socket::{FrameMemory, QueueSocket},
+    socket::{QueueSocket, UmemView},
     sys,
 };
 
@@ -116,7 +116,7 @@ impl XdpPort {
             }
             Err(e) => return Err(umem_err(e)),
         };
-        let mem = FrameMemory {
+        let mem = UmemView {
             umem: umem.clone(),
             id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
             frame_size: config.frame_size as usize,

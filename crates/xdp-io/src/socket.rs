@@ -64,13 +64,95 @@ const META_LEN: usize = 8;
 const META_MAGIC: u16 = 0x5300;
 const META_HASH: u16 = 1;
 
-/// The shared UMEM plus the id that ties frames to it.
+/// A handle on a port's UMEM: reads and rewrites the bytes of [`Frame`]s
+/// from any thread (`Clone + Send + Sync`), e.g. the handler a steer ring
+/// delivers frames to. Frames of another port read as empty / `None`.
 #[derive(Debug, Clone)]
-pub(crate) struct FrameMemory {
+pub struct UmemView {
     pub(crate) umem: Umem,
     pub(crate) id: u32,
     /// Frame size in bytes (frames are aligned to it in the UMEM).
     pub(crate) frame_size: usize,
+}
+
+impl UmemView {
+    /// The packet bytes of `frame` (empty for a frame of another port).
+    pub fn data<'a>(&'a self, frame: &'a Frame) -> &'a [u8] {
+        if frame.umem_id != self.id {
+            return &[];
+        }
+        // SAFETY: the frame belongs to this UMEM and, being held as a `Frame`,
+        // is not accessed by the kernel or mutably elsewhere (module invariant).
+        unsafe { self.umem.data(&frame.desc) }.contents()
+    }
+
+    /// Runs `f` on the packet bytes of `frame`, mutably (in-place rewrites).
+    /// Returns `None` for a frame of another port.
+    pub fn with_data_mut<R>(&self, frame: &mut Frame, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        if frame.umem_id != self.id {
+            return None;
+        }
+        // SAFETY: as in `data`, and `&mut Frame` makes this access exclusive.
+        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
+        Some(f(data.contents_mut()))
+    }
+
+    /// Replaces the packet in `frame` with `bytes` (truncated to the frame's room).
+    /// Returns the new length, or `None` for a frame of another port.
+    pub fn write(&self, frame: &mut Frame, bytes: &[u8]) -> Option<usize> {
+        use std::io::Write;
+        if frame.umem_id != self.id {
+            return None;
+        }
+        // SAFETY: as in `with_data_mut`.
+        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
+        let mut cursor = data.cursor();
+        cursor.set_pos(0);
+        let n = cursor.write(bytes).unwrap_or(0);
+        Some(n)
+    }
+
+    /// Sets the packet length of `frame` (capped at the frame's room), keeping
+    /// its bytes: frames back from the completion ring come with length 0.
+    /// Returns the new length, or `None` for a frame of another port.
+    pub fn set_len(&self, frame: &mut Frame, len: usize) -> Option<usize> {
+        if frame.umem_id != self.id {
+            return None;
+        }
+        // SAFETY: as in `with_data_mut`.
+        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
+        let mut cursor = data.cursor();
+        cursor.set_pos(len);
+        Some(cursor.pos())
+    }
+
+    /// The metadata the steer program wrote in front of a received packet, if any.
+    pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
+        let data = self.data(frame);
+        // Only a packet that starts at least META_LEN bytes into its frame
+        // (every rx packet: the kernel leaves XDP_PACKET_HEADROOM) has room
+        // for metadata inside its own frame.
+        let offset_in_frame = frame.desc.addr() % self.frame_size.max(1);
+        if data.is_empty() || offset_in_frame < META_LEN {
+            return None;
+        }
+        // SAFETY: the 8 bytes before the packet lie inside the same frame
+        // (checked above), so inside the one mmap'd UMEM region; the kernel
+        // copied the metadata there before handing the frame over, and the
+        // frame is ours (module invariant). Unaligned read of plain bytes.
+        let raw: [u8; META_LEN] =
+            unsafe { std::ptr::read_unaligned(data.as_ptr().sub(META_LEN).cast()) };
+        let hash = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        let hash_type = u16::from_ne_bytes([raw[4], raw[5]]);
+        let flags = u16::from_ne_bytes([raw[6], raw[7]]);
+        if flags & 0xff00 != META_MAGIC {
+            return None;
+        }
+        Some(RxMeta {
+            rx_hash: (flags & META_HASH != 0).then_some(hash),
+            rx_hash_type: hash_type,
+        })
+    }
 }
 
 /// One AF_XDP socket on one rx queue. `Send`, not `Sync`: one thread drives it.
@@ -95,7 +177,7 @@ pub struct QueueSocket {
     rx: RxQueue,
     fill: FillQueue,
     comp: CompQueue,
-    mem: FrameMemory,
+    mem: UmemView,
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     ring_size: u32,
@@ -120,7 +202,7 @@ impl QueueSocket {
         rx: RxQueue,
         fill: FillQueue,
         comp: CompQueue,
-        mem: FrameMemory,
+        mem: UmemView,
         free: Vec<FrameDesc>,
         ring_size: u32,
     ) -> Self {
@@ -319,80 +401,32 @@ impl QueueSocket {
 
     /// The packet bytes of `frame` (empty for a frame of another port).
     pub fn data<'a>(&'a self, frame: &'a Frame) -> &'a [u8] {
-        if frame.umem_id != self.mem.id {
-            return &[];
-        }
-        // SAFETY: the frame belongs to this UMEM and, being held as a `Frame`,
-        // is not accessed by the kernel or mutably elsewhere (module invariant).
-        unsafe { self.mem.umem.data(&frame.desc) }.contents()
+        self.mem.data(frame)
     }
 
-    /// Runs `f` on the packet bytes of `frame`, mutably (in-place rewrites).
-    /// Returns `None` for a frame of another port.
+    /// See [`UmemView::with_data_mut`].
     pub fn with_data_mut<R>(&self, frame: &mut Frame, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        if frame.umem_id != self.mem.id {
-            return None;
-        }
-        // SAFETY: as in `data`, and `&mut Frame` makes this access exclusive.
-        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
-        Some(f(data.contents_mut()))
+        self.mem.with_data_mut(frame, f)
     }
 
-    /// Replaces the packet in `frame` with `bytes` (truncated to the frame's room).
-    /// Returns the new length, or `None` for a frame of another port.
+    /// See [`UmemView::write`].
     pub fn write(&self, frame: &mut Frame, bytes: &[u8]) -> Option<usize> {
-        use std::io::Write;
-        if frame.umem_id != self.mem.id {
-            return None;
-        }
-        // SAFETY: as in `with_data_mut`.
-        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
-        let mut cursor = data.cursor();
-        cursor.set_pos(0);
-        let n = cursor.write(bytes).unwrap_or(0);
-        Some(n)
+        self.mem.write(frame, bytes)
     }
 
-    /// Sets the packet length of `frame` (capped at the frame's room), keeping
-    /// its bytes: frames back from the completion ring come with length 0.
-    /// Returns the new length, or `None` for a frame of another port.
+    /// See [`UmemView::set_len`].
     pub fn set_len(&self, frame: &mut Frame, len: usize) -> Option<usize> {
-        if frame.umem_id != self.mem.id {
-            return None;
-        }
-        // SAFETY: as in `with_data_mut`.
-        let mut data = unsafe { self.mem.umem.data_mut(&mut frame.desc) };
-        let mut cursor = data.cursor();
-        cursor.set_pos(len);
-        Some(cursor.pos())
+        self.mem.set_len(frame, len)
     }
 
-    /// The metadata the steer program wrote in front of a received packet, if any.
+    /// See [`UmemView::meta`].
     pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
-        let data = self.data(frame);
-        // Only a packet that starts at least META_LEN bytes into its frame
-        // (every rx packet: the kernel leaves XDP_PACKET_HEADROOM) has room
-        // for metadata inside its own frame.
-        let offset_in_frame = frame.desc.addr() % self.mem.frame_size.max(1);
-        if data.is_empty() || offset_in_frame < META_LEN {
-            return None;
-        }
-        // SAFETY: the 8 bytes before the packet lie inside the same frame
-        // (checked above), so inside the one mmap'd UMEM region; the kernel
-        // copied the metadata there before handing the frame over, and the
-        // frame is ours (module invariant). Unaligned read of plain bytes.
-        let raw: [u8; META_LEN] =
-            unsafe { std::ptr::read_unaligned(data.as_ptr().sub(META_LEN).cast()) };
-        let hash = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
-        let hash_type = u16::from_ne_bytes([raw[4], raw[5]]);
-        let flags = u16::from_ne_bytes([raw[6], raw[7]]);
-        if flags & 0xff00 != META_MAGIC {
-            return None;
-        }
-        Some(RxMeta {
-            rx_hash: (flags & META_HASH != 0).then_some(hash),
-            rx_hash_type: hash_type,
-        })
+        self.mem.meta(frame)
+    }
+
+    /// A handle on the UMEM for threads that hold frames but no socket.
+    pub fn umem(&self) -> UmemView {
+        self.mem.clone()
     }
 
     /// A non-blocking `recvfrom` on the socket: with busy-poll socket options
