@@ -37,6 +37,9 @@ static NEXT_UMEM_ID: AtomicU32 = AtomicU32::new(1);
 /// The AF_XDP data path on one interface: the attached steer program, the
 /// shared UMEM and one socket per rx queue.
 ///
+/// Interface names and indices are looked up in the calling thread's network
+/// namespace: open and drop the port on threads in the same namespace.
+///
 /// ```no_run
 /// use xdp_io::{PortConfig, Proto, XdpPort};
 /// # fn main() -> Result<(), xdp_io::XdpError> {

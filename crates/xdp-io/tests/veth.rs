@@ -543,3 +543,67 @@ fn frames_of_another_port_are_handed_back() {
     census.check().unwrap();
     assert_eq!(census.held, 0);
 }
+
+fn parse_mac(s: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    for (d, p) in m.iter_mut().zip(s.split(':')) {
+        *d = u8::from_str_radix(p, 16).unwrap();
+    }
+    m
+}
+
+#[test]
+fn frames_built_from_scratch_reach_the_namespace() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let mut sockets = port.take_sockets();
+    let (host_mac, peer_mac) = net.macs();
+    let listener =
+        net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 7000)).unwrap());
+    listener
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    // Ethernet + IPv4 + UDP with checksum 0 (allowed over IPv4).
+    let mut pkt = vec![0u8; 14 + 20 + 8 + 5];
+    pkt[..6].copy_from_slice(&parse_mac(&peer_mac));
+    pkt[6..12].copy_from_slice(&parse_mac(&host_mac));
+    pkt[12..14].copy_from_slice(&[0x08, 0x00]);
+    pkt[14] = 0x45;
+    pkt[16..18].copy_from_slice(&33u16.to_be_bytes());
+    pkt[22] = 64;
+    pkt[23] = 17;
+    pkt[26..30].copy_from_slice(&net.host_v4.octets());
+    pkt[30..34].copy_from_slice(&net.peer_v4.octets());
+    let mut sum: u32 = pkt[14..34]
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    sum = (sum & 0xffff) + (sum >> 16);
+    pkt[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    pkt[34..36].copy_from_slice(&PORT.to_be_bytes());
+    pkt[36..38].copy_from_slice(&7000u16.to_be_bytes());
+    pkt[38..40].copy_from_slice(&13u16.to_be_bytes());
+    pkt[42..47].copy_from_slice(b"hello");
+    assert!(packet::udp_checksum_ok(&pkt));
+    let mut frames = Vec::new();
+    assert_eq!(sockets[1].alloc(3, &mut frames), 3);
+    for f in frames.iter_mut() {
+        assert_eq!(sockets[1].write(f, &pkt), Some(pkt.len()));
+        assert_eq!(sockets[1].data(f), &pkt[..]);
+    }
+    assert_eq!(sockets[1].send(&mut frames).unwrap(), 3);
+    let mut buf = [0u8; 16];
+    for _ in 0..3 {
+        let (n, from) = listener
+            .recv_from(&mut buf)
+            .expect("frame sent through AF_XDP tx");
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(from, SocketAddr::new(net.host_v4.into(), PORT));
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while port.counters().tx_frames < 3 && Instant::now() < deadline {
+        sockets[1].complete();
+    }
+    assert_eq!(port.counters().tx_frames, 3);
+    port.census(&mut sockets).check().unwrap();
+}

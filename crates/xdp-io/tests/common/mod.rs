@@ -153,7 +153,8 @@ impl TestNet {
         net
     }
 
-    fn macs(&self) -> (String, String) {
+    /// MAC addresses of the host and peer sides, as `aa:bb:..` strings.
+    pub fn macs(&self) -> (String, String) {
         let host =
             std::fs::read_to_string(format!("/sys/class/net/{}/address", self.host)).unwrap();
         let out = self.ns_cmd(&["cat", &format!("/sys/class/net/{}/address", self.peer)]);
