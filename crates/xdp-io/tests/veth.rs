@@ -414,6 +414,34 @@ fn rx_hash_metadata_when_device_bound() {
     // program the kernel's stub answers EOPNOTSUPP and no hash is passed.
     assert_eq!(meta.rx_hash.is_some(), dev_bound, "{meta:?}");
     eprintln!("dev_bound={dev_bound} meta={meta:?}");
+    let (i, f) = got.into_iter().next().unwrap();
+    assert!(sockets[i].recycle([f]).is_empty());
+    drop(sockets);
+    drop(port);
+
+    // Generic mode cannot take a device-bound program: the plain variant is
+    // loaded and the metadata says "no hash".
+    let mut port = XdpPort::open(
+        PortConfig::new(&net.host)
+            .own(Proto::Udp, PORT)
+            .xdp_mode(XdpMode::Generic),
+    )
+    .expect("generic mode");
+    assert!(!port.program().dev_bound());
+    let mut sockets = port.take_sockets();
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        u.send_to(b"no hash", SocketAddr::new(net.host_v4.into(), PORT))
+            .unwrap();
+    });
+    let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
+    assert_eq!(got.len(), 1);
+    let (i, f) = &got[0];
+    let meta = sockets[*i]
+        .meta(f)
+        .expect("metadata written in generic mode too");
+    assert_eq!(meta.rx_hash, None);
+    assert_eq!(port.program_stats().unwrap().hash_ok, 0);
 }
 
 #[test]
