@@ -16,5 +16,7 @@
 pub mod desired;
 pub mod rx;
 
-pub use desired::{DesiredCpuTable, RecordError, RecordStats, SlotCodec, TableError};
-pub use rx::{QueueHeads, RxFlowStats, RxFlowTable, SteerAction, Steered, SweepReport, Tick};
+pub use desired::{DesiredCpuTable, RecordError, RecordStats, SlotCodec, TableError, MAX_ENTRIES};
+pub use rx::{
+    QueueHeads, RxFlowCounters, RxFlowStats, RxFlowTable, SteerAction, Steered, SweepReport, Tick,
+};
