@@ -39,7 +39,18 @@ const DEFAULT_TABLE: usize = 4096;
 /// Replays a flow-consumption trace through the desired-CPU table and prints
 /// the update counts as JSON.
 #[derive(Debug, Parser)]
-#[command(name = "steer-replay", version, about, long_about = None)]
+#[command(
+    name = "steer-replay",
+    version,
+    about = "Replays a flow-consumption trace through the desired-CPU table and \
+             prints the update counts as JSON",
+    after_help = "Trace events, one per line, `#` comments:\n  \
+        topology <hwloc synthetic spec>   first event, e.g. `topology pack:2 l3:16 core:8 pu:1`\n  \
+        table <entries>                   optional, power of two, default 4096, before any `c`\n  \
+        c <flow_hash> <cpu> [allowed=<cpulist>]\n                                    \
+        a thread on <cpu> consumed the flow (hash: u32, decimal or 0x hex)\n  \
+        off <cpu> | on <cpu>              CPU hotplug"
+)]
 struct Args {
     /// The update rule to replay under.
     #[arg(long, value_enum, default_value_t = PolicyArg::Llc)]
