@@ -301,6 +301,17 @@ fn one_thread(c: &mut Criterion) {
             })
         });
 
+        // The worker's draining call: handler per item, one head publish.
+        let (mut tx, mut rx) = steer::core::ring::channel::<Desc>(CAPACITY).expect("capacity");
+        g.bench_function(BenchmarkId::new("steer_consume", batch), |b| {
+            b.iter(|| {
+                assert_eq!(tx.push_batch(black_box(&items)), batch);
+                let mut sum = 0;
+                assert_eq!(rx.consume(batch, |d| sum += d.addr), batch);
+                black_box(sum);
+            })
+        });
+
         let (mut tx, mut rx) = rtrb::RingBuffer::<Desc>::new(CAPACITY);
         g.bench_function(BenchmarkId::new("rtrb", batch), |b| {
             b.iter(|| {

@@ -6,7 +6,7 @@
 //! fill level and the consumer never reads a slot the producer has not
 //! published.
 
-use super::sync::{Arc, Ordering};
+use super::sync::{Arc, AtomicU64, Ordering};
 use super::Shared;
 
 /// The receiving half of a ring (one worker's end of the queue from one
@@ -96,22 +96,29 @@ impl<T> Consumer<T> {
     pub fn consume<F: FnMut(T)>(&mut self, max: usize, mut handle: F) -> usize {
         let avail = self.available(max as u64);
         // `avail <= capacity`, so the min fits a usize.
-        let n = (max as u64).min(avail);
+        let n = (max as u64).min(avail) as usize;
+        if n == 0 {
+            return 0;
+        }
+        let start = self.head;
+        let shared: &Shared<T> = &self.shared;
         let mut guard = Release {
-            consumer: self,
+            head: &mut self.head,
+            published: &shared.head,
             taken: 0,
         };
-        while guard.taken < n {
-            let pos = guard.consumer.head + guard.taken;
-            // SAFETY: `pos < head + avail <= tail` for a tail loaded with
-            // Acquire, so the slot is initialised and ours; `taken` is bumped
-            // before `handle` runs, so even if it panics the guard moves the
-            // head past this (moved-out) item and it is never read again.
-            let item = unsafe { guard.consumer.shared.slots.read(pos) };
-            guard.taken += 1;
-            handle(item);
+        // SAFETY: positions `[start, start + n)` are inside `[head, tail)`
+        // for a tail loaded with Acquire: initialised and ours. `taken` is
+        // bumped before `handle` runs, so if it panics the guard still moves
+        // the head past every item already moved out, and none is read twice;
+        // the items not yet taken stay in the ring.
+        unsafe {
+            shared.slots.read_each(start, n, |item| {
+                guard.taken += 1;
+                handle(item);
+            });
         }
-        n as usize
+        n
     }
 
     /// A fresh (`Acquire`) count of items waiting.
@@ -165,16 +172,21 @@ impl<T: Copy> Consumer<T> {
 }
 
 /// Publishes the head past the items `consume` has taken, also on unwind.
-struct Release<'a, T> {
-    consumer: &'a mut Consumer<T>,
+struct Release<'a> {
+    /// The consumer's own head counter.
+    head: &'a mut u64,
+    /// The shared head the producer reads.
+    published: &'a AtomicU64,
+    /// Items moved out so far.
     taken: u64,
 }
 
-impl<T> Drop for Release<'_, T> {
+impl Drop for Release<'_> {
     fn drop(&mut self) {
-        if self.taken > 0 {
-            self.consumer.release(self.taken);
-        }
+        *self.head += self.taken;
+        // Release: as in `Consumer::release`; here it also orders the
+        // handler's work before the producer sees the new head.
+        self.published.store(*self.head, Ordering::Release);
     }
 }
 
