@@ -149,6 +149,12 @@ impl<T: Copy> Slots<T> {
     #[inline]
     pub(crate) unsafe fn write_slice(&self, pos: u64, src: &[T]) {
         debug_assert!(src.len() <= self.capacity());
+        if let [item] = src {
+            // One item (common for partial batches): skip the memcpy call.
+            // SAFETY: the caller's contract, for this one slot.
+            unsafe { self.write(pos, *item) };
+            return;
+        }
         let (start, first, second) = self.split(pos, src.len());
         // SAFETY: `[start, start + first)` and `[0, second)` are in bounds
         // (`first <= capacity - start`, `second <= start` because
@@ -173,6 +179,11 @@ impl<T: Copy> Slots<T> {
     #[inline]
     pub(crate) unsafe fn read_slice(&self, pos: u64, dst: &mut [T]) {
         debug_assert!(dst.len() <= self.capacity());
+        if let [out] = dst {
+            // SAFETY: the caller's contract, for this one slot.
+            *out = unsafe { self.read(pos) };
+            return;
+        }
         let (start, first, second) = self.split(pos, dst.len());
         // SAFETY: as in `write_slice`, with the roles swapped: the source
         // slots are in bounds, initialised and owned by the caller; `dst` is
