@@ -113,7 +113,10 @@ pub fn channel<T: Send>(capacity: usize) -> Result<(Producer<T>, Consumer<T>), C
     Ok((Producer::new(Arc::clone(&shared)), Consumer::new(shared)))
 }
 
-/// The state both halves share.
+/// The state both halves share. `repr(C)` keeps the declared order: the
+/// consumer's line, the producer's line, then the read-only slot metadata on
+/// a line of its own (`CachePadded` pads the first two to 128 bytes).
+#[repr(C)]
 struct Shared<T> {
     /// Items ever dequeued; stored only by the consumer.
     head: CachePadded<AtomicU64>,
