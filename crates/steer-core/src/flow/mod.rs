@@ -81,16 +81,19 @@ pub struct FlowKey {
 
 impl FlowKey {
     /// Source port (0 when there are none).
+    #[inline]
     pub fn src_port(&self) -> u16 {
         self.ports.map_or(0, |p| p.src)
     }
 
     /// Destination port (0 when there are none).
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         self.ports.map_or(0, |p| p.dst)
     }
 
     /// The key of the other direction (addresses and ports swapped).
+    #[inline]
     pub fn reversed(&self) -> Self {
         Self {
             addrs: match self.addrs {
@@ -157,7 +160,22 @@ pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
     let Some(l) = packet::parse(frame)? else {
         return Ok(None);
     };
-    let ports = l.ports(frame)?.map(|(src, dst)| Ports { src, dst });
+    let ports = if l.fragment.is_none() && packet::ip_proto::has_ports(l.protocol) {
+        // One 32-bit load for both ports (going through `Layers::ports`'
+        // tuple made the compiler split and re-read it: a store-forwarding
+        // stall on the hot path).
+        let w = frame
+            .get(..l.l3_end)
+            .and_then(|ip| ip.get(l.l4_offset..l.l4_offset + 4))
+            .ok_or(ParseError::Truncated(packet::Layer::Ports))?;
+        let w = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+        Some(Ports {
+            src: (w >> 16) as u16,
+            dst: w as u16,
+        })
+    } else {
+        None
+    };
     // In bounds: parse checked the IP header at l3_offset.
     let ip = &frame[l.l3_offset..];
     let addrs = match l.ip {

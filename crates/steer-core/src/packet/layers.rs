@@ -131,6 +131,7 @@ pub fn parse(frame: &[u8]) -> Result<Option<Layers>, ParseError> {
 
 impl Layers {
     /// The upper-layer bytes (`l4_offset..l3_end`) of `frame`.
+    #[inline]
     pub fn l4<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
         frame.get(self.l4_offset..self.l3_end).unwrap_or_default()
     }
