@@ -182,3 +182,34 @@ fn wandering_consumers_llc_saves_intra_llc_updates() {
     assert_eq!(llc["suppressed"], 700);
     assert_eq!(llc["updates"], 200);
 }
+
+/// The trace shown in README.md gives the numbers the README states.
+#[test]
+fn readme_example_trace() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("<<'TRACE'\n")
+        .expect("README has the example trace")
+        + "<<'TRACE'\n".len();
+    let len = readme[start..].find("TRACE\n").unwrap();
+    let trace = &readme[start..start + len];
+    let always = json(&run(&["--policy", "always"], trace));
+    assert_eq!(
+        (always["updates"].as_u64(), always["suppressed"].as_u64()),
+        (Some(6), Some(0))
+    );
+    let llc = json(&run(&["--policy", "llc"], trace));
+    assert_eq!(
+        (llc["updates"].as_u64(), llc["suppressed"].as_u64()),
+        (Some(5), Some(1))
+    );
+    for reason in [
+        "new_or_other_flow",
+        "forced_offline",
+        "forced_affinity",
+        "cross_llc",
+    ] {
+        assert!(llc[reason].as_u64().unwrap() >= 1, "{reason}");
+    }
+}
