@@ -100,15 +100,18 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// # Ok::<(), steer_core::ring::CapacityError>(())
 /// ```
 pub fn channel<T: Send>(capacity: usize) -> Result<(Producer<T>, Consumer<T>), CapacityError> {
+    let error = CapacityError {
+        requested: capacity,
+    };
     if !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
-        return Err(CapacityError {
-            requested: capacity,
-        });
+        return Err(error);
     }
+    // `None`: the buffer's size in bytes overflows (huge `T`).
+    let slots = Slots::new(capacity).ok_or(error)?;
     let shared = Arc::new(Shared {
         head: CachePadded::new(AtomicU64::new(0)),
         tail: CachePadded::new(AtomicU64::new(0)),
-        slots: Slots::new(capacity),
+        slots,
     });
     Ok((Producer::new(Arc::clone(&shared)), Consumer::new(shared)))
 }
@@ -140,7 +143,7 @@ impl<T> Shared<T> {
 // acquire/release handing each slot over, and the values in them move from
 // the producer's thread to the consumer's, which needs `T: Send` (and
 // nothing more, since no `&T` is ever shared between the threads).
-// (`Send` is automatic: the slots are `UnsafeCell<MaybeUninit<T>>`.)
+// (`Send` is automatic: `Slots<T>` is `Send` for `T: Send`.)
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 impl<T> Drop for Shared<T> {

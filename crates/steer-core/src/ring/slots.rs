@@ -9,39 +9,112 @@
 //!
 //! Under `cfg(loom)` every slot is a loom `UnsafeCell` and every access goes
 //! through it one slot at a time, so loom flags any access that is not
-//! ordered by the ring's acquire/release pairs. Without loom, ranges are
-//! copied with `copy_nonoverlapping` (at most two copies per batch).
+//! ordered by the ring's acquire/release pairs. Without loom, the buffer is
+//! one allocation aligned to 128 bytes and ranges are copied with
+//! `copy_nonoverlapping` (at most two copies per batch).
 
 use std::mem::MaybeUninit;
 
-use super::sync::UnsafeCell;
+/// The alignment of the slot buffer: a cache-line pair (as `CachePadded` on
+/// x86_64), so that batches of power-of-two size and item size start and end
+/// on line boundaries and consecutive batches never share a line.
+#[cfg(not(loom))]
+const BUFFER_ALIGN: usize = 128;
 
-/// `capacity` (a power of two) slots of `MaybeUninit<T>`.
+/// `capacity` (a power of two) slots of `MaybeUninit<T>`, in one
+/// allocation aligned to [`BUFFER_ALIGN`].
+///
+/// Invariant: `base` points to an allocation of `layout` (or is dangling
+/// when `layout.size() == 0`), holding `capacity` slots, freed on drop.
+#[cfg(not(loom))]
 pub(crate) struct Slots<T> {
-    cells: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    base: std::ptr::NonNull<MaybeUninit<T>>,
+    capacity: usize,
     mask: u64,
+    layout: std::alloc::Layout,
 }
 
+// SAFETY: `Slots` owns its buffer like a `Box<[MaybeUninit<T>]>` would;
+// sending it sends the `T`s in it, which needs `T: Send`.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Send for Slots<T> {}
+
+#[cfg(not(loom))]
 impl<T> Slots<T> {
-    /// Allocates `capacity` uninitialised slots. `capacity` must be a power
-    /// of two (checked by the caller, [`super::channel`]).
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// Allocates `capacity` uninitialised slots, or `None` if the buffer's
+    /// size overflows. `capacity` must be a power of two (checked by the
+    /// caller, [`super::channel`]).
+    pub(crate) fn new(capacity: usize) -> Option<Self> {
         debug_assert!(capacity.is_power_of_two());
-        let cells = (0..capacity)
-            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-            .collect();
-        Self {
-            cells,
+        let layout = std::alloc::Layout::array::<MaybeUninit<T>>(capacity)
+            .and_then(|layout| layout.align_to(BUFFER_ALIGN))
+            .ok()?;
+        let base = if layout.size() == 0 {
+            // Zero-sized items: no memory is touched.
+            std::ptr::NonNull::dangling()
+        } else {
+            // SAFETY: the layout has a non-zero size.
+            let raw = unsafe { std::alloc::alloc(layout) };
+            match std::ptr::NonNull::new(raw.cast::<MaybeUninit<T>>()) {
+                Some(base) => base,
+                None => std::alloc::handle_alloc_error(layout),
+            }
+        };
+        Some(Self {
+            base,
+            capacity,
             mask: capacity as u64 - 1,
-        }
+            layout,
+        })
     }
 
     /// The number of slots.
     #[inline]
     pub(crate) fn capacity(&self) -> usize {
-        self.cells.len()
+        self.capacity
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        if self.layout.size() != 0 {
+            // SAFETY: `base` came from `alloc` with this very layout (the
+            // struct invariant) and is freed only here. The values in the
+            // slots are not dropped: that is `Shared`'s job, which knows
+            // which slots are initialised.
+            unsafe { std::alloc::dealloc(self.base.as_ptr().cast::<u8>(), self.layout) }
+        }
+    }
+}
+
+/// Loom version: one loom `UnsafeCell` per slot, so loom checks each access.
+#[cfg(loom)]
+pub(crate) struct Slots<T> {
+    cells: Box<[super::sync::UnsafeCell<MaybeUninit<T>>]>,
+    mask: u64,
+}
+
+#[cfg(loom)]
+impl<T> Slots<T> {
+    /// Loom version of the std `new`.
+    pub(crate) fn new(capacity: usize) -> Option<Self> {
+        let cells = (0..capacity)
+            .map(|_| super::sync::UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
+        Some(Self {
+            cells,
+            mask: capacity as u64 - 1,
+        })
     }
 
+    /// The number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.cells.len()
+    }
+}
+
+impl<T> Slots<T> {
     /// The slot index of position `pos`.
     #[inline]
     fn index(&self, pos: u64) -> usize {
@@ -63,15 +136,14 @@ impl<T> Slots<T> {
 impl<T> Slots<T> {
     /// A raw pointer to slot `index`, valid for reads and writes of one `T`.
     ///
-    /// The pointer is derived from the whole boxed slice, so it may be
+    /// The pointer is derived from the base of the allocation, so it may be
     /// offset to reach any later slot of the same buffer.
     #[inline]
     fn ptr(&self, index: usize) -> *mut MaybeUninit<T> {
         debug_assert!(index < self.capacity());
         // SAFETY: `index < capacity` (it comes from `index()`, masked by
-        // `capacity - 1`, or is 0), so the offset stays inside the slice.
-        let cell = unsafe { self.cells.as_ptr().add(index) };
-        UnsafeCell::raw_get(cell)
+        // `capacity - 1`, or is 0), so the offset stays inside the buffer.
+        unsafe { self.base.as_ptr().add(index) }
     }
 
     /// Moves `value` into the slot of position `pos`.
@@ -261,5 +333,30 @@ impl<T: Copy> Slots<T> {
                 unsafe { p.read().assume_init() }
             });
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_is_cache_line_aligned_for_any_item_size() {
+        fn check<T>() {
+            for capacity in [1, 2, 64, 1024] {
+                let slots = Slots::<T>::new(capacity).expect("small layout");
+                assert_eq!(slots.ptr(0) as usize % BUFFER_ALIGN, 0);
+                assert_eq!(slots.capacity(), capacity);
+            }
+        }
+        check::<u8>();
+        check::<u64>();
+        check::<[u64; 2]>();
+        check::<[u8; 24]>();
+    }
+
+    #[test]
+    fn oversized_buffers_are_refused_not_allocated() {
+        assert!(Slots::<[u8; 1 << 40]>::new(1 << 31).is_none());
     }
 }

@@ -196,3 +196,9 @@ fn zero_sized_items_are_counted() {
     assert_eq!(rx.pop_batch(&mut buf), 3);
     assert_eq!(rx.len(), 1);
 }
+
+#[test]
+fn a_buffer_too_large_to_lay_out_is_a_capacity_error() {
+    let err = channel::<[u8; 1 << 40]>(1 << 31).expect_err("2^71 bytes");
+    assert_eq!(err.requested, 1 << 31);
+}
