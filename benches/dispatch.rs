@@ -238,8 +238,22 @@ fn ring_hop(c: &mut Criterion) {
     g.finish();
 }
 
-/// One event = a consumer record from a CPU of the flow's home LLC, then one
-/// packet of that flow.
+/// Event `i`: flow `i % 256`'s consumer, work-stolen tokio-style among the 4
+/// CPUs of the flow's home LLC, records its CPU; then one packet of the flow.
+fn churn_event(r: &mut Rig, all: &CpuSet, i: u32) {
+    let flow = i % 256;
+    let home = (flow as usize % 2) * 4;
+    let cpu = home + (i as usize / 3 + flow as usize) % 4;
+    r.shared
+        .desired
+        .record(hash_of(flow), cpu, all, &r.shared.layout)
+        .unwrap();
+    r.dispatcher
+        .dispatch(&[flow], &mut r.pool, &mut |d: u32, _: &mut Pool| {
+            black_box(d);
+        });
+}
+
 fn churn(c: &mut Criterion) {
     let mut g = c.benchmark_group("steer/dispatch/churn");
     g.throughput(Throughput::Elements(1));
@@ -253,18 +267,7 @@ fn churn(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 i = i.wrapping_add(1);
-                let flow = i % 256;
-                // Tokio-style work stealing inside the flow's LLC.
-                let home = (flow as usize % 2) * 4;
-                let cpu = home + (i as usize / 3 + flow as usize) % 4;
-                r.shared
-                    .desired
-                    .record(hash_of(flow), cpu, &all, &r.shared.layout)
-                    .unwrap();
-                r.dispatcher
-                    .dispatch(&[flow], &mut r.pool, &mut |d: u32, _: &mut Pool| {
-                        black_box(d);
-                    });
+                churn_event(&mut r, &all, i);
                 if i % 64 == 0 {
                     drain(&mut r.consumers);
                 }
@@ -273,15 +276,7 @@ fn churn(c: &mut Criterion) {
         // Counted run of a fixed size, outside the timing.
         let mut r = rig(spec_layout(), policy, 256, 1 << 16);
         for i in 0..100_000u32 {
-            let flow = i % 256;
-            let home = (flow as usize % 2) * 4;
-            let cpu = home + (i as usize / 3 + flow as usize) % 4;
-            r.shared
-                .desired
-                .record(hash_of(flow), cpu, &all, &r.shared.layout)
-                .unwrap();
-            r.dispatcher
-                .dispatch(&[flow], &mut r.pool, &mut |_: u32, _: &mut Pool| {});
+            churn_event(&mut r, &all, i);
             drain(&mut r.consumers);
         }
         counts.push((
