@@ -90,7 +90,7 @@ impl KeyedHasher {
 }
 
 impl FlowHasher for KeyedHasher {
-    #[inline]
+    #[inline(always)]
     fn hash(&self, key: &FlowKey) -> u32 {
         let h = if self.symmetric {
             self.raw(&key.canonical())

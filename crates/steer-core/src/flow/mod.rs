@@ -155,7 +155,7 @@ pub trait FlowHasher {
 /// assert_eq!(k.ports, None);
 /// assert_eq!(flow_key(&later).unwrap(), Some(k));
 /// ```
-#[inline]
+#[inline(always)]
 pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
     let Some(l) = packet::parse(frame)? else {
         return Ok(None);

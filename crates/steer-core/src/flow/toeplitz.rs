@@ -158,7 +158,7 @@ impl ToeplitzHasher {
 
     /// The raw Toeplitz hash of `input` (at most 36 bytes; longer input is
     /// cut). May be 0.
-    #[inline]
+    #[inline(always)]
     pub fn hash_bytes(&self, input: &[u8]) -> u32 {
         let mut h = 0u32;
         for (i, &b) in input.iter().take(MAX_INPUT).enumerate() {
@@ -168,7 +168,7 @@ impl ToeplitzHasher {
         h
     }
 
-    #[inline]
+    #[inline(always)]
     fn raw(&self, k: &FlowKey) -> u32 {
         let mut buf = [0u8; MAX_INPUT];
         let mut n = match k.addrs {
@@ -206,7 +206,7 @@ fn window(key: &[u8], bit: usize) -> u32 {
 }
 
 impl FlowHasher for ToeplitzHasher {
-    #[inline]
+    #[inline(always)]
     fn hash(&self, key: &FlowKey) -> u32 {
         let h = if self.symmetric {
             self.raw(&key.canonical())

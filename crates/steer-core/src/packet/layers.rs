@@ -68,7 +68,7 @@ pub struct Layers {
 /// assert_eq!(parse(&arp), Ok(None));
 /// assert_eq!(parse(&arp[..10]), Err(ParseError::Truncated(Layer::Ethernet)));
 /// ```
-#[inline]
+#[inline(always)]
 pub fn parse(frame: &[u8]) -> Result<Option<Layers>, ParseError> {
     let eth = EthernetFrame::new_checked(frame)?;
     let mut et = eth.ethertype();
