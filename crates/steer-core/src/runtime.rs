@@ -442,7 +442,16 @@ where
         self.shutdown();
         self.worker_states()
     }
+}
 
+impl<D: Send + 'static, St: Setup<D>> Drop for Runtime<D, St> {
+    fn drop(&mut self) {
+        // A no-op after `stop` (no threads left to join).
+        self.shutdown();
+    }
+}
+
+impl<D: Send + 'static, St: Setup<D>> Runtime<D, St> {
     fn shutdown(&mut self) {
         self.common.stop.store(true, Ordering::SeqCst);
         for bell in self.common.bells.iter().flatten() {
@@ -451,7 +460,8 @@ where
         for (_, t) in self.threads.drain(..) {
             let _ = t.join();
         }
-        // Rx queues orphaned by a panicked worker with nobody left to adopt them.
+        // Rx queues orphaned by a panicked worker with nobody left to adopt
+        // them: dropping them drops their sources.
         let orphans = std::mem::take(
             &mut *self
                 .common
@@ -460,18 +470,6 @@ where
                 .unwrap_or_else(PoisonError::into_inner),
         );
         drop(orphans);
-    }
-}
-
-impl<D: Send + 'static, St: Setup<D>> Drop for Runtime<D, St> {
-    fn drop(&mut self) {
-        self.common.stop.store(true, Ordering::SeqCst);
-        for bell in self.common.bells.iter().flatten() {
-            bell.ring();
-        }
-        for (_, t) in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 
