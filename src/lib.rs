@@ -13,6 +13,7 @@ pub use xdp_io as xdp;
 
 pub mod probe;
 pub mod report;
+pub mod sleep;
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(doctest)]
