@@ -2,11 +2,16 @@
 //! (hash-flooding resistance: a sender cannot aim flows at one bucket
 //! without knowing the seed), or a fixed seed for deterministic tests.
 //!
+//! Invariant: every [`KeyedHasher::random`] of one process hashes alike
+//! (the seed is drawn once per process), because dispatchers and the
+//! application threads that record flows must agree on a flow's hash.
+//!
 //! The key is fed as a few 64-bit words (addresses, then protocol, ports and
 //! a family tag), not through `#[derive(Hash)]`, to keep it short. In
 //! symmetric mode the key is put in [`FlowKey::canonical`] form first.
 
 use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
 
 use foldhash::fast::SeedableRandomState;
 use foldhash::SharedSeed;
@@ -14,6 +19,12 @@ use foldhash::SharedSeed;
 use super::{nonzero, FlowAddrs, FlowHasher, FlowKey};
 
 static FIXED_SHARED_SEED: SharedSeed = SharedSeed::from_u64(0x5eed_f10e_4a54_0001);
+
+/// The per-process random per-hasher seed (drawn once).
+fn process_seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| foldhash::fast::RandomState::default().hash_one(0x5eed_u64))
+}
 
 /// foldhash over the flow key.
 ///
@@ -37,17 +48,18 @@ pub struct KeyedHasher {
 }
 
 impl Default for KeyedHasher {
-    /// A random seed (per process and per hasher).
+    /// [`KeyedHasher::random`].
     fn default() -> Self {
         Self::random()
     }
 }
 
 impl KeyedHasher {
-    /// A hasher with a random seed.
+    /// A hasher with the process's random seed (the same for every call in
+    /// this process, different across processes).
     pub fn random() -> Self {
         Self {
-            state: SeedableRandomState::random(),
+            state: SeedableRandomState::with_seed(process_seed(), SharedSeed::global_random()),
             symmetric: false,
         }
     }
@@ -128,10 +140,12 @@ mod tests {
         let a = KeyedHasher::with_seed(1).hash(&k);
         let b = KeyedHasher::with_seed(2).hash(&k);
         assert_ne!(a, b);
-        assert_ne!(
+        // One seed per process: every random hasher agrees.
+        assert_eq!(
             KeyedHasher::random().hash(&k),
             KeyedHasher::random().hash(&k)
         );
+        assert_ne!(KeyedHasher::random().hash(&k), a);
     }
 
     #[test]
