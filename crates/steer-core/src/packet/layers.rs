@@ -154,7 +154,8 @@ impl Layers {
 
     /// The range of `frame` holding the UDP or TCP payload (after checking
     /// the UDP length or TCP data offset). Fails for a non-first fragment
-    /// and for other protocols.
+    /// and for other protocols; a first UDP fragment usually fails too
+    /// (its UDP length covers the whole datagram, not this fragment).
     pub fn payload_range(&self, frame: &[u8]) -> Result<Range<usize>, ParseError> {
         if self.fragment == Some(Fragment::Later) {
             return Err(ParseError::NotFirstFragment);
