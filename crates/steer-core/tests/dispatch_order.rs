@@ -354,3 +354,21 @@ fn llc_rule_ignores_intra_llc_churn_but_follows_a_cross_llc_move_at_once() {
     sim.drain_all();
     assert_eq!(sim.seen[&0], (0..101).collect::<Vec<_>>());
 }
+
+#[test]
+fn packets_a_full_ring_refused_do_not_pin_their_flow() {
+    // Ring capacity 1: of 3 packets staged for CPU 1, 2 are refused.
+    let mut sim = Sim::new(2, &[1]);
+    sim.run(&Step::Migrate { flow: 0, cpu: 1 });
+    sim.run(&Step::Receive { rxq: 0, flows: vec![0; 3] });
+    assert_eq!(sim.shared.stats.snapshot().total.dropped, 2);
+    sim.run(&Step::Drain { cpu: 1, n: 10 });
+    // The consumer moves to CPU 0: the one packet that made it was handled,
+    // so the flow must move now (not wait for positions that never existed).
+    sim.run(&Step::Migrate { flow: 0, cpu: 0 });
+    sim.run(&Step::Receive { rxq: 0, flows: vec![0] });
+    let t = sim.shared.stats.snapshot().total;
+    assert_eq!(t.held_back, 0);
+    assert_eq!(t.fast_path, 1, "moved to CPU 0 and ran inline");
+    assert_eq!(sim.seen[&0], vec![0, 3]);
+}
