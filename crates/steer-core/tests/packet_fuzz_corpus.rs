@@ -3,8 +3,10 @@
 //! must go through the parser and the flow key without panicking and with
 //! the documented invariants. Runs on stable, without cargo-fuzz.
 //!
-//! The seeds are written by `regenerate_seeds` (ignored; run it with
-//! `cargo test -p steer-core --test packet_fuzz_corpus -- --ignored`).
+//! The seeds are built by `FrameBuilder`; `seeds_match_the_builder` checks
+//! the committed files still equal what the builder makes (so a builder or
+//! format change cannot silently leave stale seeds), and rewrites them when
+//! run with `STEER_REGENERATE_SEEDS=1`.
 
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -56,8 +58,7 @@ fn seeds_pass() {
 }
 
 #[test]
-#[ignore = "writes the seed files"]
-fn regenerate_seeds() {
+fn seeds_match_the_builder() {
     let a4: IpAddr = Ipv4Addr::new(10, 0, 0, 1).into();
     let b4: IpAddr = Ipv4Addr::new(10, 0, 0, 2).into();
     let a6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into();
@@ -140,8 +141,18 @@ fn regenerate_seeds() {
         }),
     ];
     let dir = seed_dir();
-    fs::create_dir_all(&dir).unwrap();
-    for (name, bytes) in seeds {
-        fs::write(dir.join(name), bytes).unwrap();
+    if std::env::var_os("STEER_REGENERATE_SEEDS").is_some() {
+        fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in &seeds {
+            fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    for (name, bytes) in &seeds {
+        let committed = fs::read(dir.join(name))
+            .unwrap_or_else(|e| panic!("seed {name}: {e} (STEER_REGENERATE_SEEDS=1 writes it)"));
+        assert_eq!(
+            &committed, bytes,
+            "seed {name} is stale (STEER_REGENERATE_SEEDS=1 rewrites it)"
+        );
     }
 }
