@@ -446,11 +446,20 @@ impl QueueSocket {
 
     /// Ring occupancies read from the rings (exact, not cached).
     pub fn ring_census(&mut self) -> RingCensus {
+        // Downstream first: a frame the kernel moves from the fill ring to the
+        // rx ring (or from tx to completion) between the two reads is then
+        // seen in neither ring and counts as "in the kernel" (true), instead
+        // of in both (a negative kernel place). Struct fields are evaluated
+        // in the order written.
+        let rx_ring = self.rx.nb_avail_exact();
+        let fill_ring = self.ring_size - self.fill.nb_free_exact();
+        let completion = self.comp.nb_avail_exact();
+        let tx_ring = self.ring_size - self.tx.nb_free_exact();
         RingCensus {
-            fill_ring: self.ring_size - self.fill.nb_free_exact(),
-            rx_ring: self.rx.nb_avail_exact(),
-            tx_ring: self.ring_size - self.tx.nb_free_exact(),
-            completion: self.comp.nb_avail_exact(),
+            fill_ring,
+            rx_ring,
+            tx_ring,
+            completion,
         }
     }
 
