@@ -104,6 +104,24 @@ fn rig(layout: CpuLayout, policy: Policy, flows: u32, ring_cap: usize) -> Rig {
     }
 }
 
+/// A 2-CPU rig whose `flows` flows are all desired on `cpu`.
+fn rig_with_flows_on(cpu: usize, flows: u32, ring_cap: usize) -> Rig {
+    let r = rig(
+        CpuLayout::uniform(2, 2).unwrap(),
+        Policy::Always,
+        flows,
+        ring_cap,
+    );
+    let all = CpuSet::first(2);
+    for f in 0..flows {
+        r.shared
+            .desired
+            .record(hash_of(f), cpu, &all, &r.shared.layout)
+            .unwrap();
+    }
+    r
+}
+
 fn drain(consumers: &mut [Consumer<u32>]) {
     for c in consumers {
         c.consume(usize::MAX, |d| {
@@ -115,19 +133,7 @@ fn drain(consumers: &mut [Consumer<u32>]) {
 fn batch_sizes(c: &mut Criterion) {
     let mut g = c.benchmark_group("steer/dispatch/batch");
     for batch in [1usize, 8, 64, 256] {
-        let mut r = rig(
-            CpuLayout::uniform(2, 2).unwrap(),
-            Policy::Always,
-            1024,
-            4096,
-        );
-        let all = CpuSet::first(2);
-        for f in 0..1024 {
-            r.shared
-                .desired
-                .record(hash_of(f), 1, &all, &r.shared.layout)
-                .unwrap();
-        }
+        let mut r = rig_with_flows_on(1, 1024, 4096);
         let descs: Vec<u32> = (0..batch as u32).map(|i| (i * 37) % 1024).collect();
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_with_input(BenchmarkId::from_parameter(batch), &batch, |b, _| {
@@ -148,15 +154,8 @@ fn fast_path(c: &mut Criterion) {
     g.throughput(Throughput::Elements(64));
     let mut enqueues = Vec::new();
     for on in [true, false] {
-        let mut r = rig(CpuLayout::uniform(2, 2).unwrap(), Policy::Always, 256, 4096);
+        let mut r = rig_with_flows_on(0, 256, 4096);
         r.shared.switches.fast_path.store(on, Ordering::Relaxed);
-        let all = CpuSet::first(2);
-        for f in 0..256 {
-            r.shared
-                .desired
-                .record(hash_of(f), 0, &all, &r.shared.layout)
-                .unwrap();
-        }
         let descs: Vec<u32> = (0..64).map(|i| (i * 5) % 256).collect();
         let mut handled = 0u64;
         g.bench_function(if on { "on" } else { "off" }, |b| {
@@ -195,19 +194,7 @@ fn ring_hop(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = std::time::Duration::ZERO;
             for _ in 0..iters {
-                let mut r = rig(
-                    CpuLayout::uniform(2, 2).unwrap(),
-                    Policy::Always,
-                    1024,
-                    1024,
-                );
-                let all = CpuSet::first(2);
-                for f in 0..1024 {
-                    r.shared
-                        .desired
-                        .record(hash_of(f), 1, &all, &r.shared.layout)
-                        .unwrap();
-                }
+                let mut r = rig_with_flows_on(1, 1024, 1024);
                 let mut consumer = r.consumers.pop().unwrap();
                 let start = std::time::Instant::now();
                 let worker = std::thread::spawn(move || {
