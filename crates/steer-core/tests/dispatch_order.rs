@@ -10,9 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
+use common::{flow_hash, ByFlowId};
 use proptest::prelude::*;
 use steer_core::cpu::{CpuLayout, CpuSet};
-use steer_core::dispatch::{Classifier, Dispatcher, FlowInfo, FramePool, Malformed, Pins, Shared};
+use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared};
 use steer_core::policy::Policy;
 use steer_core::ring::{self, Consumer};
 use steer_core::stats::Stats;
@@ -30,26 +33,6 @@ impl FramePool<usize> for Pool {
     }
     fn release(&mut self, _d: usize) {
         self.released += 1;
-    }
-}
-
-fn flow_hash(flow: u32) -> u32 {
-    flow.wrapping_mul(0x9E37_79B9) | 1
-}
-
-struct ByFlowId;
-impl Classifier for ByFlowId {
-    fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
-        let id = u32::from_le_bytes(
-            f.get(..4)
-                .ok_or(Malformed)?
-                .try_into()
-                .map_err(|_| Malformed)?,
-        );
-        Ok(Some(FlowInfo {
-            hash: flow_hash(id),
-            dst_port: 0,
-        }))
     }
 }
 
@@ -142,9 +125,7 @@ impl Sim {
                         continue;
                     }
                     let seq = self.next_seq.entry(f).or_insert(0);
-                    let mut bytes = [0u8; 8];
-                    bytes[..4].copy_from_slice(&f.to_le_bytes());
-                    bytes[4..].copy_from_slice(&seq.to_le_bytes());
+                    let bytes = common::frame(f, *seq);
                     *seq += 1;
                     self.pool.frames.push(bytes);
                     batch.push(self.pool.frames.len() - 1);
@@ -152,11 +133,8 @@ impl Sim {
                 self.sent += batch.len();
                 let seen = &mut self.seen;
                 let mut handler = |d: usize, pool: &mut Pool| {
-                    let f = &pool.frames[d];
-                    let flow = u32::from_le_bytes(f[..4].try_into().unwrap());
-                    seen.entry(flow)
-                        .or_default()
-                        .push(u32::from_le_bytes(f[4..].try_into().unwrap()));
+                    let (flow, seq) = common::read(&pool.frames[d]);
+                    seen.entry(flow).or_default().push(seq);
                     pool.release(d);
                 };
                 self.dispatchers[*rxq].dispatch(&batch, &mut self.pool, &mut handler);
@@ -167,11 +145,8 @@ impl Sim {
                     let pool = &mut self.pool;
                     let seen = &mut self.seen;
                     left -= c.consume(left, |d| {
-                        let f = &pool.frames[d];
-                        let flow = u32::from_le_bytes(f[..4].try_into().unwrap());
-                        seen.entry(flow)
-                            .or_default()
-                            .push(u32::from_le_bytes(f[4..].try_into().unwrap()));
+                        let (flow, seq) = common::read(&pool.frames[d]);
+                        seen.entry(flow).or_default().push(seq);
                         pool.released += 1;
                     });
                 }
@@ -360,13 +335,19 @@ fn packets_a_full_ring_refused_do_not_pin_their_flow() {
     // Ring capacity 1: of 3 packets staged for CPU 1, 2 are refused.
     let mut sim = Sim::new(2, &[1]);
     sim.run(&Step::Migrate { flow: 0, cpu: 1 });
-    sim.run(&Step::Receive { rxq: 0, flows: vec![0; 3] });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![0; 3],
+    });
     assert_eq!(sim.shared.stats.snapshot().total.dropped, 2);
     sim.run(&Step::Drain { cpu: 1, n: 10 });
     // The consumer moves to CPU 0: the one packet that made it was handled,
     // so the flow must move now (not wait for positions that never existed).
     sim.run(&Step::Migrate { flow: 0, cpu: 0 });
-    sim.run(&Step::Receive { rxq: 0, flows: vec![0] });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![0],
+    });
     let t = sim.shared.stats.snapshot().total;
     assert_eq!(t.held_back, 0);
     assert_eq!(t.fast_path, 1, "moved to CPU 0 and ran inline");

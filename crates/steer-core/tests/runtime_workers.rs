@@ -7,8 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
-use steer_core::dispatch::{Classifier, FlowInfo, FramePool, Malformed};
+use steer_core::dispatch::FramePool;
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{Runtime, RuntimeConfig, RxSource, Setup, WorkerState};
@@ -54,26 +57,6 @@ impl FramePool<usize> for PoolHandle {
     }
 }
 
-fn flow_hash(flow: u32) -> u32 {
-    flow.wrapping_mul(0x9E37_79B9) | 1
-}
-
-struct ByFlow;
-impl Classifier for ByFlow {
-    fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
-        let id = u32::from_le_bytes(
-            f.get(..4)
-                .ok_or(Malformed)?
-                .try_into()
-                .map_err(|_| Malformed)?,
-        );
-        Ok(Some(FlowInfo {
-            hash: flow_hash(id),
-            dst_port: 0,
-        }))
-    }
-}
-
 /// An rx queue fed by the test.
 #[derive(Clone, Default)]
 struct Feed(Arc<Mutex<VecDeque<usize>>>);
@@ -109,12 +92,12 @@ struct App {
 }
 
 impl Setup<usize> for App {
-    type Classifier = ByFlow;
+    type Classifier = ByFlowId;
     type Hook = NoopHook;
     type Pool = PoolHandle;
     type Handler = Box<dyn FnMut(usize, &mut PoolHandle)>;
-    fn classifier(&self, _: u32) -> ByFlow {
-        ByFlow
+    fn classifier(&self, _: u32) -> ByFlowId {
+        ByFlowId
     }
     fn hook(&self, _: u32) -> NoopHook {
         NoopHook
@@ -133,8 +116,7 @@ impl Setup<usize> for App {
         let poison = self.poison;
         Box::new(move |d, pool: &mut PoolHandle| {
             let f = pool.0.bytes[d];
-            let flow = u32::from_le_bytes(f[..4].try_into().unwrap());
-            let seq = u32::from_le_bytes(f[4..].try_into().unwrap());
+            let (flow, seq) = common::read(&f);
             if poison == Some((flow, cpu)) {
                 panic!("poisoned packet on CPU {cpu}");
             }
@@ -151,9 +133,7 @@ fn frames(flows: u32, packets: usize) -> (Arc<Frames>, [Vec<usize>; 2]) {
     let mut seq = vec![0u32; flows as usize];
     for i in 0..packets {
         let flow = (i as u32 * 7919) % flows;
-        let mut b = [0u8; 8];
-        b[..4].copy_from_slice(&flow.to_le_bytes());
-        b[4..].copy_from_slice(&seq[flow as usize].to_le_bytes());
+        let b = common::frame(flow, seq[flow as usize]);
         seq[flow as usize] += 1;
         bytes.push(b);
         queues[(flow % 2) as usize].push(i);

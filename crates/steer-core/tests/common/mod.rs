@@ -1,0 +1,44 @@
+//! Test frames shared by the dispatcher and runtime tests: 8 bytes holding a
+//! flow id and a sequence number (both u32 LE), and a classifier that hashes
+//! the flow id, so tests check per-flow order without building real packets.
+
+use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
+
+/// The (non-zero) hash of test flow `flow`.
+pub fn flow_hash(flow: u32) -> u32 {
+    flow.wrapping_mul(0x9E37_79B9) | 1
+}
+
+/// The frame of packet `seq` of flow `flow`.
+pub fn frame(flow: u32, seq: u32) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&flow.to_le_bytes());
+    b[4..].copy_from_slice(&seq.to_le_bytes());
+    b
+}
+
+/// `(flow, seq)` of a test frame.
+pub fn read(f: &[u8; 8]) -> (u32, u32) {
+    let [a, b, c, d, e, g, h, i] = *f;
+    (
+        u32::from_le_bytes([a, b, c, d]),
+        u32::from_le_bytes([e, g, h, i]),
+    )
+}
+
+/// Classifies test frames by flow id.
+pub struct ByFlowId;
+
+impl Classifier for ByFlowId {
+    fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
+        let id: [u8; 4] = f
+            .get(..4)
+            .ok_or(Malformed)?
+            .try_into()
+            .map_err(|_| Malformed)?;
+        Ok(Some(FlowInfo {
+            hash: flow_hash(u32::from_le_bytes(id)),
+            dst_port: 0,
+        }))
+    }
+}
