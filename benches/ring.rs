@@ -85,60 +85,74 @@ fn fill(batch: &mut [Desc], next: u64) -> &[Desc] {
     batch
 }
 
+/// The producer side every queue shares: descriptors `0..n` in batches of
+/// `batch`, each offered to `try_send` (which takes a prefix of the slice
+/// and says how many; 0 = full) until all are taken, backing off when full.
+fn send_all(n: u64, batch: usize, mut try_send: impl FnMut(&[Desc]) -> usize) {
+    let mut buf = vec![Desc::default(); batch];
+    let backoff = Backoff::new();
+    let mut next = 0;
+    while next < n {
+        let len = batch.min((n - next) as usize);
+        let items = fill(&mut buf[..len], next);
+        let mut sent = 0;
+        while sent < len {
+            let k = try_send(&items[sent..]);
+            sent += k;
+            if k == 0 {
+                backoff.snooze();
+            } else {
+                backoff.reset();
+            }
+        }
+        next += len as u64;
+    }
+}
+
+/// The consumer side every queue shares: `try_recv` moves up to `buf.len()`
+/// descriptors to the front of `buf` and says how many (0 = empty); returns
+/// the sum of the `n` addresses received.
+fn recv_all(n: u64, batch: usize, mut try_recv: impl FnMut(&mut [Desc]) -> usize) -> u64 {
+    let mut buf = vec![Desc::default(); batch];
+    let backoff = Backoff::new();
+    let (mut got, mut sum) = (0, 0u64);
+    while got < n {
+        let k = try_recv(&mut buf);
+        sum += buf[..k].iter().map(|d| black_box(d).addr).sum::<u64>();
+        got += k as u64;
+        if k == 0 {
+            backoff.snooze();
+        } else {
+            backoff.reset();
+        }
+    }
+    sum
+}
+
 fn steer_ring(iters: u64, batch: usize) -> Duration {
     let (mut tx, mut rx) = steer::core::ring::channel::<Desc>(CAPACITY).expect("capacity");
     timed(
         iters,
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let mut next = 0;
-            while next < n {
-                let len = batch.min((n - next) as usize);
-                let items = fill(&mut buf[..len], next);
-                let mut sent = 0;
-                while sent < len {
-                    let k = if len == 1 {
-                        usize::from(tx.push(items[0]).is_ok())
-                    } else {
-                        tx.push_batch(&items[sent..])
-                    };
-                    sent += k;
-                    if k == 0 {
-                        backoff.snooze();
-                    } else {
-                        backoff.reset();
-                    }
+            send_all(n, batch, |items| {
+                if items.len() == 1 {
+                    usize::from(tx.push(items[0]).is_ok())
+                } else {
+                    tx.push_batch(items)
                 }
-                next += len as u64;
-            }
+            })
         },
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let (mut got, mut sum) = (0, 0u64);
-            while got < n {
-                let k = if batch == 1 {
-                    match rx.pop() {
-                        Some(d) => {
-                            sum += black_box(d).addr;
-                            1
-                        }
-                        None => 0,
-                    }
+            recv_all(n, batch, |buf| {
+                if buf.len() == 1 {
+                    rx.pop().map_or(0, |d| {
+                        buf[0] = d;
+                        1
+                    })
                 } else {
-                    let k = rx.pop_batch(&mut buf);
-                    sum += buf[..k].iter().map(|d| black_box(d).addr).sum::<u64>();
-                    k
-                };
-                got += k as u64;
-                if k == 0 {
-                    backoff.snooze();
-                } else {
-                    backoff.reset();
+                    rx.pop_batch(buf)
                 }
-            }
-            sum
+            })
         },
     )
 }
@@ -148,79 +162,47 @@ fn rtrb_ring(iters: u64, batch: usize) -> Duration {
     timed(
         iters,
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let mut next = 0;
-            while next < n {
-                let len = batch.min((n - next) as usize);
-                let items = fill(&mut buf[..len], next);
-                let mut sent = 0;
-                while sent < len {
-                    let k = if len == 1 {
-                        usize::from(tx.push(items[0]).is_ok())
-                    } else {
-                        // Cached count first, fresh only if short (as rtrb's
-                        // own `push_partial_slice` does).
-                        let want = len - sent;
-                        let k = if tx.cached_slots() < want {
-                            want.min(tx.slots())
-                        } else {
-                            want
-                        };
-                        if k > 0 {
-                            let chunk = tx.write_chunk_uninit(k).expect("slots checked");
-                            chunk.fill_from_iter(items[sent..sent + k].iter().copied())
-                        } else {
-                            0
-                        }
-                    };
-                    sent += k;
-                    if k == 0 {
-                        backoff.snooze();
-                    } else {
-                        backoff.reset();
-                    }
+            send_all(n, batch, |items| {
+                if items.len() == 1 {
+                    return usize::from(tx.push(items[0]).is_ok());
                 }
-                next += len as u64;
-            }
+                // Cached count first, fresh only if short (as rtrb's own
+                // `push_partial_slice` does).
+                let want = items.len();
+                let k = if tx.cached_slots() < want {
+                    want.min(tx.slots())
+                } else {
+                    want
+                };
+                if k == 0 {
+                    return 0;
+                }
+                let chunk = tx.write_chunk_uninit(k).expect("slots checked");
+                chunk.fill_from_iter(items[..k].iter().copied())
+            })
         },
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let (mut got, mut sum) = (0, 0u64);
-            while got < n {
-                let k = if batch == 1 {
-                    match rx.pop() {
-                        Ok(d) => {
-                            sum += black_box(d).addr;
-                            1
-                        }
-                        Err(_) => 0,
-                    }
-                } else {
-                    let k = if rx.cached_slots() < batch {
-                        batch.min(rx.slots())
-                    } else {
-                        batch
-                    };
-                    if k > 0 {
-                        let chunk = rx.read_chunk(k).expect("slots checked");
-                        let (a, b) = chunk.as_slices();
-                        buf[..a.len()].copy_from_slice(a);
-                        buf[a.len()..k].copy_from_slice(b);
-                        chunk.commit_all();
-                        sum += buf[..k].iter().map(|d| black_box(d).addr).sum::<u64>();
-                    }
-                    k
-                };
-                got += k as u64;
-                if k == 0 {
-                    backoff.snooze();
-                } else {
-                    backoff.reset();
+            recv_all(n, batch, |buf| {
+                if buf.len() == 1 {
+                    return rx.pop().map_or(0, |d| {
+                        buf[0] = d;
+                        1
+                    });
                 }
-            }
-            sum
+                let k = if rx.cached_slots() < buf.len() {
+                    buf.len().min(rx.slots())
+                } else {
+                    buf.len()
+                };
+                if k > 0 {
+                    let chunk = rx.read_chunk(k).expect("slots checked");
+                    let (a, b) = chunk.as_slices();
+                    buf[..a.len()].copy_from_slice(a);
+                    buf[a.len()..k].copy_from_slice(b);
+                    chunk.commit_all();
+                }
+                k
+            })
         },
     )
 }
@@ -231,29 +213,15 @@ fn array_queue(iters: u64, batch: usize) -> Duration {
     timed(
         iters,
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let mut next = 0;
-            while next < n {
-                let len = batch.min((n - next) as usize);
-                for &d in fill(&mut buf[..len], next).iter() {
-                    let mut d = d;
-                    while let Err(back) = q.push(d) {
-                        d = back;
-                        backoff.snooze();
-                    }
-                    backoff.reset();
-                }
-                next += len as u64;
-            }
+            // One CAS per item: take items until the queue is full.
+            send_all(n, batch, |items| {
+                items.iter().take_while(|&&d| q.push(d).is_ok()).count()
+            })
         },
         move |n| {
-            let mut buf = vec![Desc::default(); batch];
-            let backoff = Backoff::new();
-            let (mut got, mut sum) = (0, 0u64);
-            while got < n {
+            recv_all(n, batch, |buf| {
                 let mut k = 0;
-                while k < batch {
+                while k < buf.len() {
                     match rq.pop() {
                         Some(d) => {
                             buf[k] = d;
@@ -262,15 +230,8 @@ fn array_queue(iters: u64, batch: usize) -> Duration {
                         None => break,
                     }
                 }
-                sum += buf[..k].iter().map(|d| black_box(d).addr).sum::<u64>();
-                got += k as u64;
-                if k == 0 {
-                    backoff.snooze();
-                } else {
-                    backoff.reset();
-                }
-            }
-            sum
+                k
+            })
         },
     )
 }
