@@ -38,8 +38,21 @@ use crate::cpu::{CpuId, CpuLayout, CpuSet};
 use crate::hook::{NoopHook, SteerHook};
 use crate::ring::{Producer, PushError};
 use crate::stats::{LocalStats, Stats};
-use crate::table::{DesiredCpuTable, RxFlowTable, SteerAction, Tick};
+use crate::table::{DesiredCpuTable, QueueHeads, RxFlowTable, SteerAction, Tick};
 use crate::wake::Doorbell;
+
+/// Each CPU's queue head as the rx-queue table sees it: the consumer's
+/// dequeue count of this dispatcher's ring to that CPU, `None` when there is
+/// no ring or its worker is gone.
+struct RingHeads<'a, D>(&'a [Option<Producer<D>>]);
+
+impl<D> QueueHeads for RingHeads<'_, D> {
+    #[inline]
+    fn dequeued(&self, cpu: CpuId) -> Option<u64> {
+        let p = self.0.get(cpu)?.as_ref()?;
+        (!p.is_abandoned()).then(|| p.dequeued())
+    }
+}
 
 /// A frame's flow, as the dispatcher needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,11 +337,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             .or_else(|| self.shared.desired.lookup(info.hash))
             .filter(|&c| self.is_usable(c))
             .or_else(|| self.rps_cpu(info.hash));
-        let producers = &self.producers;
-        let heads = |cpu: CpuId| -> Option<u64> {
-            let p = producers.get(cpu)?.as_ref()?;
-            (!p.is_abandoned()).then(|| p.dequeued())
-        };
+        let heads = RingHeads(&self.producers);
         let steered =
             self.rx_table
                 .steer(info.hash, desired, &self.shared.layout, &heads, self.now);
@@ -427,11 +436,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     /// Background step (idle time, never per packet): expires up to `budget`
     /// idle flow entries (`rps_may_expire_flow`), removing their hook state.
     pub fn sweep(&mut self, idle_timeout: Tick, budget: usize) -> usize {
-        let producers = &self.producers;
-        let heads = |cpu: CpuId| -> Option<u64> {
-            let p = producers.get(cpu)?.as_ref()?;
-            (!p.is_abandoned()).then(|| p.dequeued())
-        };
+        let heads = RingHeads(&self.producers);
         self.rx_table
             .sweep(&self.shared.layout, &heads, self.now, idle_timeout, budget)
             .expired
