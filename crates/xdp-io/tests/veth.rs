@@ -177,12 +177,7 @@ fn ping_arp_and_other_ports_keep_working() {
         .unwrap();
     let owned_sock = UdpSocket::bind(SocketAddr::new(net.host_v4.into(), PORT)).unwrap();
     owned_sock.set_nonblocking(true).unwrap();
-    let to = |p: u16| SocketAddr::new(net.host_v4.into(), p);
-    net.in_ns(|| {
-        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
-        u.send_to(b"kernel", to(PORT + 1)).unwrap();
-        u.send_to(b"steer", to(PORT)).unwrap();
-    });
+    net.send_udp_v4(&[(b"kernel", PORT + 1), (b"steer", PORT)]);
     let mut buf = [0u8; 32];
     let (n, _) = kernel
         .recv_from(&mut buf)
@@ -200,10 +195,7 @@ fn ping_arp_and_other_ports_keep_working() {
 
     // Ownership changes at run time.
     port.set_owned(Proto::Udp, PORT + 1, true).unwrap();
-    net.in_ns(|| {
-        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
-        u.send_to(b"now steer", to(PORT + 1)).unwrap();
-    });
+    net.send_udp_v4(&[(b"now steer", PORT + 1)]);
     let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
     assert_eq!(got.len(), 1, "newly owned port redirected");
     let stats = port.program_stats().unwrap();
@@ -401,11 +393,7 @@ fn rx_hash_metadata_when_device_bound() {
     let mut port = open(&net);
     let dev_bound = port.program().dev_bound();
     let mut sockets = port.take_sockets();
-    net.in_ns(|| {
-        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
-        u.send_to(b"hash me", SocketAddr::new(net.host_v4.into(), PORT))
-            .unwrap();
-    });
+    net.send_udp_v4(&[(b"hash me", PORT)]);
     let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
     assert_eq!(got.len(), 1);
     let (i, f) = &got[0];
@@ -431,11 +419,7 @@ fn rx_hash_metadata_when_device_bound() {
     .expect("generic mode");
     assert!(!port.program().dev_bound());
     let mut sockets = port.take_sockets();
-    net.in_ns(|| {
-        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
-        u.send_to(b"no hash", SocketAddr::new(net.host_v4.into(), PORT))
-            .unwrap();
-    });
+    net.send_udp_v4(&[(b"no hash", PORT)]);
     let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
     assert_eq!(got.len(), 1);
     let (i, f) = &got[0];

@@ -7,7 +7,7 @@
 
 use std::{
     fs::File,
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket},
     os::fd::AsRawFd,
     process::{Command, Output},
     sync::atomic::{AtomicU32, Ordering},
@@ -216,6 +216,18 @@ impl TestNet {
             .join()
             .unwrap_or_else(|e| std::panic::resume_unwind(e))
         })
+    }
+
+    /// Sends each `(payload, port)` datagram, in order, from one UDP socket
+    /// of the peer (inside the namespace) to the host's IPv4 address.
+    pub fn send_udp_v4(&self, datagrams: &[(&[u8], u16)]) {
+        self.in_ns(|| {
+            let u = UdpSocket::bind(SocketAddr::new(self.peer_v4.into(), 0)).unwrap();
+            for &(payload, port) in datagrams {
+                u.send_to(payload, SocketAddr::new(self.host_v4.into(), port))
+                    .unwrap();
+            }
+        });
     }
 
     /// Runs a command inside the namespace.
