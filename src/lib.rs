@@ -11,6 +11,9 @@ pub use topology;
 #[cfg(feature = "xdp")]
 pub use xdp_io as xdp;
 
+pub mod echo;
+#[cfg(feature = "xdp")]
+pub mod engine;
 pub mod probe;
 pub mod report;
 pub mod sleep;

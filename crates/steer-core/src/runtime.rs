@@ -183,6 +183,8 @@ struct Common<D, St: Setup<D>> {
     shared: Shared,
     cfg: RuntimeConfig,
     stop: AtomicBool,
+    /// Workers that stopped polling their rx queues (see `Worker::finish`).
+    quiesced: AtomicUsize,
     states: Mutex<Vec<(CpuId, WorkerState)>>,
     orphans: Mutex<Vec<Part<D, St>>>,
     orphan_count: AtomicUsize,
@@ -402,6 +404,7 @@ where
             states: Mutex::new(cpus.iter().map(|&c| (c, WorkerState::Running)).collect()),
             cfg,
             stop: AtomicBool::new(false),
+            quiesced: AtomicUsize::new(0),
             orphans: Mutex::new(Vec::new()),
             orphan_count: AtomicUsize::new(0),
             bells,
@@ -477,6 +480,9 @@ fn unreachable_table() -> ! {
     // The size was validated in `Runtime::start`.
     panic!("rx table size validated at start")
 }
+
+/// How long a stopping worker waits for the others to stop polling.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct BoxedSleeper(Box<dyn Sleeper>);
 
@@ -574,6 +580,9 @@ where
                 self.adopt();
             }
             let work = self.poll_sources() + self.drain_rings();
+            if work > 0 {
+                self.handler.flush(&mut self.pool);
+            }
             if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
                 block.flush(&mut self.local);
             }
@@ -667,9 +676,30 @@ where
         self.common.orphan_count.store(0, Ordering::Relaxed);
     }
 
-    /// Stop requested: handle what is queued, give back what was polled.
+    /// Stop requested: handle what is queued. Two phases, so no frame is
+    /// left in a ring: this worker has stopped polling its rx queues; it keeps
+    /// draining until every running worker has stopped polling too (nothing
+    /// new can enter a ring after that), then drains once more and flushes.
     fn finish(&mut self) {
+        self.common.quiesced.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + QUIESCE_TIMEOUT;
+        loop {
+            self.drain_rings();
+            let running = self
+                .common
+                .states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(_, s)| *s == WorkerState::Running)
+                .count();
+            if self.common.quiesced.load(Ordering::SeqCst) >= running || Instant::now() > deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
         while self.drain_rings() > 0 {}
+        self.handler.flush(&mut self.pool);
         if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
             block.flush(&mut self.local);
         }
@@ -686,6 +716,9 @@ where
             let from = part.dispatcher.taken_in_batch().min(self.polled);
             part.source.give_back(&self.buf[from..self.polled]);
         }
+        // What the handler staged before it panicked still goes out, if the
+        // handler can still do that much.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
         // Frames still queued to this worker are dropped, not leaked.
         for inbound in &mut self.inbound {
             while let Some(d) = inbound.consumer.pop() {

@@ -56,6 +56,8 @@ macro_rules! counters {
 }
 
 counters! {
+    /// Frames this CPU's dispatcher took off its rx queues.
+    rx,
     /// Packets handed to the user's handler (inline or from a ring).
     processed,
     /// Packets dropped because the target ring was full (frame returned to its pool).

@@ -35,5 +35,5 @@ pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
 pub use program::{attached_programs, FlowKey, OwnedAction, ProgramStats, SteerProgram};
-pub use socket::{Frame, QueueSocket, RxMeta, SocketStats, UmemView};
+pub use socket::{Frame, QueueSocket, RawFrame, RxMeta, SocketStats, UmemView};
 pub use sys::{check_privileges, ifindex, rx_queue_count};

@@ -50,6 +50,69 @@ impl Frame {
     }
 }
 
+impl Frame {
+    /// Turns the token into a plain descriptor that can travel through
+    /// `Copy`-only queues (steer's rings and dispatchers). The frame stays
+    /// owned by whoever holds the [`RawFrame`]; turn it back with
+    /// [`Frame::from_raw`] exactly once to send or recycle it.
+    ///
+    /// ```no_run
+    /// # fn demo(s: &mut xdp_io::QueueSocket, f: xdp_io::Frame) {
+    /// let raw = f.into_raw();
+    /// // ... pass `raw` through a ring to another thread ...
+    /// // SAFETY: `raw` came from `into_raw` and is turned back once.
+    /// let f = unsafe { xdp_io::Frame::from_raw(raw) };
+    /// s.recycle([f]);
+    /// # }
+    /// ```
+    pub fn into_raw(self) -> RawFrame {
+        RawFrame {
+            desc: self.desc,
+            umem_id: self.umem_id,
+        }
+    }
+
+    /// Takes ownership of a frame back from its descriptor.
+    ///
+    /// # Safety
+    /// `raw` must come from [`Frame::into_raw`], and it (or any copy of it)
+    /// must not be turned back again while the returned `Frame` or its
+    /// successors exist: two `Frame`s for one UMEM frame would alias its
+    /// memory and hand it to the kernel twice.
+    pub unsafe fn from_raw(raw: RawFrame) -> Frame {
+        Frame {
+            desc: raw.desc,
+            umem_id: raw.umem_id,
+        }
+    }
+}
+
+/// A [`Frame`] in transit: a `Copy` descriptor without ownership semantics,
+/// for queues that move descriptors by value. Made by [`Frame::into_raw`].
+/// The default value refers to no frame of any port.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawFrame {
+    desc: FrameDesc,
+    umem_id: u32,
+}
+
+impl RawFrame {
+    /// Offset of the packet data in the UMEM.
+    pub fn addr(&self) -> usize {
+        self.desc.addr()
+    }
+
+    /// Packet length in bytes.
+    pub fn len(&self) -> usize {
+        self.desc.lengths().data()
+    }
+
+    /// Whether the packet is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The metadata the steer program writes in front of a redirected packet
 /// (mirrors `struct steer_meta` in bpf/steer_xdp.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,13 +189,44 @@ impl UmemView {
         Some(cursor.pos())
     }
 
+    /// The packet bytes of a frame in transit (empty for a frame of another
+    /// port, or the default descriptor).
+    ///
+    /// # Safety
+    /// The caller must own the frame `raw` describes (it holds the only live
+    /// copy of a descriptor made by [`Frame::into_raw`]) for as long as the
+    /// returned slice lives, so nobody writes the frame meanwhile.
+    pub unsafe fn data_raw(&self, raw: &RawFrame) -> &[u8] {
+        if raw.umem_id != self.id {
+            return &[];
+        }
+        // SAFETY: the descriptor came from this UMEM (same id) and the
+        // caller owns the frame, so nobody writes it meanwhile.
+        unsafe { self.umem.data(&raw.desc) }.contents()
+    }
+
+    /// The metadata in front of a frame in transit, as [`Self::meta`].
+    ///
+    /// # Safety
+    /// As [`Self::data_raw`].
+    pub unsafe fn meta_raw(&self, raw: &RawFrame) -> Option<RxMeta> {
+        // SAFETY: forwarded from the caller.
+        let data = unsafe { self.data_raw(raw) };
+        self.meta_before(data, raw.desc.addr())
+    }
+
     /// The metadata the steer program wrote in front of a received packet, if any.
     pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
-        let data = self.data(frame);
+        self.meta_before(self.data(frame), frame.desc.addr())
+    }
+
+    /// Reads the metadata in front of `data`, the packet bytes of an owned
+    /// frame of this UMEM whose packet starts at UMEM offset `addr`.
+    fn meta_before(&self, data: &[u8], addr: usize) -> Option<RxMeta> {
         // Only a packet that starts at least META_LEN bytes into its frame
         // (every rx packet: the kernel leaves XDP_PACKET_HEADROOM) has room
         // for metadata inside its own frame.
-        let offset_in_frame = frame.desc.addr() % self.frame_size.max(1);
+        let offset_in_frame = addr % self.frame_size.max(1);
         if data.is_empty() || offset_in_frame < META_LEN {
             return None;
         }

@@ -96,6 +96,10 @@ pub trait FramePool<D> {
 pub trait Handler<D, P> {
     /// Processes one packet.
     fn handle(&mut self, desc: D, pool: &mut P);
+    /// End of a batch (the `xdp_do_flush` point): transmit what was staged.
+    /// The runtime calls it after each dispatched rx batch and each ring
+    /// drain, and before a worker stops; the default does nothing.
+    fn flush(&mut self, _pool: &mut P) {}
 }
 
 impl<D, P, F: FnMut(D, &mut P)> Handler<D, P> for F {
@@ -284,6 +288,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         self.pins.refresh();
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
+        self.local.rx += batch.len() as u64;
         for (i, &desc) in batch.iter().enumerate() {
             self.done_in_batch = i + 1;
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit);

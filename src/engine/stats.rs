@@ -1,0 +1,298 @@
+//! What the engine reports: per-CPU rows (steer-core's dispatch counters
+//! plus the engine's transmit and verdict counters), the live table printed
+//! once a second, and the report [`Engine::stop`](super::Engine::stop)
+//! returns with the frame census.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use steer_core::cpu::{CpuId, CpuSet};
+use steer_core::policy::{Policy, WriteReason};
+use steer_core::runtime::WorkerState;
+use steer_core::stats::{LocalStats, StatsSnapshot};
+use steer_core::table::RecordStats;
+use xdp_io::{FrameCensus, ProgramStats, SocketStats};
+
+use super::counters::{EngineCounters, WorkerCounts};
+
+/// One CPU's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuRow {
+    /// The CPU.
+    pub cpu: CpuId,
+    /// Dispatch and worker counters (steer-core).
+    pub core: LocalStats,
+    /// Transmit and handler verdicts.
+    pub engine: WorkerCounts,
+}
+
+impl CpuRow {
+    /// Frames dropped by steer on this CPU for any reason: ring full, flow
+    /// limit, malformed, tx ring full, refused by the handler.
+    pub fn drops(&self) -> u64 {
+        self.core.dropped
+            + self.core.flow_limit_drops
+            + self.core.malformed
+            + self.engine.tx_dropped
+            + self.engine.app_dropped
+    }
+
+    fn add(&mut self, o: &CpuRow) {
+        self.core.add(&o.core);
+        self.engine.add(&o.engine);
+    }
+
+    fn json(&self) -> Value {
+        let mut v = serde_json::to_value(self.core).unwrap_or_default();
+        if let (Value::Object(m), Value::Object(e)) = (
+            &mut v,
+            serde_json::to_value(self.engine).unwrap_or_default(),
+        ) {
+            m.insert("cpu".into(), json!(self.cpu));
+            m.extend(e);
+            m.insert("drops".into(), json!(self.drops()));
+        }
+        v
+    }
+}
+
+/// A point-in-time view of a running engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineStats {
+    /// One row per worker CPU.
+    pub per_cpu: Vec<CpuRow>,
+    /// The sum of the rows.
+    pub total: CpuRow,
+    /// Desired-table writes and suppressed same-flow changes.
+    pub desired: RecordStats,
+    /// The update policy now.
+    pub policy: Policy,
+    /// Whether the fast path is on.
+    pub fast_path: bool,
+    /// Since the engine started.
+    pub elapsed: Duration,
+}
+
+impl EngineStats {
+    pub(crate) fn collect(
+        cpus: &CpuSet,
+        snap: &StatsSnapshot,
+        counters: &EngineCounters,
+        desired: RecordStats,
+        policy: Policy,
+        fast_path: bool,
+        elapsed: Duration,
+    ) -> Self {
+        let per_cpu: Vec<CpuRow> = cpus
+            .iter()
+            .map(|cpu| CpuRow {
+                cpu,
+                core: snap
+                    .per_cpu
+                    .iter()
+                    .find(|(c, _)| *c == cpu)
+                    .map(|(_, s)| *s)
+                    .unwrap_or_default(),
+                engine: counters.load(cpu),
+            })
+            .collect();
+        let mut total = CpuRow::default();
+        for r in &per_cpu {
+            total.add(r);
+        }
+        Self {
+            per_cpu,
+            total,
+            desired,
+            policy,
+            fast_path,
+            elapsed,
+        }
+    }
+
+    /// Steering updates: flow moves between CPUs that called the steering
+    /// hook (the `ndo_rx_flow_steer` analog).
+    pub fn steering_updates(&self) -> u64 {
+        self.total.core.hook_calls
+    }
+
+    /// The live table; with `previous` (taken `interval` earlier) rx and tx
+    /// also show per-second rates.
+    ///
+    /// ```
+    /// # use steer::engine::EngineStats;
+    /// fn show(now: &EngineStats, before: &EngineStats) {
+    ///     println!("{}", now.table(Some(before)));
+    /// }
+    /// ```
+    pub fn table(&self, previous: Option<&EngineStats>) -> String {
+        let secs = previous
+            .map(|p| self.elapsed.saturating_sub(p.elapsed).as_secs_f64())
+            .filter(|s| *s > 0.0);
+        let rate = |now: u64, before: Option<u64>| -> String {
+            match (secs, before) {
+                (Some(s), Some(b)) => format!("{:.0}", now.saturating_sub(b) as f64 / s),
+                _ => "-".into(),
+            }
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}",
+            "cpu",
+            "rx",
+            "rx/s",
+            "tx",
+            "tx/s",
+            "fast",
+            "st_in",
+            "st_out",
+            "drops",
+            "updates",
+            "squeeze"
+        );
+        let rows = self.per_cpu.iter().chain(std::iter::once(&self.total));
+        for (i, r) in rows.enumerate() {
+            let before = previous.and_then(|p| {
+                if i < self.per_cpu.len() {
+                    p.per_cpu.iter().find(|x| x.cpu == r.cpu)
+                } else {
+                    Some(&p.total)
+                }
+            });
+            let label = if i < self.per_cpu.len() {
+                r.cpu.to_string()
+            } else {
+                "all".into()
+            };
+            let _ = writeln!(
+                out,
+                "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}",
+                label,
+                r.core.rx,
+                rate(r.core.rx, before.map(|b| b.core.rx)),
+                r.engine.tx,
+                rate(r.engine.tx, before.map(|b| b.engine.tx)),
+                r.core.fast_path,
+                r.core.steered_in,
+                r.core.steered_out,
+                r.drops(),
+                r.core.hook_calls,
+                r.core.time_squeeze,
+            );
+        }
+        let _ = write!(
+            out,
+            "policy {}, fast path {}, desired-table writes {} (suppressed {})",
+            self.policy.name(),
+            if self.fast_path { "on" } else { "off" },
+            self.desired.updates(),
+            self.desired.suppressed,
+        );
+        out
+    }
+
+    /// The counters as JSON.
+    pub fn to_json_value(&self) -> Value {
+        let mut by_reason = serde_json::Map::new();
+        for r in WriteReason::ALL {
+            by_reason.insert(r.name().into(), json!(self.desired.written(r)));
+        }
+        json!({
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "policy": self.policy.name(),
+            "fast_path": self.fast_path,
+            "steering_updates": self.steering_updates(),
+            "desired_table": {
+                "updates": self.desired.updates(),
+                "suppressed": self.desired.suppressed,
+                "by_reason": by_reason,
+            },
+            "per_cpu": self.per_cpu.iter().map(CpuRow::json).collect::<Vec<_>>(),
+            "total": self.total.json(),
+        })
+    }
+}
+
+/// What [`Engine::stop`](super::Engine::stop) returns.
+#[derive(Debug, Clone)]
+pub struct EngineReport {
+    /// The final counters.
+    pub stats: EngineStats,
+    /// Where every UMEM frame was after the stop.
+    pub census: FrameCensus,
+    /// Frames the spare pool could not take (always 0 unless a bug).
+    pub spare_lost: u64,
+    /// The kernel's AF_XDP statistics, summed over sockets.
+    pub kernel: SocketStats,
+    /// How each worker ended.
+    pub workers: Vec<(CpuId, WorkerState)>,
+    /// The XDP program's counters just before the stop.
+    pub program: Option<ProgramStats>,
+}
+
+impl EngineReport {
+    /// Every frame is accounted for and back with the sockets: the census
+    /// balances, nothing is held by the application, nothing was lost.
+    pub fn census_ok(&self) -> bool {
+        self.census.check().is_ok() && self.census.held == 0 && self.spare_lost == 0
+    }
+
+    /// The report as JSON (the echo server's `--stats-json`).
+    pub fn to_json_value(&self) -> Value {
+        let c = &self.census;
+        let mut v = self.stats.to_json_value();
+        if let Value::Object(m) = &mut v {
+            m.insert(
+                "frames".into(),
+                json!({
+                    "total": c.total,
+                    "free": c.free,
+                    "fill_ring": c.fill_ring,
+                    "kernel_rx": c.kernel_rx,
+                    "rx_ring": c.rx_ring,
+                    "held": c.held,
+                    "tx_ring": c.tx_ring,
+                    "kernel_tx": c.kernel_tx,
+                    "completion": c.completion,
+                    "spare_lost": self.spare_lost,
+                    "balanced": self.census_ok(),
+                    "check": match c.check() { Ok(()) => "ok".to_string(), Err(e) => e },
+                }),
+            );
+            let k = &self.kernel;
+            m.insert(
+                "kernel_xsk".into(),
+                json!({
+                    "rx_dropped": k.rx_dropped,
+                    "rx_invalid_descs": k.rx_invalid_descs,
+                    "rx_ring_full": k.rx_ring_full,
+                    "rx_fill_ring_empty": k.rx_fill_ring_empty,
+                    "tx_invalid_descs": k.tx_invalid_descs,
+                    "tx_ring_empty": k.tx_ring_empty,
+                }),
+            );
+            m.insert(
+                "workers".into(),
+                json!(self
+                    .workers
+                    .iter()
+                    .map(|(cpu, s)| json!({"cpu": cpu, "state": format!("{s:?}")}))
+                    .collect::<Vec<_>>()),
+            );
+            if let Some(p) = &self.program {
+                m.insert(
+                    "xdp_program".into(),
+                    json!({
+                        "redirected": p.redirected,
+                        "passed": p.passed,
+                        "redirect_failed": p.redirect_failed,
+                        "dropped": p.dropped,
+                    }),
+                );
+            }
+        }
+        v
+    }
+}

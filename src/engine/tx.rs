@@ -1,0 +1,77 @@
+//! A worker's transmit path: replies are staged per packet and put on the
+//! worker's AF_XDP socket once per batch (at the runtime's flush point).
+//!
+//! Invariants: a staged frame is on the tx ring after the next flush, or,
+//! when the ring stays full, back in the socket's free pool and counted in
+//! `tx_dropped`: never lost. Packets of one flow leave in the order they were
+//! staged (one worker per flow at a time, one FIFO per worker).
+
+use std::sync::Arc;
+
+use xdp_io::Frame;
+
+use super::frames::{lock, SharedSocket, SparePool};
+
+/// Per-flush outcome, for the worker's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TxCounts {
+    /// Frames put on the tx ring.
+    pub(crate) sent: u64,
+    /// Frames that found the tx ring full and were recycled.
+    pub(crate) dropped: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct TxPath {
+    socket: SharedSocket,
+    spare: Arc<SparePool>,
+    staged: Vec<Frame>,
+    scratch: Vec<Frame>,
+    /// Free frames the socket keeps; the excess goes to the spare pool.
+    high_water: usize,
+}
+
+impl TxPath {
+    pub(crate) fn new(socket: SharedSocket, spare: Arc<SparePool>, ring_size: usize) -> Self {
+        Self {
+            socket,
+            spare,
+            staged: Vec::with_capacity(ring_size),
+            scratch: Vec::new(),
+            high_water: 2 * ring_size,
+        }
+    }
+
+    pub(crate) fn stage(&mut self, frame: Frame) {
+        self.staged.push(frame);
+    }
+
+    /// Sends what is staged. A full tx ring gets one completion pass and a
+    /// second try; what still does not fit is recycled and counted.
+    pub(crate) fn flush(&mut self) -> TxCounts {
+        if self.staged.is_empty() {
+            return TxCounts::default();
+        }
+        let mut s = lock(&self.socket);
+        let before = self.staged.len();
+        // A failed kick (e.g. EAGAIN) still leaves the frames on the ring:
+        // what left `staged` was queued, whatever `send` returned.
+        let _ = s.send(&mut self.staged);
+        if !self.staged.is_empty() {
+            s.complete();
+            let _ = s.send(&mut self.staged);
+        }
+        let dropped = self.staged.len();
+        let sent = before - dropped;
+        if dropped > 0 {
+            for stray in s.recycle(self.staged.drain(..)) {
+                self.spare.put(stray.into_raw());
+            }
+        }
+        self.spare.spill(&mut s, self.high_water, &mut self.scratch);
+        TxCounts {
+            sent: sent as u64,
+            dropped: dropped as u64,
+        }
+    }
+}
