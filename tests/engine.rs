@@ -1,0 +1,226 @@
+//! The engine end to end on a 2-queue veth pair: the UDP echo over IPv4 and
+//! IPv6 with many flows under both policies and with the fast path on and
+//! off (every datagram answered, in order per flow, every frame back at
+//! stop); malformed and foreign frames at the owned port; the one-line
+//! errors of the echo server. Needs root, as CI runs it.
+
+mod support;
+
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+
+use steer::core::packet::build::FrameBuilder;
+use steer::core::policy::Policy;
+use steer::core::runtime::WorkerState;
+use support::net::TestNet;
+use support::{assert_accounted, drive_flows, echo_engine, PORT};
+
+#[test]
+fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path() {
+    for (policy, fast_path) in [(Policy::LlcAffinity, true), (Policy::Always, false)] {
+        let net = TestNet::new();
+        let engine = echo_engine(&net, policy, fast_path);
+        let (flows, per_flow) = (8, 300);
+        let got = drive_flows(&net, flows, per_flow, 25);
+        let stats = engine.stats();
+        let report = engine.stop().unwrap();
+        for (i, seqs) in got.iter().enumerate() {
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "{policy:?}/fast {fast_path}: flow {i} reordered: {seqs:?}"
+            );
+            assert_eq!(
+                seqs.len(),
+                per_flow as usize,
+                "{policy:?}/fast {fast_path}: flow {i} lost replies; stats\n{}",
+                stats.table(None)
+            );
+        }
+        let t = &report.stats.total;
+        let sent = (flows as u64) * u64::from(per_flow);
+        assert_eq!(t.core.rx, sent, "{}", report.stats.table(None));
+        assert_eq!(t.engine.tx, sent);
+        if fast_path {
+            assert!(t.core.fast_path > 0, "some flows are served inline");
+        } else {
+            assert_eq!(t.core.fast_path, 0);
+        }
+        assert_accounted(&report);
+    }
+}
+
+/// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
+fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
+    net.in_ns(|| {
+        let ifindex = steer::xdp::ifindex(&net.peer).unwrap();
+        // SAFETY: plain socket(2) call; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let sock = std::fs::File::from(unsafe {
+            // SAFETY: `fd` is a fresh descriptor we own.
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        });
+        for f in frames {
+            // SAFETY: sockaddr_ll is plain data; zero is a valid start.
+            let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            addr.sll_family = libc::AF_PACKET as u16;
+            addr.sll_ifindex = ifindex as i32;
+            addr.sll_halen = 6;
+            addr.sll_addr[..6].copy_from_slice(&f[..6]);
+            // SAFETY: `f` and `addr` outlive the call; lengths are theirs.
+            let rc = unsafe {
+                libc::sendto(
+                    sock.as_raw_fd(),
+                    f.as_ptr().cast(),
+                    f.len(),
+                    0,
+                    (&addr as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
+            };
+            assert_eq!(rc, f.len() as isize, "{}", std::io::Error::last_os_error());
+        }
+    });
+}
+
+#[test]
+fn malformed_and_foreign_frames_at_the_owned_port_are_counted_never_fatal() {
+    let net = TestNet::new();
+    let engine = echo_engine(&net, Policy::LlcAffinity, true);
+    let (host, peer): (IpAddr, IpAddr) = (net.host_v4.into(), net.peer_v4.into());
+    let good = FrameBuilder::udp(peer, host, 40000, PORT)
+        .payload(b"0123456789abcdef")
+        .build();
+    let mut bad = Vec::new();
+    // Truncated inside the UDP header, and inside the payload's claimed length.
+    bad.push(good[..14 + 20 + 4].to_vec());
+    bad.push(good[..good.len() - 6].to_vec());
+    // IHL below 5, and a total length beyond the frame.
+    let mut ihl = good.clone();
+    ihl[14] = 0x44;
+    bad.push(ihl);
+    let mut total = good.clone();
+    total[16..18].copy_from_slice(&1400u16.to_be_bytes());
+    bad.push(total);
+    // A UDP length beyond the datagram.
+    let mut udp_len = good.clone();
+    udp_len[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&999u16.to_be_bytes());
+    bad.push(udp_len);
+    // Fragments of a datagram to the owned port (the echo does not reassemble).
+    bad.push(
+        FrameBuilder::udp(peer, host, 40001, PORT)
+            .payload(&[7; 64])
+            .fragment(0, true)
+            .build(),
+    );
+    bad.push(
+        FrameBuilder::udp(peer, host, 40001, PORT)
+            .payload(&[7; 64])
+            .fragment(8, false)
+            .build(),
+    );
+    // Not UDP: TCP and a raw protocol to the owned port number.
+    bad.push(FrameBuilder::tcp(peer, host, 40002, PORT).build());
+    bad.push(
+        FrameBuilder::proto(peer, host, 253)
+            .payload(&[1; 32])
+            .build(),
+    );
+    // Garbage with an IPv4 EtherType.
+    let mut junk = vec![0xa5u8; 60];
+    junk[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    bad.push(junk);
+    let macs = net.macs();
+    let host_mac = parse_mac(&macs.0);
+    for f in &mut bad {
+        f[..6].copy_from_slice(&host_mac);
+    }
+    for _ in 0..50 {
+        send_raw(&net, &bad);
+    }
+    // The engine still serves.
+    let got = drive_flows(&net, 2, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let states = engine.worker_states();
+    assert!(
+        states.iter().all(|(_, s)| *s == WorkerState::Running),
+        "{states:?}"
+    );
+    let program = engine.program_stats().unwrap();
+    let report = engine.stop().unwrap();
+    let t = &report.stats.total;
+    // What the program redirected, the engine received; the bad part of it
+    // was dropped with a counter (malformed, or refused by the echo).
+    assert_eq!(t.core.rx, program.redirected, "{program:?} {t:?}");
+    assert_eq!(t.engine.tx, 40);
+    assert!(t.drops() > 0, "{t:?}");
+    assert_accounted(&report);
+}
+
+fn parse_mac(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+fn echo_server_binary() -> PathBuf {
+    // tests run from target/<profile>/deps; examples live next door.
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    dir.join("examples").join("echo_server")
+}
+
+fn one_line_error(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("echo_server:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn echo_server_errors_say_what_to_do() {
+    let bin = echo_server_binary();
+    assert!(bin.exists(), "{} not built", bin.display());
+    let missing = Command::new(&bin)
+        .args(["--interface", "steer-nonesuch0", "--port", "9"])
+        .output()
+        .unwrap();
+    let line = one_line_error(&missing);
+    assert!(
+        line.contains("unknown network interface") && line.contains("ip link show"),
+        "{line}"
+    );
+
+    // The same, without privileges: setpriv drops to nobody with no capabilities.
+    let net = TestNet::new();
+    let unprivileged = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .args(["--interface", &net.host, "--port", "9"])
+        .output()
+        .unwrap();
+    let line = one_line_error(&unprivileged);
+    assert!(
+        line.contains("missing privileges") && line.contains("run as root"),
+        "{line}"
+    );
+    // Nothing was attached.
+    assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
+}
