@@ -14,6 +14,8 @@ pub use xdp_io as xdp;
 pub mod echo;
 #[cfg(feature = "xdp")]
 pub mod engine;
+#[cfg(feature = "xdp")]
+pub mod flows;
 pub mod probe;
 pub mod report;
 pub mod sleep;

@@ -53,6 +53,9 @@ pub trait PacketHandler: Send {
     /// Handles one frame (Ethernet header first), which may be rewritten in
     /// place into a reply.
     fn handle(&mut self, packet: &mut [u8], ctx: &PacketContext) -> Verdict;
+
+    /// The end of a batch (wake readers, flush buffers); default: nothing.
+    fn flush(&mut self) {}
 }
 
 impl<F: FnMut(&mut [u8], &PacketContext) -> Verdict + Send> PacketHandler for F {
@@ -103,6 +106,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
     }
 
     fn flush(&mut self, _pool: &mut UmemPool) {
+        self.app.flush();
         let sent = self.tx.flush();
         self.local.tx += sent.sent;
         self.local.tx_dropped += sent.dropped;

@@ -128,6 +128,9 @@ pub(crate) struct XskSource {
     frames: Vec<Frame>,
     /// Top the socket's free pool up from the spare pool below this.
     low_water: usize,
+    /// Give the socket's free frames above this back to the spare pool
+    /// (completions of replies sent from other threads pile up here).
+    high_water: usize,
     /// The socket's ring size (the most a top-up moves).
     ring_size: usize,
     warned: bool,
@@ -140,6 +143,7 @@ impl XskSource {
             spare,
             frames: Vec::with_capacity(ring_size),
             low_water: ring_size / 2,
+            high_water: 2 * ring_size,
             ring_size,
             warned: false,
         }
@@ -154,7 +158,9 @@ impl RxSource<RawFrame> for XskSource {
         }
         // Completions of frames this socket transmitted, and a kick if its
         // tx ring still holds frames (copy mode sends a bounded batch per kick).
-        s.complete();
+        if s.complete() > 0 && s.free_frames() > self.high_water {
+            self.spare.spill(&mut s, self.high_water, &mut self.frames);
+        }
         let n = match s.recv(&mut self.frames, out.len()) {
             Ok(n) => n,
             Err(e) => {

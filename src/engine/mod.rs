@@ -58,10 +58,17 @@ pub use stats::{CpuRow, EngineReport, EngineStats};
 
 use app::WorkerHandler;
 use counters::EngineCounters;
-use frames::{lock, SharedSocket, SparePool, UmemPool, XskSource};
+pub(crate) use frames::{lock, SharedSocket, SparePool};
+use frames::{UmemPool, XskSource};
 use tx::TxPath;
 
+use crate::flows::{FlowDemux, FlowListener, FlowOptions, Hub, HubStats};
 use crate::sleep::MioSleeper;
+
+/// `start` checked that exactly one of handler and flow delivery is set.
+fn unreachable_config() -> ! {
+    unreachable!("EngineBuilder::start validated handler xor flows")
+}
 
 type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 
@@ -94,6 +101,7 @@ pub struct EngineBuilder {
     pin: bool,
     use_rx_hash: bool,
     handler: Option<HandlerFactory>,
+    flows: Option<FlowOptions>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -117,6 +125,7 @@ impl EngineBuilder {
             pin: true,
             use_rx_hash: false,
             handler: None,
+            flows: None,
         }
     }
 
@@ -230,11 +239,23 @@ impl EngineBuilder {
         self
     }
 
+    /// Delivers each UDP flow to the application as a [`Flow`](crate::flows::Flow)
+    /// (see [`crate::flows`]) instead of running a packet handler; take the
+    /// listener(s) with [`Engine::listener`] / [`Engine::listener_for`].
+    pub fn deliver_flows(mut self, options: FlowOptions) -> Self {
+        self.flows = Some(options);
+        self
+    }
+
     /// Opens the port and starts the workers.
     pub fn start(self) -> Result<Engine, EngineError> {
-        let factory = self.handler.ok_or_else(|| {
-            EngineError::Config("no handler given (EngineBuilder::handler)".into())
-        })?;
+        if self.handler.is_some() == self.flows.is_some() {
+            return Err(EngineError::Config(
+                "give exactly one of a packet handler (EngineBuilder::handler) or flow delivery \
+                 (EngineBuilder::deliver_flows)"
+                    .into(),
+            ));
+        }
         if self.port.owned.is_empty() {
             return Err(EngineError::Config(
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
@@ -263,6 +284,25 @@ impl EngineBuilder {
         let spare = Arc::new(SparePool::new(total));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
+        let hasher = KeyedHasher::random();
+        let hub = self.flows.map(|options| {
+            Hub::new(
+                options,
+                hasher.clone(),
+                cpu_list.clone(),
+                sockets.clone(),
+                Arc::clone(&spare),
+                umem.clone(),
+            )
+        });
+        let factory: HandlerFactory = match (&hub, self.handler) {
+            (Some(hub), _) => {
+                let hub = Arc::clone(hub);
+                Arc::new(move |_cpu| Box::new(FlowDemux::new(Arc::clone(&hub))))
+            }
+            (None, Some(f)) => f,
+            (None, None) => unreachable_config(),
+        };
 
         // Each worker sleeps on its doorbell and on the sockets it polls.
         let mut sleepers = Vec::with_capacity(cpu_list.len());
@@ -278,7 +318,7 @@ impl EngineBuilder {
         let setup = Arc::new(EngineSetup {
             topology: topology.clone(),
             pin: self.pin,
-            hasher: KeyedHasher::random(),
+            hasher,
             use_rx_hash: self.use_rx_hash,
             pool: UmemPool {
                 umem: umem.clone(),
@@ -300,6 +340,9 @@ impl EngineBuilder {
             })
             .collect();
         let runtime = Runtime::start(cfg, layout, setup, sources)?;
+        if let Some(hub) = &hub {
+            hub.set_shared(runtime.shared().clone());
+        }
         info!(
             interface = %interface,
             modes = ?port.modes(),
@@ -309,6 +352,7 @@ impl EngineBuilder {
         );
         Ok(Engine {
             runtime: Some(runtime),
+            hub,
             port,
             sockets,
             spare,
@@ -396,6 +440,7 @@ impl Sleeper for SharedSleeper {
 /// A running engine. Dropping it stops it too, without the report.
 pub struct Engine {
     runtime: Option<Runtime>,
+    hub: Option<Arc<Hub>>,
     port: XdpPort,
     sockets: Vec<SharedSocket>,
     spare: Arc<SparePool>,
@@ -450,6 +495,35 @@ impl Engine {
         self.runtime().shared()
     }
 
+    /// The listener of new flows ([`AcceptMode::Single`](crate::flows::AcceptMode::Single)
+    /// flow delivery; `None` otherwise).
+    pub fn listener(&self) -> Option<FlowListener> {
+        self.hub.as_ref()?.listener(None)
+    }
+
+    /// The listener of the flows first received on `cpu`
+    /// ([`AcceptMode::PerCpu`](crate::flows::AcceptMode::PerCpu) flow
+    /// delivery; `None` otherwise or for a CPU without a worker).
+    pub fn listener_for(&self, cpu: CpuId) -> Option<FlowListener> {
+        self.hub.as_ref()?.listener(Some(cpu))
+    }
+
+    /// Runs every flow to UDP/TCP port `port` on `cpu` (explicit affinity
+    /// for a listener's work; overrides learning, like [`Flow::pin_to`](crate::flows::Flow::pin_to)).
+    pub fn pin_port(&self, port: u16, cpu: CpuId) {
+        self.shared().pins.pin_port(port, cpu);
+    }
+
+    /// Removes a [`Engine::pin_port`].
+    pub fn unpin_port(&self, port: u16) {
+        self.shared().pins.unpin_port(port);
+    }
+
+    /// Flow-delivery counters (`None` without flow delivery).
+    pub fn flow_stats(&self) -> Option<HubStats> {
+        Some(self.hub.as_ref()?.stats())
+    }
+
     /// The topology the LLC rule uses.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -495,6 +569,10 @@ impl Engine {
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
         let program = self.port.program_stats().ok();
+        // Readers and acceptors see the end; replies stop before the sockets go.
+        if let Some(hub) = &self.hub {
+            hub.stop();
+        }
         let runtime = self
             .runtime
             .take()
@@ -562,6 +640,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if let Some(hub) = &self.hub {
+            hub.stop();
+        }
         if let Some(rt) = self.runtime.take() {
             rt.stop();
         }

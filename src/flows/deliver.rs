@@ -1,0 +1,92 @@
+//! The worker side of flow delivery: a [`PacketHandler`] per worker that
+//! finds each datagram's flow (a per-worker cache in front of the engine's
+//! flow map), copies the payload into the flow's queue, and wakes readers
+//! once per batch.
+//!
+//! Invariant: the frame is never kept: every packet ends as `Consume`
+//! (delivered) or `Drop` (not a UDP datagram, backlog full, queue full), so
+//! readers cannot hold UMEM frames.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use steer_core::flow::{flow_key, FlowKey};
+use steer_core::packet::{ip_proto, parse};
+
+use super::flow::FlowShared;
+use super::Hub;
+use crate::engine::{PacketContext, PacketHandler, Verdict};
+
+/// Flushes between sweeps of closed flows out of the worker's cache.
+const CACHE_SWEEP_EVERY: u32 = 1024;
+
+/// One worker's demultiplexer.
+pub(crate) struct FlowDemux {
+    hub: Arc<Hub>,
+    cache: HashMap<FlowKey, Arc<FlowShared>>,
+    touched: Vec<Arc<FlowShared>>,
+    flushes: u32,
+}
+
+impl FlowDemux {
+    pub(crate) fn new(hub: Arc<Hub>) -> Self {
+        Self {
+            hub,
+            cache: HashMap::new(),
+            touched: Vec::new(),
+            flushes: 0,
+        }
+    }
+
+    fn flow(
+        &mut self,
+        key: FlowKey,
+        packet: &[u8],
+        ctx: &PacketContext,
+    ) -> Option<Arc<FlowShared>> {
+        if let Some(f) = self.cache.get(&key) {
+            if !f.closed.load(Ordering::Relaxed) {
+                return Some(Arc::clone(f));
+            }
+            self.cache.remove(&key);
+        }
+        let f = self.hub.flow_for(key, packet, ctx.cpu)?;
+        self.cache.insert(key, Arc::clone(&f));
+        Some(f)
+    }
+}
+
+impl PacketHandler for FlowDemux {
+    fn handle(&mut self, packet: &mut [u8], ctx: &PacketContext) -> Verdict {
+        let Ok(Some(layers)) = parse(packet) else {
+            return Verdict::Drop;
+        };
+        if layers.protocol != ip_proto::UDP || layers.fragment.is_some() {
+            return Verdict::Drop;
+        }
+        let (Ok(Some(key)), Ok(range)) = (flow_key(packet), layers.payload_range(packet)) else {
+            return Verdict::Drop;
+        };
+        let Some(flow) = self.flow(key, packet, ctx) else {
+            return Verdict::Drop;
+        };
+        if !flow.deliver(packet[range].to_vec()) {
+            return Verdict::Drop;
+        }
+        if !self.touched.last().is_some_and(|t| Arc::ptr_eq(t, &flow)) {
+            self.touched.push(flow);
+        }
+        Verdict::Consume
+    }
+
+    fn flush(&mut self) {
+        for f in self.touched.drain(..) {
+            f.readiness.notify();
+        }
+        self.flushes = self.flushes.wrapping_add(1);
+        if self.flushes % CACHE_SWEEP_EVERY == 0 {
+            self.cache.retain(|_, f| !f.closed.load(Ordering::Relaxed));
+        }
+    }
+}

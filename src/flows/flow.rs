@@ -1,0 +1,238 @@
+//! One UDP flow as the application sees it: a [`Flow`] it reads (async or
+//! non-blocking) and a [`FlowWriter`] it sends replies with.
+//!
+//! Invariants:
+//! - One reader per flow (`recv` takes `&mut self`); a worker is the only
+//!   writer of the queue at a time (the dispatcher sends a flow's packets to
+//!   one CPU at a time and moves it only after its queue drained), so
+//!   datagrams come out in arrival order.
+//! - The queue is bounded: a slow reader loses its own datagrams (counted in
+//!   `queue_drops`), never another flow's, and holds no UMEM frame (payloads
+//!   are copied out, so the frame pool cannot be exhausted by readers).
+//! - Every datagram returned to the application records the reading
+//!   thread's CPU for the flow through the update rule (the
+//!   `rps_record_sock_flow` step), so the next packets are steered there.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crossbeam_queue::ArrayQueue;
+use steer_core::cpu::CpuId;
+use steer_core::flow::FlowKey;
+
+use super::notify::{MioNotifier, Readiness};
+use super::reply::ReplyTemplate;
+use super::{Hub, SendError};
+
+/// State shared by a flow's reader, writers and the worker delivering it.
+#[derive(Debug)]
+pub(crate) struct FlowShared {
+    pub(crate) key: FlowKey,
+    pub(crate) hash: u32,
+    pub(crate) queue: ArrayQueue<Vec<u8>>,
+    pub(crate) readiness: Readiness,
+    pub(crate) template: ReplyTemplate,
+    /// The reader is gone: deliver no more (a later packet starts a new flow).
+    pub(crate) closed: AtomicBool,
+    pub(crate) delivered: AtomicU64,
+    pub(crate) queue_drops: AtomicU64,
+    pub(crate) sent: AtomicU64,
+}
+
+impl FlowShared {
+    pub(crate) fn new(key: FlowKey, hash: u32, depth: usize, template: ReplyTemplate) -> Self {
+        Self {
+            key,
+            hash,
+            queue: ArrayQueue::new(depth.max(1)),
+            readiness: Readiness::default(),
+            template,
+            closed: AtomicBool::new(false),
+            delivered: AtomicU64::new(0),
+            queue_drops: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    /// Called by the delivering worker. `false`: the queue was full.
+    pub(crate) fn deliver(&self, payload: Vec<u8>) -> bool {
+        match self.queue.push(payload) {
+            Ok(()) => {
+                self.delivered.fetch_add(1, Relaxed);
+                true
+            }
+            Err(_) => {
+                self.queue_drops.fetch_add(1, Relaxed);
+                false
+            }
+        }
+    }
+}
+
+/// A flow's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Datagrams queued for the reader.
+    pub delivered: u64,
+    /// Datagrams dropped because the reader's queue was full.
+    pub queue_drops: u64,
+    /// Replies sent on the flow.
+    pub sent: u64,
+}
+
+/// The receiving end of one UDP flow (5-tuple). Dropping it closes the flow:
+/// datagrams queued for it are discarded, and a later datagram of the same
+/// 5-tuple is offered to the listener as a new flow.
+pub struct Flow {
+    pub(crate) shared: Arc<FlowShared>,
+    pub(crate) hub: Arc<Hub>,
+    pinned: bool,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("key", &self.shared.key)
+            .field("hash", &self.shared.hash)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Flow {
+    pub(crate) fn new(shared: Arc<FlowShared>, hub: Arc<Hub>) -> Self {
+        Self {
+            shared,
+            hub,
+            pinned: false,
+        }
+    }
+
+    /// The flow's 5-tuple as received (source = the remote peer).
+    pub fn key(&self) -> FlowKey {
+        self.shared.key
+    }
+
+    /// The flow hash steer steers by.
+    pub fn hash(&self) -> u32 {
+        self.shared.hash
+    }
+
+    /// The next datagram's payload; `None` once the engine has stopped.
+    /// Reading records the calling thread's CPU for the flow.
+    pub fn recv(&mut self) -> Recv<'_> {
+        Recv { flow: self }
+    }
+
+    /// The next datagram's payload if one is queued (records like `recv`).
+    pub fn try_recv(&mut self) -> Option<Vec<u8>> {
+        let d = self.shared.queue.pop()?;
+        if !self.pinned {
+            self.hub.record(self.shared.hash);
+        }
+        Some(d)
+    }
+
+    /// A handle to send replies on this flow, usable from any thread.
+    pub fn writer(&self) -> FlowWriter {
+        FlowWriter {
+            shared: Arc::clone(&self.shared),
+            hub: Arc::clone(&self.hub),
+        }
+    }
+
+    /// Sends `payload` back to the flow's peer (see [`FlowWriter::send`]).
+    pub fn send(&self, payload: &[u8]) -> Result<(), SendError> {
+        self.hub.send(&self.shared, payload)
+    }
+
+    /// Runs this flow's packets on `cpu` from now on, whatever thread reads
+    /// it (explicit affinity: overrides learning; seed 001).
+    pub fn pin_to(&mut self, cpu: CpuId) {
+        self.pinned = true;
+        self.hub.pin_flow(self.shared.hash, cpu);
+    }
+
+    /// Back to learning the CPU from where the flow is read.
+    pub fn unpin(&mut self) {
+        if self.pinned {
+            self.pinned = false;
+            self.hub.unpin_flow(self.shared.hash);
+        }
+    }
+
+    /// Wake `notifier` with `token` whenever datagrams arrive (mio loops).
+    /// Returns `false` if the flow already had a mio notifier.
+    pub fn notify_mio(&self, notifier: &Arc<MioNotifier>, token: usize) -> bool {
+        let set = self.shared.readiness.set_mio(notifier, token);
+        if !self.shared.queue.is_empty() {
+            self.shared.readiness.notify();
+        }
+        set
+    }
+
+    /// This flow's counters.
+    pub fn stats(&self) -> FlowStats {
+        FlowStats {
+            delivered: self.shared.delivered.load(Relaxed),
+            queue_drops: self.shared.queue_drops.load(Relaxed),
+            sent: self.shared.sent.load(Relaxed),
+        }
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.unpin();
+        self.shared.closed.store(true, Relaxed);
+        self.hub.forget(&self.shared);
+    }
+}
+
+/// The future of [`Flow::recv`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct Recv<'a> {
+    flow: &'a mut Flow,
+}
+
+impl Future for Recv<'_> {
+    type Output = Option<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let flow = &mut *self.flow;
+        if let Some(d) = flow.try_recv() {
+            return Poll::Ready(Some(d));
+        }
+        if flow.hub.is_stopped() {
+            return Poll::Ready(None);
+        }
+        flow.shared.readiness.register(cx.waker());
+        // Re-check after registering: a datagram delivered in between
+        // notified before the waker was there.
+        match flow.try_recv() {
+            Some(d) => Poll::Ready(Some(d)),
+            None if flow.hub.is_stopped() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// Sends replies on a flow; `Clone + Send + Sync`, usable from any thread
+/// or task while the [`Flow`] is read elsewhere.
+#[derive(Debug, Clone)]
+pub struct FlowWriter {
+    shared: Arc<FlowShared>,
+    hub: Arc<Hub>,
+}
+
+impl FlowWriter {
+    /// Sends `payload` to the flow's peer: the flow's turned-around headers,
+    /// the payload, fresh lengths and checksums, transmitted from the
+    /// AF_XDP socket of the calling thread's CPU.
+    pub fn send(&self, payload: &[u8]) -> Result<(), SendError> {
+        self.hub.send(&self.shared, payload)
+    }
+}

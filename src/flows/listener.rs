@@ -1,0 +1,108 @@
+//! Where new flows wait to be accepted: a bounded queue per listener, woken
+//! like a flow (async task or mio loop).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crossbeam_queue::ArrayQueue;
+
+use super::notify::{MioNotifier, Readiness};
+use super::{Flow, Hub, HubStats};
+
+/// New flows of one listener.
+#[derive(Debug)]
+pub(crate) struct AcceptQueue {
+    flows: ArrayQueue<Flow>,
+    pub(crate) readiness: Readiness,
+}
+
+impl AcceptQueue {
+    pub(crate) fn new(backlog: usize) -> Self {
+        Self {
+            flows: ArrayQueue::new(backlog.max(1)),
+            readiness: Readiness::default(),
+        }
+    }
+
+    /// Queues a new flow and wakes the acceptor; `false` when full (the
+    /// flow is dropped, which closes it).
+    pub(crate) fn offer(&self, flow: Flow) -> bool {
+        let ok = self.flows.push(flow).is_ok();
+        if ok {
+            self.readiness.notify();
+        }
+        ok
+    }
+}
+
+/// Offers the engine's new UDP flows to the application.
+#[derive(Debug, Clone)]
+pub struct FlowListener {
+    hub: Arc<Hub>,
+    index: usize,
+}
+
+impl FlowListener {
+    pub(crate) fn new(hub: Arc<Hub>, index: usize) -> Self {
+        Self { hub, index }
+    }
+
+    fn queue(&self) -> &AcceptQueue {
+        &self.hub.accept[self.index]
+    }
+
+    /// The next new flow; `None` once the engine has stopped. Accept from
+    /// one task per listener (the waker slot holds one task).
+    pub fn accept(&self) -> Accept<'_> {
+        Accept { listener: self }
+    }
+
+    /// A new flow if one is waiting.
+    pub fn try_accept(&self) -> Option<Flow> {
+        self.queue().flows.pop()
+    }
+
+    /// Wake `notifier` with `token` when flows arrive (mio loops). Returns
+    /// `false` if the listener already had a mio notifier.
+    pub fn notify_mio(&self, notifier: &Arc<MioNotifier>, token: usize) -> bool {
+        let set = self.queue().readiness.set_mio(notifier, token);
+        if !self.queue().flows.is_empty() {
+            self.queue().readiness.notify();
+        }
+        set
+    }
+
+    /// Counters of the engine's flow delivery.
+    pub fn stats(&self) -> HubStats {
+        self.hub.stats()
+    }
+}
+
+/// The future of [`FlowListener::accept`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct Accept<'a> {
+    listener: &'a FlowListener,
+}
+
+impl Future for Accept<'_> {
+    type Output = Option<Flow>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let l = self.listener;
+        if let Some(f) = l.try_accept() {
+            return Poll::Ready(Some(f));
+        }
+        if l.hub.is_stopped() {
+            return Poll::Ready(None);
+        }
+        l.queue().readiness.register(cx.waker());
+        match l.try_accept() {
+            Some(f) => Poll::Ready(Some(f)),
+            None if l.hub.is_stopped() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Flow delivery for proxies: each UDP flow (5-tuple) the engine receives
+//! appears to the application as a [`Flow`] it reads (an async `recv`, or
+//! `try_recv` from a mio loop) and a [`FlowWriter`] it replies with.
+//!
+//! How it fits RFS: the engine's workers hand each packet to a per-worker
+//! demultiplexer ([`deliver`]), which copies the payload into the flow's
+//! bounded queue and wakes its reader. Reading a datagram records the
+//! reading thread's CPU for the flow through the update rule (LLC affinity
+//! by default), so the dispatcher steers the flow's next packets to the
+//! worker on that CPU: the packet is handled where the task that consumes
+//! it runs. [`Flow::pin_to`] and [`Engine::pin_port`](crate::engine::Engine::pin_port)
+//! name the CPU explicitly instead (seed 001).
+//!
+//! New flows are offered on a [`FlowListener`]: one for the whole engine
+//! ([`AcceptMode::Single`], for a tokio multi-thread runtime), or one per
+//! worker CPU ([`AcceptMode::PerCpu`], for one current_thread runtime per
+//! pinned core: a flow is offered on the CPU whose worker received it).
+//!
+//! ```no_run
+//! use steer::engine::Engine;
+//! use steer::flows::FlowOptions;
+//! use steer::xdp::Proto;
+//! # async fn proxy() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::builder("veth0")
+//!     .own(Proto::Udp, 5353)
+//!     .deliver_flows(FlowOptions::default())
+//!     .start()?;
+//! let listener = engine.listener().expect("flow delivery is on");
+//! while let Some(mut flow) = listener.accept().await {
+//!     tokio::spawn(async move {
+//!         while let Some(datagram) = flow.recv().await {
+//!             let _ = flow.send(&datagram); // echo
+//!         }
+//!     });
+//! }
+//! # Ok(()) }
+//! ```
+
+mod deliver;
+mod flow;
+mod listener;
+mod notify;
+mod reply;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+
+use steer_core::cpu::CpuId;
+use steer_core::dispatch::Shared;
+use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
+use steer_core::record::Recorder;
+use xdp_io::{Frame, UmemView};
+
+use crate::engine::{lock, SharedSocket, SparePool};
+use crate::probe::LiveProbe;
+
+pub(crate) use deliver::FlowDemux;
+use flow::FlowShared;
+pub use flow::{Flow, FlowStats, FlowWriter, Recv};
+pub use listener::{Accept, FlowListener};
+pub use notify::MioNotifier;
+use reply::ReplyTemplate;
+
+/// Where new flows are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AcceptMode {
+    /// One listener for all flows (a multi-thread runtime accepts them).
+    #[default]
+    Single,
+    /// One listener per worker CPU: a flow is offered on the CPU whose
+    /// worker received its first packet (one runtime per pinned core).
+    PerCpu,
+}
+
+/// Settings of flow delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowOptions {
+    /// Datagrams queued per flow before its own datagrams are dropped.
+    pub queue_depth: usize,
+    /// New flows waiting to be accepted before new flows are dropped.
+    pub backlog: usize,
+    /// One listener, or one per CPU.
+    pub accept: AcceptMode,
+}
+
+impl Default for FlowOptions {
+    fn default() -> Self {
+        Self {
+            queue_depth: 256,
+            backlog: 1024,
+            accept: AcceptMode::Single,
+        }
+    }
+}
+
+/// Why a reply was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The engine has stopped.
+    #[error("the engine has stopped")]
+    Stopped,
+    /// No free UMEM frame right now (retry later; raise the frame count).
+    #[error("no free UMEM frame to send from; retry, or give the engine more frames")]
+    NoFrames,
+    /// Headers + payload exceed the frame size or a 16-bit length.
+    #[error("the reply does not fit one frame")]
+    TooLarge,
+    /// The socket's tx ring stayed full.
+    #[error("the AF_XDP tx ring is full; retry")]
+    TxFull,
+}
+
+/// Flow-delivery counters of the whole engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    /// Flows offered to a listener.
+    pub accepted: u64,
+    /// New flows dropped because the listener's backlog was full.
+    pub accept_drops: u64,
+    /// Flows open now (not yet dropped by the application).
+    pub open: u64,
+}
+
+/// The transmit resources replies use (taken away at stop).
+struct HubTx {
+    sockets: Vec<SharedSocket>,
+    spare: Arc<SparePool>,
+    umem: UmemView,
+}
+
+static NEXT_HUB_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// One recorder per (thread, engine): the rps_record_sock_flow handle.
+    static RECORDERS: RefCell<Vec<(usize, Recorder<LiveProbe>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Flow delivery state shared by the workers' demultiplexers, listeners and
+/// flows of one engine.
+pub(crate) struct Hub {
+    id: usize,
+    options: FlowOptions,
+    hasher: KeyedHasher,
+    cpus: Vec<CpuId>,
+    flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
+    accept: Vec<listener::AcceptQueue>,
+    shared: OnceLock<Shared>,
+    tx: RwLock<Option<HubTx>>,
+    stopped: AtomicBool,
+    accepted: AtomicU64,
+    accept_drops: AtomicU64,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub")
+            .field("id", &self.id)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hub {
+    pub(crate) fn new(
+        options: FlowOptions,
+        hasher: KeyedHasher,
+        cpus: Vec<CpuId>,
+        sockets: Vec<SharedSocket>,
+        spare: Arc<SparePool>,
+        umem: UmemView,
+    ) -> Arc<Self> {
+        let listeners = match options.accept {
+            AcceptMode::Single => 1,
+            AcceptMode::PerCpu => cpus.len().max(1),
+        };
+        Arc::new(Self {
+            id: NEXT_HUB_ID.fetch_add(1, Ordering::Relaxed),
+            options,
+            hasher,
+            cpus,
+            flows: Mutex::new(HashMap::new()),
+            accept: (0..listeners)
+                .map(|_| listener::AcceptQueue::new(options.backlog))
+                .collect(),
+            shared: OnceLock::new(),
+            tx: RwLock::new(Some(HubTx {
+                sockets,
+                spare,
+                umem,
+            })),
+            stopped: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            accept_drops: AtomicU64::new(0),
+        })
+    }
+
+    /// The engine's tables and pins, once its runtime started.
+    pub(crate) fn set_shared(&self, shared: Shared) {
+        let _ = self.shared.set(shared);
+    }
+
+    pub(crate) fn listener(self: &Arc<Self>, cpu: Option<CpuId>) -> Option<FlowListener> {
+        let index = match (self.options.accept, cpu) {
+            (AcceptMode::Single, None) => 0,
+            (AcceptMode::PerCpu, Some(cpu)) => self.cpus.iter().position(|&c| c == cpu)?,
+            _ => return None,
+        };
+        Some(FlowListener::new(Arc::clone(self), index))
+    }
+
+    fn accept_index(&self, cpu: CpuId) -> usize {
+        match self.options.accept {
+            AcceptMode::Single => 0,
+            AcceptMode::PerCpu => self.cpus.iter().position(|&c| c == cpu).unwrap_or(0),
+        }
+    }
+
+    pub(crate) fn hash(&self, key: &FlowKey) -> u32 {
+        self.hasher.hash(key)
+    }
+
+    /// The open flow of `key`, or a new one offered to the listener of
+    /// `cpu` (built from `frame`, its first packet). `None`: not a UDP
+    /// datagram, or the backlog is full (counted).
+    pub(crate) fn flow_for(
+        self: &Arc<Self>,
+        key: FlowKey,
+        frame: &[u8],
+        cpu: CpuId,
+    ) -> Option<Arc<FlowShared>> {
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = flows.get(&key) {
+            return Some(Arc::clone(f));
+        }
+        let template = ReplyTemplate::from_request(frame)?;
+        let shared = Arc::new(FlowShared::new(
+            key,
+            self.hash(&key),
+            self.options.queue_depth,
+            template,
+        ));
+        let queue = &self.accept[self.accept_index(cpu)];
+        if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self))) {
+            self.accept_drops.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        flows.insert(key, Arc::clone(&shared));
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        Some(shared)
+    }
+
+    /// A flow's reader was dropped.
+    pub(crate) fn forget(&self, flow: &Arc<FlowShared>) {
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        if flows.get(&flow.key).is_some_and(|f| Arc::ptr_eq(f, flow)) {
+            flows.remove(&flow.key);
+        }
+    }
+
+    /// Records the calling thread's CPU for flow `hash` (the RFS step).
+    pub(crate) fn record(&self, hash: u32) {
+        let Some(shared) = self.shared.get() else {
+            return;
+        };
+        RECORDERS.with(|r| {
+            let mut r = r.borrow_mut();
+            let rec = match r.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => &mut r[i].1,
+                None => {
+                    r.push((
+                        self.id,
+                        Recorder::new(
+                            Arc::clone(&shared.desired),
+                            Arc::clone(&shared.layout),
+                            LiveProbe,
+                        ),
+                    ));
+                    &mut r.last_mut().expect("just pushed").1
+                }
+            };
+            // A table refusal (CPU outside the table) only loses the hint.
+            let _ = rec.record(hash);
+        });
+    }
+
+    pub(crate) fn pin_flow(&self, hash: u32, cpu: CpuId) {
+        if let Some(s) = self.shared.get() {
+            s.pins.pin_flow(hash, cpu);
+        }
+    }
+
+    pub(crate) fn unpin_flow(&self, hash: u32) {
+        if let Some(s) = self.shared.get() {
+            s.pins.unpin_flow(hash);
+        }
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// The engine is stopping: no more sends; readers and acceptors see the end.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        *self.tx.write().unwrap_or_else(PoisonError::into_inner) = None;
+        for q in &self.accept {
+            q.readiness.notify();
+        }
+        let flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        for f in flows.values() {
+            f.readiness.notify();
+        }
+    }
+
+    pub(crate) fn stats(&self) -> HubStats {
+        HubStats {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            accept_drops: self.accept_drops.load(Ordering::Relaxed),
+            open: self
+                .flows
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len() as u64,
+        }
+    }
+
+    /// Sends `payload` on `flow` from the socket of the calling thread's CPU.
+    pub(crate) fn send(&self, flow: &FlowShared, payload: &[u8]) -> Result<(), SendError> {
+        let tx = self.tx.read().unwrap_or_else(PoisonError::into_inner);
+        let tx = tx.as_ref().ok_or(SendError::Stopped)?;
+        let raw = tx.spare.take().ok_or(SendError::NoFrames)?;
+        // SAFETY: the spare pool gave `raw` up to us; it becomes a Frame once.
+        let mut frame = unsafe { Frame::from_raw(raw) };
+        tx.umem.set_len(&mut frame, usize::MAX);
+        let written = tx
+            .umem
+            .with_data_mut(&mut frame, |buf| flow.template.write(buf, payload))
+            .unwrap_or(Err(reply::TooLarge));
+        let len = match written {
+            Ok(len) => len,
+            Err(reply::TooLarge) => {
+                tx.spare.put(frame.into_raw());
+                return Err(SendError::TooLarge);
+            }
+        };
+        tx.umem.set_len(&mut frame, len);
+        let cpu = topology::thread::current_cpu().unwrap_or(0);
+        let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
+        let mut socket = lock(&tx.sockets[index % tx.sockets.len()]);
+        let mut one = vec![frame];
+        let _ = socket.send(&mut one);
+        if !one.is_empty() {
+            socket.complete();
+            let _ = socket.send(&mut one);
+        }
+        if let Some(unsent) = one.pop() {
+            for stray in socket.recycle([unsent]) {
+                tx.spare.put(stray.into_raw());
+            }
+            return Err(SendError::TxFull);
+        }
+        flow.sent.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Replies on a flow without a received frame to rewrite: the reply headers
+//! (Ethernet with any VLAN tags, IP, UDP) are taken once from the flow's
+//! first packet, turned around, and stamped in front of each payload the
+//! application sends, with lengths and checksums filled in.
+//!
+//! Invariant: a template is only built from a frame that parsed as a whole
+//! UDP datagram, so `udp_offset + 8 <= headers.len()` and the IP header sits
+//! at `ip_offset`; `write` checks the room of the destination buffer.
+
+use std::net::IpAddr;
+
+use steer_core::packet::{parse, IpVersion, Ipv4Packet, Ipv6Packet, UdpPacket};
+
+use crate::echo::{echo_in_place, EchoMode};
+
+/// The turned-around headers of a flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReplyTemplate {
+    headers: Vec<u8>,
+    ip: IpVersion,
+    ip_offset: usize,
+    udp_offset: usize,
+}
+
+/// The reply does not fit the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooLarge;
+
+impl ReplyTemplate {
+    /// The reply headers for the UDP datagram in `frame` (`None` if it is
+    /// not one).
+    pub(crate) fn from_request(frame: &[u8]) -> Option<Self> {
+        let layers = parse(frame).ok()??;
+        let header_end = layers.l4_offset + 8;
+        let mut headers = frame.get(..layers.l3_end)?.to_vec();
+        echo_in_place(&mut headers, EchoMode::Plain).ok()?;
+        headers.truncate(header_end);
+        Some(Self {
+            headers,
+            ip: layers.ip,
+            ip_offset: layers.l3_offset,
+            udp_offset: layers.l4_offset,
+        })
+    }
+
+    /// Writes headers + `payload` into `buf`; returns the frame length.
+    pub(crate) fn write(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, TooLarge> {
+        let len = self.headers.len() + payload.len();
+        let udp_len = u16::try_from(8 + payload.len()).map_err(|_| TooLarge)?;
+        if len > buf.len() {
+            return Err(TooLarge);
+        }
+        let (head, rest) = buf.split_at_mut(self.headers.len());
+        head.copy_from_slice(&self.headers);
+        rest[..payload.len()].copy_from_slice(payload);
+        let frame = &mut buf[..len];
+        let (src, dst): (IpAddr, IpAddr) = match self.ip {
+            IpVersion::V4 => {
+                let total = u16::try_from(len - self.ip_offset).map_err(|_| TooLarge)?;
+                let mut ip =
+                    Ipv4Packet::new_checked(&mut frame[self.ip_offset..]).map_err(|_| TooLarge)?;
+                ip.set_total_len(total);
+                ip.fill_checksum();
+                (ip.src_addr().into(), ip.dst_addr().into())
+            }
+            IpVersion::V6 => {
+                let plen = u16::try_from(len - self.ip_offset - 40).map_err(|_| TooLarge)?;
+                let mut ip =
+                    Ipv6Packet::new_checked(&mut frame[self.ip_offset..]).map_err(|_| TooLarge)?;
+                ip.set_payload_len(plen);
+                (ip.src_addr().into(), ip.dst_addr().into())
+            }
+        };
+        let mut udp =
+            UdpPacket::new_checked(&mut frame[self.udp_offset..]).map_err(|_| TooLarge)?;
+        udp.set_len(udp_len);
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => udp.fill_checksum_v4(s, d),
+            (IpAddr::V6(s), IpAddr::V6(d)) => udp.fill_checksum_v6(s, d),
+            _ => return Err(TooLarge),
+        }
+        Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    use steer_core::packet::build::FrameBuilder;
+    use steer_core::packet::ethernet::ethertype;
+
+    fn reply_of(request: Vec<u8>, payload: &[u8]) -> Vec<u8> {
+        let t = ReplyTemplate::from_request(&request).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let n = t.write(&mut buf, payload).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn a_reply_equals_the_echo_of_a_request_with_that_payload() {
+        let a: IpAddr = Ipv4Addr::new(10, 0, 0, 1).into();
+        let b: IpAddr = Ipv4Addr::new(10, 0, 0, 2).into();
+        let c: IpAddr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().into();
+        let d: IpAddr = "2001:db8::2".parse::<Ipv6Addr>().unwrap().into();
+        for (src, dst, vlan) in [(a, b, false), (c, d, false), (a, b, true), (c, d, true)] {
+            let build = |p: &[u8]| {
+                let mut f = FrameBuilder::udp(src, dst, 4000, 53).payload(p);
+                if vlan {
+                    f = f.vlan(ethertype::VLAN, 42);
+                }
+                f.build()
+            };
+            let first = build(b"the first request");
+            for payload in [&b""[..], b"x", &[9u8; 1400]] {
+                let mut expected = build(payload);
+                echo_in_place(&mut expected, EchoMode::Plain).unwrap();
+                assert_eq!(
+                    reply_of(first.clone(), payload),
+                    expected,
+                    "{src} vlan {vlan}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn too_large_payloads_and_non_udp_frames_are_refused() {
+        let a: IpAddr = Ipv4Addr::new(10, 0, 0, 1).into();
+        let f = FrameBuilder::udp(a, a, 1, 2).build();
+        let t = ReplyTemplate::from_request(&f).unwrap();
+        assert_eq!(t.write(&mut [0u8; 100], &[0; 80]), Err(TooLarge));
+        assert!(ReplyTemplate::from_request(&FrameBuilder::tcp(a, a, 1, 2).build()).is_none());
+        assert!(ReplyTemplate::from_request(&f[..20]).is_none());
+    }
+}

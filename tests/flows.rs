@@ -1,0 +1,364 @@
+//! Flow delivery end to end on a 2-queue veth: flows read from tokio
+//! (multi-thread, and one current_thread runtime per pinned core) and from a
+//! mio loop, replies sent on the flow; reading records the reader's CPU so
+//! the flow's packets follow it; a reader that moves threads mid-flow keeps
+//! its order; a slow reader drops only its own datagrams; explicit pins win
+//! over learning. Needs root, as CI runs it.
+
+mod support;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use steer::core::cpu::CpuSet;
+use steer::core::policy::{Policy, WriteReason};
+use steer::engine::Engine;
+use steer::flows::{AcceptMode, FlowOptions, MioNotifier};
+use steer::xdp::Proto;
+use support::net::TestNet;
+use support::{drive_flows, PORT};
+
+fn flow_engine(net: &TestNet, policy: Policy, accept: AcceptMode) -> Engine {
+    Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .policy(policy)
+        .frames(4096, 512)
+        .deliver_flows(FlowOptions {
+            accept,
+            ..FlowOptions::default()
+        })
+        .start()
+        .expect("engine with flow delivery starts")
+}
+
+fn assert_all_in_order(got: &[Vec<u32>], per_flow: u32, what: &str) {
+    for (i, seqs) in got.iter().enumerate() {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{what}: flow {i} reordered: {seqs:?}"
+        );
+        assert_eq!(seqs.len(), per_flow as usize, "{what}: flow {i}: {seqs:?}");
+    }
+}
+
+fn assert_clean_stop(engine: Engine) {
+    let report = engine.stop().unwrap();
+    assert!(report.census_ok(), "{:?}", report.census);
+}
+
+#[test]
+fn tokio_multi_thread_echo_through_flows_under_both_policies() {
+    for policy in [Policy::LlcAffinity, Policy::Always] {
+        let net = TestNet::new();
+        let engine = flow_engine(&net, policy, AcceptMode::Single);
+        let listener = engine.listener().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.spawn(async move {
+            while let Some(mut flow) = listener.accept().await {
+                tokio::spawn(async move {
+                    while let Some(d) = flow.recv().await {
+                        flow.send(&d).unwrap();
+                    }
+                });
+            }
+        });
+        let got = drive_flows(&net, 8, 300, 25);
+        assert_all_in_order(&got, 300, &format!("{policy:?}"));
+        let stats = engine.flow_stats().unwrap();
+        assert_eq!(stats.accepted, 8);
+        assert_clean_stop(engine);
+        rt.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
+    let net = TestNet::new();
+    let engine = flow_engine(&net, Policy::LlcAffinity, AcceptMode::PerCpu);
+    let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
+    let mut threads = Vec::new();
+    for &cpu in &cpus {
+        let listener = engine.listener_for(cpu).unwrap();
+        threads.push(std::thread::spawn(move || {
+            let _ = steer::topology::thread::pin_current(cpu);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                let mut accepted = 0;
+                while let Some(mut flow) = listener.accept().await {
+                    accepted += 1;
+                    tokio::task::spawn_local(async move {
+                        while let Some(d) = flow.recv().await {
+                            flow.send(&d).unwrap();
+                        }
+                    });
+                }
+                accepted
+            })
+        }));
+    }
+    let got = drive_flows(&net, 8, 200, 20);
+    assert_all_in_order(&got, 200, "per-core");
+    let stats = engine.stats();
+    assert_clean_stop(engine);
+    let accepted: Vec<u32> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(accepted.iter().sum::<u32>(), 8, "{accepted:?}");
+    // Each flow's reader runs on the CPU that received it and never moves:
+    // every desired-table write is a flow's first record (or a slot shared
+    // with another flow), never a move, and nothing was suppressed.
+    let first_records = stats.desired.written(WriteReason::NewOrOtherFlow);
+    assert!(first_records >= 8, "{}", stats.table(None));
+    assert_eq!(
+        stats.desired.updates(),
+        first_records,
+        "{}",
+        stats.table(None)
+    );
+    assert_eq!(stats.desired.suppressed, 0, "{}", stats.table(None));
+}
+
+#[test]
+fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
+    let net = TestNet::new();
+    // `Always` so that a move between the two CPUs of this one-LLC machine
+    // is followed (under LLC affinity it is suppressed; tested below).
+    let engine = flow_engine(&net, Policy::Always, AcceptMode::Single);
+    let listener = engine.listener().unwrap();
+    let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
+    assert!(cpus.len() >= 2, "needs two CPUs");
+    let (a, b) = (cpus[0], cpus[1]);
+    let shared = engine.shared().clone();
+
+    // Reader on CPU a for the first half, then the Flow moves to a thread
+    // on CPU b for the second half. Replies are echoed from each.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _ = steer::topology::thread::pin_current(a);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut flow = rt.block_on(listener.accept()).unwrap();
+        for _ in 0..150 {
+            let d = rt.block_on(flow.recv()).unwrap();
+            flow.send(&d).unwrap();
+        }
+        tx.send(flow.hash()).unwrap();
+        std::thread::spawn(move || {
+            let _ = steer::topology::thread::pin_current(b);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            for _ in 0..150 {
+                let d = rt.block_on(flow.recv()).unwrap();
+                flow.send(&d).unwrap();
+            }
+            flow.hash()
+        })
+        .join()
+        .unwrap()
+    });
+    let got = drive_flows(&net, 1, 300, 10);
+    let hash = rx.recv().unwrap();
+    assert_eq!(reader.join().unwrap(), hash);
+    assert_all_in_order(&got, 300, "moving reader");
+    assert_eq!(
+        shared.desired.lookup(hash),
+        Some(b),
+        "the last reader's CPU"
+    );
+    let stats = engine.stats();
+    assert!(stats.total.core.hook_calls >= 1, "{}", stats.table(None));
+    assert_clean_stop(engine);
+}
+
+#[test]
+fn under_llc_affinity_a_same_llc_move_is_not_written() {
+    let net = TestNet::new();
+    let engine = flow_engine(&net, Policy::LlcAffinity, AcceptMode::Single);
+    let listener = engine.listener().unwrap();
+    let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
+    let shared = engine.shared().clone();
+    let reader = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut flow = rt.block_on(listener.accept()).unwrap();
+        let mut first = None;
+        let all: CpuSet = cpus.iter().copied().collect();
+        for i in 0..100 {
+            // Move the reading thread to another CPU every 10 datagrams,
+            // leaving it allowed everywhere (so the affinity rule does not
+            // force the write: only the LLC rule decides).
+            if i % 10 == 0 {
+                let _ = steer::topology::thread::pin_current(cpus[(i / 10) % cpus.len()]);
+                let _ = steer::topology::thread::set_allowed(&all);
+            }
+            let d = rt.block_on(flow.recv()).unwrap();
+            first.get_or_insert(steer::topology::thread::current_cpu().unwrap());
+            flow.send(&d).unwrap();
+        }
+        (flow.hash(), first.unwrap())
+    });
+    let got = drive_flows(&net, 1, 100, 5);
+    let (hash, first_cpu) = reader.join().unwrap();
+    assert_all_in_order(&got, 100, "llc");
+    // One LLC: the first record wrote, every later CPU change was suppressed.
+    assert_eq!(shared.desired.lookup(hash), Some(first_cpu));
+    let stats = engine.stats();
+    assert!(stats.desired.suppressed > 0, "{}", stats.table(None));
+    assert_eq!(stats.desired.updates(), 1, "{}", stats.table(None));
+    assert_clean_stop(engine);
+}
+
+#[test]
+fn a_slow_reader_drops_only_its_own_datagrams() {
+    let net = TestNet::new();
+    let engine = Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .frames(4096, 512)
+        .deliver_flows(FlowOptions {
+            queue_depth: 16,
+            ..FlowOptions::default()
+        })
+        .start()
+        .unwrap();
+    let listener = engine.listener().unwrap();
+    // The first flow is never read; the second is echoed.
+    let (host, peer) = (net.host_v4, net.peer_v4);
+    let slow_tx = net.in_ns(|| {
+        let slow = UdpSocket::bind(SocketAddr::new(peer.into(), 0)).unwrap();
+        slow.send_to(b"first", SocketAddr::new(host.into(), PORT))
+            .unwrap();
+        slow
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let slow_flow = listener.try_accept().expect("slow flow offered");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        while let Some(mut flow) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(d) = flow.recv().await {
+                    flow.send(&d).unwrap();
+                }
+            });
+        }
+    });
+    net.in_ns(|| {
+        for i in 0..200u32 {
+            slow_tx
+                .send_to(&i.to_be_bytes(), SocketAddr::new(host.into(), PORT))
+                .unwrap();
+        }
+    });
+    // Bursts below its queue depth: this flow loses nothing.
+    let got = drive_flows(&net, 1, 200, 8);
+    assert_all_in_order(&got, 200, "the other flow");
+    let s = slow_flow.stats();
+    assert_eq!(s.delivered, 16, "{s:?}");
+    assert_eq!(s.queue_drops, 201 - 16, "{s:?}");
+    drop(slow_flow);
+    assert_clean_stop(engine);
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+#[test]
+fn a_mio_event_loop_reads_and_answers_flows() {
+    let net = TestNet::new();
+    let engine = flow_engine(&net, Policy::LlcAffinity, AcceptMode::Single);
+    let listener = engine.listener().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loop_stop = Arc::clone(&stop);
+    let event_loop = std::thread::spawn(move || {
+        let mut poll = mio::Poll::new().unwrap();
+        let notifier = MioNotifier::new(poll.registry(), mio::Token(0)).unwrap();
+        const LISTENER: usize = usize::MAX - 1;
+        listener.notify_mio(&notifier, LISTENER);
+        let mut flows = Vec::new();
+        let mut events = mio::Events::with_capacity(64);
+        let mut answered = 0u64;
+        while !loop_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            poll.poll(&mut events, Some(Duration::from_millis(50)))
+                .unwrap();
+            for token in notifier.drain().collect::<Vec<_>>() {
+                if token == LISTENER {
+                    while let Some(flow) = listener.try_accept() {
+                        flow.notify_mio(&notifier, flows.len());
+                        flows.push(flow);
+                    }
+                } else {
+                    let flow = &mut flows[token];
+                    while let Some(d) = flow.try_recv() {
+                        flow.send(&d).unwrap();
+                        answered += 1;
+                    }
+                }
+            }
+        }
+        (flows.len(), answered)
+    });
+    let got = drive_flows(&net, 4, 200, 20);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (flows, answered) = event_loop.join().unwrap();
+    assert_all_in_order(&got, 200, "mio");
+    assert_eq!((flows, answered), (4, 800));
+    assert_clean_stop(engine);
+}
+
+#[test]
+fn explicit_flow_and_port_pins_override_learning() {
+    let net = TestNet::new();
+    let engine = flow_engine(&net, Policy::Always, AcceptMode::Single);
+    let listener = engine.listener().unwrap();
+    let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
+    let target = *cpus.last().unwrap();
+    engine.pin_port(PORT, target);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        while let Some(mut flow) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(d) = flow.recv().await {
+                    flow.send(&d).unwrap();
+                }
+            });
+        }
+    });
+    let got = drive_flows(&net, 4, 100, 10);
+    assert_all_in_order(&got, 100, "pinned");
+    let stats = engine.stats();
+    // Every packet ran on the pinned CPU, whichever thread read it.
+    let on_target = stats
+        .per_cpu
+        .iter()
+        .find(|r| r.cpu == target)
+        .unwrap()
+        .core
+        .processed;
+    assert_eq!(
+        on_target,
+        stats.total.core.processed,
+        "{}",
+        stats.table(None)
+    );
+    assert!(stats.desired.updates() > 0, "{}", stats.table(None));
+    assert_clean_stop(engine);
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
