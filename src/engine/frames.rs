@@ -38,14 +38,18 @@ pub(crate) fn lock(socket: &SharedSocket) -> MutexGuard<'_, QueueSocket> {
 #[derive(Debug)]
 pub(crate) struct SparePool {
     frames: ArrayQueue<RawFrame>,
+    /// Frames kept back from rx top-ups for replies the application sends
+    /// (flow delivery), so receive cannot starve transmit.
+    reserve: usize,
     /// Frames that found the pool full (never expected; see module docs).
     pub(crate) lost: AtomicU64,
 }
 
 impl SparePool {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, reserve: usize) -> Self {
         Self {
             frames: ArrayQueue::new(capacity.max(1)),
+            reserve,
             lost: AtomicU64::new(0),
         }
     }
@@ -60,8 +64,17 @@ impl SparePool {
         self.frames.pop()
     }
 
-    /// Moves up to `max` spare frames into `socket`'s free pool.
-    pub(crate) fn top_up(&self, socket: &mut QueueSocket, max: usize, scratch: &mut Vec<Frame>) {
+    /// Moves up to `max` spare frames into `socket`'s free pool, leaving
+    /// the reserve for transmit unless `all`.
+    pub(crate) fn top_up(
+        &self,
+        socket: &mut QueueSocket,
+        max: usize,
+        all: bool,
+        scratch: &mut Vec<Frame>,
+    ) {
+        let keep = if all { 0 } else { self.reserve };
+        let max = max.min(self.frames.len().saturating_sub(keep));
         while scratch.len() < max {
             let Some(raw) = self.take() else { break };
             // SAFETY: the spare pool owns `raw` (module invariant) and gives
@@ -126,10 +139,12 @@ pub(crate) struct XskSource {
     socket: SharedSocket,
     spare: Arc<SparePool>,
     frames: Vec<Frame>,
-    /// Top the socket's free pool up from the spare pool below this.
+    /// Top the socket up from the spare pool when its fill ring and free
+    /// pool together hold fewer frames than this.
     low_water: usize,
-    /// Give the socket's free frames above this back to the spare pool
-    /// (completions of replies sent from other threads pile up here).
+    /// Give the socket's free frames above this back to the spare pool:
+    /// with the fill ring full they are idle, and completions of replies
+    /// sent from other queues' frames pile up here.
     high_water: usize,
     /// The socket's ring size (the most a top-up moves).
     ring_size: usize,
@@ -143,7 +158,7 @@ impl XskSource {
             spare,
             frames: Vec::with_capacity(ring_size),
             low_water: ring_size / 2,
-            high_water: 2 * ring_size,
+            high_water: ring_size / 2,
             ring_size,
             warned: false,
         }
@@ -153,13 +168,18 @@ impl XskSource {
 impl RxSource<RawFrame> for XskSource {
     fn poll(&mut self, out: &mut [RawFrame]) -> usize {
         let mut s = lock(&self.socket);
-        if s.free_frames() < self.low_water {
-            self.spare.top_up(&mut s, self.ring_size, &mut self.frames);
+        let in_fill = s.ring_census().fill_ring as usize;
+        let have = in_fill + s.free_frames();
+        if have < self.low_water {
+            let want = self.ring_size.saturating_sub(have);
+            self.spare.top_up(&mut s, want, false, &mut self.frames);
         }
         // Completions of frames this socket transmitted, and a kick if its
         // tx ring still holds frames (copy mode sends a bounded batch per kick).
-        if s.complete() > 0 && s.free_frames() > self.high_water {
-            self.spare.spill(&mut s, self.high_water, &mut self.frames);
+        s.complete();
+        if s.free_frames() > self.high_water {
+            self.spare
+                .spill(&mut s, self.high_water / 2, &mut self.frames);
         }
         let n = match s.recv(&mut self.frames, out.len()) {
             Ok(n) => n,

@@ -281,7 +281,9 @@ impl EngineBuilder {
             .into_iter()
             .map(|s| Arc::new(Mutex::new(s)))
             .collect();
-        let spare = Arc::new(SparePool::new(total));
+        // Flow delivery sends replies from spare frames: keep an eighth back.
+        let reserve = if self.flows.is_some() { total / 8 } else { 0 };
+        let spare = Arc::new(SparePool::new(total, reserve));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
         let hasher = KeyedHasher::random();
@@ -608,7 +610,7 @@ impl Engine {
         let mut scratch = Vec::new();
         if let Some(first) = self.sockets.first() {
             let mut s = lock(first);
-            self.spare.top_up(&mut s, usize::MAX, &mut scratch);
+            self.spare.top_up(&mut s, usize::MAX, true, &mut scratch);
         }
         let mut owned = Vec::with_capacity(self.sockets.len());
         for socket in self.sockets.drain(..) {

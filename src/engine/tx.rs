@@ -38,7 +38,7 @@ impl TxPath {
             spare,
             staged: Vec::with_capacity(ring_size),
             scratch: Vec::new(),
-            high_water: 2 * ring_size,
+            high_water: ring_size / 2,
         }
     }
 
@@ -68,7 +68,10 @@ impl TxPath {
                 self.spare.put(stray.into_raw());
             }
         }
-        self.spare.spill(&mut s, self.high_water, &mut self.scratch);
+        if s.free_frames() > self.high_water {
+            self.spare
+                .spill(&mut s, self.high_water / 2, &mut self.scratch);
+        }
         TxCounts {
             sent: sent as u64,
             dropped: dropped as u64,

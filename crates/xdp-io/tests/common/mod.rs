@@ -1,7 +1,8 @@
 //! Test hosts: a network namespace and a 2-queue veth pair with unique names,
 //! the peer inside the namespace, removed again by `Drop` (also on panic).
-//! Addresses come from TEST-NET-1 (192.0.2.0/24, a /30 per test) and
-//! 2001:db8::/32.
+//! Addresses come from the benchmarking range (198.18.10.0/30 to
+//! 198.18.72.0/30, one /30 per test) and 2001:db8::/32. Not TEST-NET-1:
+//! machines like this one use 192.0.2.0/24 for their own uplink.
 
 #![allow(dead_code)]
 
@@ -72,8 +73,8 @@ impl TestNet {
             ns: format!("sxns{tag}"),
             host: format!("sxh{tag}"),
             peer: format!("sxp{tag}"),
-            host_v4: Ipv4Addr::new(192, 0, 2, slot * 4 + 1),
-            peer_v4: Ipv4Addr::new(192, 0, 2, slot * 4 + 2),
+            host_v4: Ipv4Addr::new(198, 18, 10 + slot, 1),
+            peer_v4: Ipv4Addr::new(198, 18, 10 + slot, 2),
             host_v6: format!("2001:db8:{:x}::1", 0x100 + u32::from(slot))
                 .parse()
                 .unwrap(),

@@ -1,0 +1,187 @@
+//! `examples/udp_proxy` end to end: clients in a namespace, the proxy on the
+//! host end of a 2-queue veth, a kernel UDP echo as the backend on loopback.
+//! Every datagram is answered in order per flow under llc and always, with
+//! the multi-thread and the per-core layouts, switched at start and at run
+//! time (stdin commands). Needs root, as CI runs it.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+use support::net::TestNet;
+use support::{drive_flows, PORT};
+
+/// A kernel UDP echo on loopback; returns its port.
+fn kernel_backend() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    port
+}
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
+}
+
+struct Proxy {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Proxy {
+    fn start(net: &TestNet, backend: u16, extra: &[&str], json: &std::path::Path) -> Self {
+        let mut child = Command::new(example("udp_proxy"))
+            .args(["--interface", &net.host, "--port", &PORT.to_string()])
+            .args(["--backend", &format!("127.0.0.1:{backend}")])
+            .args(["--stats-json", json.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("udp_proxy example built");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        let p = Proxy {
+            child,
+            stdin,
+            lines,
+        };
+        p.expect("ready");
+        p
+    }
+
+    fn expect(&self, word: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("udp_proxy never printed {word:?}"));
+            if line.contains(word) {
+                return line;
+            }
+        }
+    }
+
+    fn command(&mut self, cmd: &str, echo: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.expect(echo);
+    }
+
+    fn quit(mut self) {
+        writeln!(self.stdin, "quit").unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "udp_proxy exited with {status}");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        // A failed test must not leave the proxy (and its XDP program) behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn assert_in_order(got: &[Vec<u32>], per_flow: usize, phase: &str) {
+    for (i, seqs) in got.iter().enumerate() {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{phase}: flow {i} reordered: {seqs:?}"
+        );
+        assert_eq!(seqs.len(), per_flow, "{phase}: flow {i} lost replies");
+    }
+}
+
+#[test]
+fn every_datagram_is_answered_in_order_under_each_policy_and_layout() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-{}.json", std::process::id()));
+    let mut proxy = Proxy::start(
+        &net,
+        backend,
+        &["--policy", "llc", "--runtime", "multi"],
+        &json,
+    );
+    let phases = [
+        ("llc/multi", None),
+        (
+            "llc/per-core",
+            Some(("runtime per-core", "runtime PerCore")),
+        ),
+        ("always/per-core", Some(("policy always", "policy always"))),
+        ("always/multi", Some(("runtime multi", "runtime Multi"))),
+    ];
+    let (flows, per_flow) = (6, 150);
+    let mut results = Vec::new();
+    for (phase, switch) in phases {
+        if let Some((cmd, echo)) = switch {
+            proxy.command(cmd, echo);
+        }
+        results.push((phase, drive_flows(&net, flows, per_flow, 15)));
+    }
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    for (phase, got) in &results {
+        let lost: Vec<usize> = got.iter().map(|g| per_flow as usize - g.len()).collect();
+        assert!(
+            lost.iter().all(|&l| l == 0),
+            "{phase}: lost per flow {lost:?}\n{report:#}"
+        );
+        assert_in_order(got, per_flow as usize, phase);
+    }
+    let p = &report["proxy"];
+    let total = (4 * flows) as u64 * u64::from(per_flow);
+    assert_eq!(p["flows"], 4 * flows as u64, "{report:#}");
+    assert_eq!(p["flows_multi"], 2 * flows as u64, "{report:#}");
+    assert_eq!(p["flows_per_core"], 2 * flows as u64, "{report:#}");
+    assert_eq!(p["to_backend"], total, "{report:#}");
+    assert_eq!(p["to_client"], total, "{report:#}");
+    assert_eq!(report["frames"]["balanced"], true, "{report:#}");
+}
+
+#[test]
+fn the_layout_and_policy_flags_apply_at_start() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-start-{}.json", std::process::id()));
+    let proxy = Proxy::start(
+        &net,
+        backend,
+        &["--policy", "always", "--runtime", "per-core"],
+        &json,
+    );
+    let got = drive_flows(&net, 4, 100, 10);
+    assert_in_order(&got, 100, "always/per-core");
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["policy"], "always", "{report:#}");
+    assert_eq!(report["proxy"]["flows_per_core"], 4, "{report:#}");
+}
