@@ -91,6 +91,13 @@ struct Args {
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value = "auto")]
     bind: Bind,
+    /// Use this hwloc synthetic topology for the LLC rule instead of the
+    /// machine's (e.g. `pack:2 l3:1 core:1 pu:1`: two CPUs in two LLCs).
+    #[arg(long)]
+    topology: Option<String>,
+    /// Leave the workers unpinned.
+    #[arg(long)]
+    no_pin: bool,
 }
 
 fn main() -> ExitCode {
@@ -149,6 +156,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(q) = &args.queues {
         builder = builder.queues(q.iter().copied());
     }
+    if let Some(spec) = &args.topology {
+        builder = builder.topology(steer::topology::Topology::synthetic(spec)?);
+    }
+    builder = builder.pin_workers(!args.no_pin);
     let engine = builder.start()?;
     let modes = engine.modes();
     println!(

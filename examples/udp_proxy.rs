@@ -80,6 +80,13 @@ struct Args {
     /// Write the final counters here on exit.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Use this hwloc synthetic topology for the LLC rule instead of the
+    /// machine's (e.g. `pack:2 l3:1 core:1 pu:1`: two CPUs in two LLCs).
+    #[arg(long)]
+    topology: Option<String>,
+    /// Leave the workers unpinned.
+    #[arg(long)]
+    no_pin: bool,
 }
 
 /// Forwarding counters.
@@ -109,14 +116,17 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let stop = steer::xdp::shutdown::install()?;
-    let engine = Engine::builder(&args.interface)
+    let mut builder = Engine::builder(&args.interface)
         .own(Proto::Udp, args.port)
         .policy(args.policy)
         .deliver_flows(FlowOptions {
             accept: AcceptMode::PerCpu,
             ..FlowOptions::default()
-        })
-        .start()?;
+        });
+    if let Some(spec) = &args.topology {
+        builder = builder.topology(steer::topology::Topology::synthetic(spec)?);
+    }
+    let engine = builder.pin_workers(!args.no_pin).start()?;
     let layout = Arc::new(AtomicU8::new(args.runtime as u8));
     let relayed = Arc::new(Relayed::default());
     let idle = Duration::from_secs_f64(args.idle_timeout.max(0.001));
