@@ -15,7 +15,7 @@ use clap::{Parser, ValueEnum};
 use steer::core::cpu::CpuSet;
 use steer::core::policy::Policy;
 use steer::echo::{echo_in_place, EchoMode, NoReply};
-use steer::engine::{Engine, PacketContext, Verdict};
+use steer::engine::{Engine, PacketContext, RpsMode, Verdict};
 use steer::xdp::{BindMode, Proto, XdpMode};
 use tracing_subscriber::EnvFilter;
 
@@ -23,6 +23,16 @@ use tracing_subscriber::EnvFilter;
 enum OnOff {
     On,
     Off,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Rps {
+    /// Local with an rx queue per CPU, spread otherwise.
+    Auto,
+    /// Flows stay on their rx queue's CPU unless learned or pinned elsewhere.
+    Local,
+    /// Flows are spread over the worker CPUs by hash.
+    Spread,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -61,6 +71,9 @@ struct Args {
     /// The same-CPU fast path.
     #[arg(long, value_enum, default_value = "on")]
     fast_path: OnOff,
+    /// Where flows go before anything is learned (RPS).
+    #[arg(long, value_enum, default_value = "auto")]
+    rps: Rps,
     /// Busy-poll instead of sleeping when idle.
     #[arg(long)]
     busy_poll: bool,
@@ -160,6 +173,11 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         builder = builder.topology(steer::topology::Topology::synthetic(spec)?);
     }
     builder = builder.pin_workers(!args.no_pin);
+    match args.rps {
+        Rps::Auto => {}
+        Rps::Local => builder = builder.rps(RpsMode::Local),
+        Rps::Spread => builder = builder.rps(RpsMode::Spread),
+    }
     let engine = builder.start()?;
     let modes = engine.modes();
     println!(

@@ -43,6 +43,7 @@ use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::{FlowClassifier, KeyedHasher};
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
+pub use steer_core::runtime::RpsMode;
 use steer_core::runtime::{RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState};
 use steer_core::wake::Sleeper;
 use topology::Topology;
@@ -102,6 +103,7 @@ pub struct EngineBuilder {
     use_rx_hash: bool,
     handler: Option<HandlerFactory>,
     flows: Option<FlowOptions>,
+    rps: Option<RpsMode>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -126,6 +128,7 @@ impl EngineBuilder {
             use_rx_hash: false,
             handler: None,
             flows: None,
+            rps: None,
         }
     }
 
@@ -171,6 +174,14 @@ impl EngineBuilder {
     /// The same-CPU fast path at start (switchable at run time).
     pub fn fast_path(mut self, on: bool) -> Self {
         self.runtime.fast_path = on;
+        self
+    }
+
+    /// Where flows without a recorded or pinned CPU run (default: `Local`
+    /// when there are at least as many rx queues as worker CPUs, so a flow
+    /// stays on its rx queue's CPU; `Spread` by flow hash otherwise).
+    pub fn rps(mut self, mode: RpsMode) -> Self {
+        self.rps = Some(mode);
         self
     }
 
@@ -275,6 +286,11 @@ impl EngineBuilder {
         let mut port = XdpPort::open(self.port)?;
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
+        cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
+            RpsMode::Local
+        } else {
+            RpsMode::Spread
+        });
         let umem = sockets[0].umem();
         let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let sockets: Vec<SharedSocket> = sockets

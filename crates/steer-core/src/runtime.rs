@@ -94,6 +94,8 @@ pub struct RuntimeConfig {
     pub rx_table_entries: usize,
     /// Starting update policy (switchable at run time).
     pub policy: Policy,
+    /// Where flows nobody has recorded a CPU for go.
+    pub rps: RpsMode,
     /// Start with the same-CPU fast path on.
     pub fast_path: bool,
     /// Start with the per-CPU flow limit on.
@@ -118,6 +120,7 @@ impl Default for RuntimeConfig {
             desired_entries: 4096,
             rx_table_entries: 1024,
             policy: Policy::LlcAffinity,
+            rps: RpsMode::Spread,
             fast_path: true,
             flow_limit: false,
             busy_poll: false,
@@ -127,6 +130,19 @@ impl Default for RuntimeConfig {
             flow_idle_ms: 10_000,
         }
     }
+}
+
+/// Where a flow without a recorded (or pinned) CPU is processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RpsMode {
+    /// Spread over all worker CPUs by flow hash (RPS with `rps_cpus` = all):
+    /// for fewer rx queues than CPUs.
+    #[default]
+    Spread,
+    /// On the CPU of the rx queue's dispatcher (RPS off, RSS only): with an
+    /// rx queue per CPU this saves the ring hop; learned and pinned CPUs
+    /// still apply.
+    Local,
 }
 
 /// Why a [`Runtime`] could not start.
@@ -374,7 +390,10 @@ where
                                 setup.classifier(rxq),
                                 table,
                                 producers,
-                                common.cfg.cpus,
+                                match common.cfg.rps {
+                                    RpsMode::Spread => common.cfg.cpus,
+                                    RpsMode::Local => CpuSet::default(),
+                                },
                                 common.shared.clone(),
                             );
                             for (c, b) in common.bells.iter().enumerate() {

@@ -403,17 +403,22 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     }
 
     /// Plain RPS: the flow hash scaled over the configured CPUs that still
-    /// have a worker (the kernel's `reciprocal_scale` over `rps_map`).
+    /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
+    /// no RPS CPU configured or left, the flow stays on this dispatcher's
+    /// CPU (the kernel's empty `rps_cpus`: RSS only).
     #[inline]
     fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
         let n = self.rps_cpus.len();
-        if n == 0 {
-            return None;
+        if n > 0 {
+            let start = ((u64::from(hash) * n as u64) >> 32) as usize;
+            let spread = (0..n)
+                .map(|i| self.rps_cpus[(start + i) % n])
+                .find(|&c| self.is_usable(c));
+            if spread.is_some() {
+                return spread;
+            }
         }
-        let start = ((u64::from(hash) * n as u64) >> 32) as usize;
-        (0..n)
-            .map(|i| self.rps_cpus[(start + i) % n])
-            .find(|&c| self.is_usable(c))
+        Some(self.own_cpu).filter(|&c| self.is_usable(c))
     }
 
     #[inline]
