@@ -21,6 +21,12 @@ cargo test --workspace
 step "cargo test --benches (each bench once, so they keep working)"
 cargo test --workspace --benches
 
+step "bench scripts: sockperf output parser self-test, shell syntax"
+bash benches/compare-kernel.sh --self-test
+for f in scripts/*.sh benches/*.sh benches/seeds/*.sh; do
+  [ -e "$f" ] && bash -n "$f"
+done
+
 if [ -x scripts/loom.sh ]; then
   step "loom model checks of the lock-free ring"
   scripts/loom.sh
