@@ -14,7 +14,7 @@ use std::time::Duration;
 use steer::core::cpu::CpuSet;
 use steer::core::policy::{Policy, WriteReason};
 use steer::engine::Engine;
-use steer::flows::{AcceptMode, FlowOptions, MioNotifier};
+use steer::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
 use steer::xdp::Proto;
 use support::net::TestNet;
 use support::{drive_flows, PORT};
@@ -47,26 +47,40 @@ fn assert_clean_stop(engine: Engine) {
     assert!(report.census_ok(), "{:?}", report.census);
 }
 
+/// A tokio multi-thread runtime with `threads` workers that accepts every
+/// flow of `listener` and echoes it from a task of its own.
+fn echo_flows_on_multi_thread(listener: FlowListener, threads: usize) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        while let Some(mut flow) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(d) = flow.recv().await {
+                    flow.send(&d).unwrap();
+                }
+            });
+        }
+    });
+    rt
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn tokio_multi_thread_echo_through_flows_under_both_policies() {
     for policy in [Policy::LlcAffinity, Policy::Always] {
         let net = TestNet::new();
         let engine = flow_engine(&net, policy, AcceptMode::Single);
         let listener = engine.listener().unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.spawn(async move {
-            while let Some(mut flow) = listener.accept().await {
-                tokio::spawn(async move {
-                    while let Some(d) = flow.recv().await {
-                        flow.send(&d).unwrap();
-                    }
-                });
-            }
-        });
+        let rt = echo_flows_on_multi_thread(listener, 2);
         let got = drive_flows(&net, 8, 300, 25);
         assert_all_in_order(&got, 300, &format!("{policy:?}"));
         let stats = engine.flow_stats().unwrap();
@@ -86,10 +100,7 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
         let listener = engine.listener_for(cpu).unwrap();
         threads.push(std::thread::spawn(move || {
             let _ = steer::topology::thread::pin_current(cpu);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = current_thread();
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 let mut accepted = 0;
@@ -142,10 +153,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let _ = steer::topology::thread::pin_current(a);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let mut flow = rt.block_on(listener.accept()).unwrap();
         for _ in 0..150 {
             let d = rt.block_on(flow.recv()).unwrap();
@@ -154,10 +162,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         tx.send(flow.hash()).unwrap();
         std::thread::spawn(move || {
             let _ = steer::topology::thread::pin_current(b);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = current_thread();
             for _ in 0..150 {
                 let d = rt.block_on(flow.recv()).unwrap();
                 flow.send(&d).unwrap();
@@ -189,10 +194,7 @@ fn under_llc_affinity_a_same_llc_move_is_not_written() {
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     let shared = engine.shared().clone();
     let reader = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let mut flow = rt.block_on(listener.accept()).unwrap();
         let mut first = None;
         let all: CpuSet = cpus.iter().copied().collect();
@@ -244,20 +246,7 @@ fn a_slow_reader_drops_only_its_own_datagrams() {
     });
     std::thread::sleep(Duration::from_millis(100));
     let slow_flow = listener.try_accept().expect("slow flow offered");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.spawn(async move {
-        while let Some(mut flow) = listener.accept().await {
-            tokio::spawn(async move {
-                while let Some(d) = flow.recv().await {
-                    flow.send(&d).unwrap();
-                }
-            });
-        }
-    });
+    let rt = echo_flows_on_multi_thread(listener, 1);
     net.in_ns(|| {
         for i in 0..200u32 {
             slow_tx
@@ -327,20 +316,7 @@ fn explicit_flow_and_port_pins_override_learning() {
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     let target = *cpus.last().unwrap();
     engine.pin_port(PORT, target);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.spawn(async move {
-        while let Some(mut flow) = listener.accept().await {
-            tokio::spawn(async move {
-                while let Some(d) = flow.recv().await {
-                    flow.send(&d).unwrap();
-                }
-            });
-        }
-    });
+    let rt = echo_flows_on_multi_thread(listener, 2);
     let got = drive_flows(&net, 4, 100, 10);
     assert_all_in_order(&got, 100, "pinned");
     let stats = engine.stats();
