@@ -2,7 +2,8 @@
 //! IPv6 with many flows under both policies and with the fast path on and
 //! off (every datagram answered, in order per flow, every frame back at
 //! stop); malformed and foreign frames at the owned port; the one-line
-//! errors of the echo server. Needs root, as CI runs it.
+//! errors of the echo server; its clean stop on SIGINT and SIGTERM (every
+//! frame back, program detached). Needs root, as CI runs it.
 
 mod support;
 
@@ -223,4 +224,39 @@ fn echo_server_errors_say_what_to_do() {
     );
     // Nothing was attached.
     assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
+}
+
+#[test]
+fn echo_server_stops_cleanly_on_sigint_and_sigterm() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let net = TestNet::new();
+        let json = std::env::temp_dir().join(format!(
+            "steer-echo-signal-{}-{signal}.json",
+            std::process::id()
+        ));
+        let mut child = Command::new(echo_server_binary())
+            .args(["--interface", &net.host, "--port", &PORT.to_string()])
+            .args(["--no-table", "--stats-json", json.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(line.contains("ready"), "{line}");
+        assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+        let got = drive_flows(&net, 2, 50, 10);
+        assert!(got.iter().all(|g| g.len() == 50), "{got:?}");
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "signal {signal}: {status}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["frames"]["balanced"], true, "{report:#}");
+        assert_eq!(report["total"]["tx"], 100, "{report:#}");
+        // The program is detached.
+        assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    }
 }
