@@ -748,6 +748,14 @@ where
         if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
             block.flush(&mut self.local);
         }
+        // Abandon our rings (dispatchers route around us), then tell the
+        // dispatchers, which take back anything pushed after the drain above.
+        drop(std::mem::take(&mut self.inbound));
+        self.common
+            .shared
+            .switches
+            .worker_exits
+            .fetch_add(1, Ordering::Release);
         // Our rx queues go to a surviving worker.
         let rx = std::mem::take(&mut self.rx);
         let n = rx.len();
@@ -762,6 +770,5 @@ where
                 bell.ring();
             }
         }
-        // Dropping `self.inbound` abandons our rings: dispatchers route around us.
     }
 }

@@ -28,7 +28,7 @@
 mod flow_limit;
 mod pins;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use flow_limit::FlowLimit;
@@ -116,6 +116,10 @@ pub struct DispatchSwitches {
     pub fast_path: AtomicBool,
     /// Apply the per-CPU flow limit.
     pub flow_limit: AtomicBool,
+    /// Workers that exited after dropping their rings (bumped by the
+    /// runtime); a dispatcher that sees it change takes back whatever was
+    /// left in rings without a consumer.
+    pub worker_exits: AtomicU64,
 }
 
 impl Default for DispatchSwitches {
@@ -123,6 +127,7 @@ impl Default for DispatchSwitches {
         Self {
             fast_path: AtomicBool::new(true),
             flow_limit: AtomicBool::new(false),
+            worker_exits: AtomicU64::new(0),
         }
     }
 }
@@ -196,6 +201,8 @@ pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
     shared: Shared,
     local: LocalStats,
     rung: CpuSet,
+    /// `DispatchSwitches::worker_exits` as last seen.
+    seen_worker_exits: u64,
     now: Tick,
     /// Descriptors of the current batch already dispatched (for recovery
     /// when a handler panics mid-batch).
@@ -245,6 +252,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             shared,
             local: LocalStats::default(),
             rung: CpuSet::new(),
+            seen_worker_exits: 0,
             now: 0,
             done_in_batch: 0,
         }
@@ -293,7 +301,30 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.done_in_batch = i + 1;
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
         }
+        // Frames pushed to a worker that died around our liveness check
+        // would be stranded in its ring: take them back (counted as
+        // dropped). Rings pushed to in this batch may have lost their
+        // consumer meanwhile; after a worker exit, any ring may hold some.
+        let exits = self.shared.switches.worker_exits.load(Ordering::Acquire);
+        if exits != self.seen_worker_exits {
+            self.seen_worker_exits = exits;
+            self.reclaim_from_abandoned_rings(pool, CpuSet::first(self.producers.len()));
+        } else {
+            self.reclaim_from_abandoned_rings(pool, self.rung);
+        }
         self.finish_batch();
+    }
+
+    fn reclaim_from_abandoned_rings<P: FramePool<D>>(&mut self, pool: &mut P, cpus: CpuSet) {
+        for cpu in cpus.iter() {
+            if let Some(p) = self.producers.get_mut(cpu).and_then(Option::as_mut) {
+                let local = &mut self.local;
+                p.reclaim_abandoned(|d| {
+                    local.dropped += 1;
+                    pool.release(d);
+                });
+            }
+        }
     }
 
     /// How many descriptors of the last batch were taken by

@@ -188,3 +188,39 @@ fn counter_reads_stay_within_bounds_from_both_sides() {
         assert_eq!((rx.enqueued(), rx.dequeued(), rx.len()), (3, 3, 0));
     });
 }
+
+/// A consumer that pops some items and then goes away (its worker died)
+/// while the producer keeps pushing; the producer then reclaims the rest.
+/// Every item ends exactly once on one side, in order, and loom checks the
+/// reclaim's slot reads are ordered after the consumer's last access.
+#[test]
+fn reclaim_after_the_consumer_is_dropped_sees_each_item_once() {
+    loom::model(|| {
+        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
+        let consumer = thread::spawn(move || {
+            let mut got = Vec::new();
+            if let Some(x) = rx.pop() {
+                got.push(x);
+            }
+            drop(rx);
+            got
+        });
+        let mut pushed = Vec::new();
+        for item in [1, 2, 3] {
+            if tx.push(item).is_ok() {
+                pushed.push(item);
+            }
+        }
+        // Reclaim as soon as the consumer is gone, before joining it, so
+        // only the reclaim's own acquire orders it after the consumer.
+        let mut reclaimed = Vec::new();
+        while tx.reclaim_abandoned(|x| reclaimed.push(x)) == 0 && !tx.is_abandoned() {
+            thread::yield_now();
+        }
+        let popped = consumer.join().unwrap();
+        let mut all = popped.clone();
+        all.extend(&reclaimed);
+        assert_eq!(all, pushed, "popped {popped:?} + reclaimed {reclaimed:?}");
+        assert_eq!(tx.reclaim_abandoned(|_| unreachable!()), 0);
+    });
+}

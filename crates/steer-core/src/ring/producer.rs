@@ -5,7 +5,7 @@
 //! `tail - cached_head` over-estimates the fill level and the producer never
 //! writes a slot the consumer still owns.
 
-use super::sync::{Arc, Ordering};
+use super::sync::{fence, Arc, Ordering};
 use super::{PushError, Shared};
 
 /// The sending half of a ring (one dispatcher's end of the queue to one
@@ -128,6 +128,45 @@ impl<T> Producer<T> {
     /// Whether the consumer half has been dropped (e.g. its worker exited).
     pub fn is_abandoned(&self) -> bool {
         Arc::strong_count(&self.shared) < 2
+    }
+
+    /// Once the consumer half is gone, takes back (in order) the items it
+    /// never dequeued and returns how many; the ring is then empty. While a
+    /// consumer exists it does nothing and returns 0. This is how a
+    /// dispatcher gets back the frames it pushed to a worker that died
+    /// between its liveness check and the push.
+    ///
+    /// ```
+    /// let (mut tx, rx) = steer_core::ring::channel::<u32>(4).unwrap();
+    /// tx.push(1).unwrap();
+    /// assert_eq!(tx.reclaim_abandoned(|_| {}), 0); // the consumer is alive
+    /// tx.push(2).unwrap();
+    /// drop(rx);
+    /// let mut back = Vec::new();
+    /// assert_eq!(tx.reclaim_abandoned(|x| back.push(x)), 2);
+    /// assert_eq!(back, [1, 2]);
+    /// ```
+    pub fn reclaim_abandoned(&mut self, mut take: impl FnMut(T)) -> usize {
+        if Arc::strong_count(&self.shared) >= 2 {
+            return 0;
+        }
+        // Acquire: pairs with the Release decrement of the consumer's `Arc`
+        // drop, so all it did (its last `head` store, its reads of slots)
+        // happens-before what follows.
+        fence(Ordering::Acquire);
+        let head = self.shared.head.load(Ordering::Relaxed);
+        for pos in head..self.tail {
+            // SAFETY: positions in `[head, tail)` hold values we published
+            // and the consumer never read; it is gone and we hold the only
+            // `Arc`, so nobody else touches the slots. Each position is read
+            // once, and `head` moves past all of them below, so neither a
+            // later pop nor `Shared`'s drop sees them again.
+            take(unsafe { self.shared.slots.read(pos) });
+        }
+        self.shared.head.store(self.tail, Ordering::Release);
+        self.cached_head = self.tail;
+        // At most the capacity, which fits a usize.
+        (self.tail - head) as usize
     }
 }
 

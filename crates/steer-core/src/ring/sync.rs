@@ -10,7 +10,7 @@
 pub(crate) use loom::{
     cell::UnsafeCell,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{fence, AtomicU64, Ordering},
         Arc,
     },
 };
@@ -19,6 +19,6 @@ pub(crate) use loom::{
 // (see `super::slots`), written and read through raw pointers only.
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{fence, AtomicU64, Ordering},
     Arc,
 };

@@ -202,3 +202,26 @@ fn a_buffer_too_large_to_lay_out_is_a_capacity_error() {
     let err = channel::<[u8; 1 << 40]>(1 << 31).expect_err("2^71 bytes");
     assert_eq!(err.requested, 1 << 31);
 }
+
+#[test]
+fn reclaimed_items_come_back_in_order_once_and_are_not_dropped_again() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (mut tx, mut rx) = channel::<Tracked>(4).unwrap();
+    for i in 0..3 {
+        tx.push(Tracked(i, drops.clone())).unwrap();
+    }
+    assert_eq!(rx.pop().map(|t| t.0), Some(0));
+    tx.push(Tracked(3, drops.clone())).unwrap();
+    tx.push(Tracked(4, drops.clone())).unwrap(); // wraps
+    let mut back = Vec::new();
+    assert_eq!(tx.reclaim_abandoned(|t| back.push(t)), 0, "consumer alive");
+    drop(rx);
+    assert_eq!(tx.reclaim_abandoned(|t| back.push(t)), 4);
+    assert_eq!(back.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(tx.reclaim_abandoned(|t| back.push(t)), 0, "nothing twice");
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    drop(back);
+    assert_eq!(drops.load(Ordering::SeqCst), 5);
+    drop(tx); // the ring is empty: no further drop
+    assert_eq!(drops.load(Ordering::SeqCst), 5);
+}

@@ -1,0 +1,77 @@
+//! A worker that dies with frames still in a dispatcher's ring to it (pushed
+//! after its final drain, around the dispatcher's liveness check): the
+//! dispatcher takes them back once it learns of the exit, releases them to
+//! the pool and counts them as dropped. Nothing is stranded.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use common::{frame, ByFlowId};
+use steer_core::cpu::{CpuLayout, CpuSet};
+use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared};
+use steer_core::ring;
+use steer_core::stats::Stats;
+use steer_core::table::{DesiredCpuTable, RxFlowTable};
+
+struct Pool {
+    frames: Vec<[u8; 8]>,
+    released: Vec<usize>,
+}
+
+impl FramePool<usize> for Pool {
+    fn frame(&self, d: &usize) -> &[u8] {
+        &self.frames[*d]
+    }
+    fn release(&mut self, d: usize) {
+        self.released.push(d);
+    }
+}
+
+#[test]
+fn frames_left_in_a_dead_workers_ring_come_back_to_the_pool() {
+    let shared = Shared {
+        desired: Arc::new(DesiredCpuTable::new(256, 2).unwrap()),
+        layout: Arc::new(CpuLayout::uniform(2, 2).unwrap()),
+        stats: Arc::new(Stats::new(2)),
+        pins: Pins::new(),
+        switches: Default::default(),
+    };
+    let (p0, _c0) = ring::channel(8).unwrap();
+    let (p1, c1) = ring::channel(8).unwrap();
+    let mut d = Dispatcher::new(
+        0,
+        0,
+        ByFlowId,
+        RxFlowTable::new(0, 64).unwrap(),
+        vec![Some(p0), Some(p1)],
+        CpuSet::first(2),
+        shared.clone(),
+    );
+    // Flow 7 runs on CPU 1: its packets go through CPU 1's ring.
+    shared.pins.pin_flow(common::flow_hash(7), 1);
+    let mut pool = Pool {
+        frames: (0..5).map(|seq| frame(7, seq)).collect(),
+        released: Vec::new(),
+    };
+    let mut handled = 0;
+    d.dispatch(
+        &[0, 1, 2, 3, 4],
+        &mut pool,
+        &mut |_d: usize, _p: &mut Pool| handled += 1,
+    );
+    assert_eq!(handled, 0);
+    assert!(pool.released.is_empty());
+
+    // CPU 1's worker dies without draining; the runtime then bumps the count.
+    drop(c1);
+    shared.switches.worker_exits.fetch_add(1, Ordering::Release);
+    d.dispatch(&[], &mut pool, &mut |_d: usize, _p: &mut Pool| handled += 1);
+    assert_eq!(pool.released, [0, 1, 2, 3, 4], "in order, each once");
+    assert_eq!(shared.stats.snapshot().per_cpu[0].1.dropped, 5);
+
+    // Nothing is reclaimed twice, and the flow now runs elsewhere.
+    d.dispatch(&[], &mut pool, &mut |_d: usize, _p: &mut Pool| handled += 1);
+    assert_eq!(pool.released.len(), 5);
+}
