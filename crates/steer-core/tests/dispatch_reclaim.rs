@@ -69,6 +69,12 @@ fn frames_left_in_a_dead_workers_ring_come_back_to_the_pool() {
     shared.switches.worker_exits.fetch_add(1, Ordering::Release);
     d.dispatch(&[], &mut pool, &mut |_d: usize, _p: &mut Pool| handled += 1);
     assert_eq!(pool.released, [0, 1, 2, 3, 4], "in order, each once");
+    let back: Vec<(u32, u32)> = pool
+        .released
+        .iter()
+        .map(|&d| common::read(&pool.frames[d]))
+        .collect();
+    assert_eq!(back, (0..5).map(|seq| (7, seq)).collect::<Vec<_>>());
     assert_eq!(shared.stats.snapshot().per_cpu[0].1.dropped, 5);
 
     // Nothing is reclaimed twice, and the flow now runs elsewhere.
