@@ -54,26 +54,30 @@ impl ReplyTemplate {
         head.copy_from_slice(&self.headers);
         rest[..payload.len()].copy_from_slice(payload);
         let frame = &mut buf[..len];
+        // The template still carries the first request's lengths: write this
+        // reply's before the checked views look at them.
+        let (len_at, ip_len) = match self.ip {
+            IpVersion::V4 => (self.ip_offset + 2, len - self.ip_offset),
+            IpVersion::V6 => (self.ip_offset + 4, len - self.ip_offset - 40),
+        };
+        let ip_len = u16::try_from(ip_len).map_err(|_| TooLarge)?;
+        frame[len_at..len_at + 2].copy_from_slice(&ip_len.to_be_bytes());
+        let udp_len_at = self.udp_offset + 4;
+        frame[udp_len_at..udp_len_at + 2].copy_from_slice(&udp_len.to_be_bytes());
         let (src, dst): (IpAddr, IpAddr) = match self.ip {
             IpVersion::V4 => {
-                let total = u16::try_from(len - self.ip_offset).map_err(|_| TooLarge)?;
                 let mut ip =
                     Ipv4Packet::new_checked(&mut frame[self.ip_offset..]).map_err(|_| TooLarge)?;
-                ip.set_total_len(total);
                 ip.fill_checksum();
                 (ip.src_addr().into(), ip.dst_addr().into())
             }
             IpVersion::V6 => {
-                let plen = u16::try_from(len - self.ip_offset - 40).map_err(|_| TooLarge)?;
-                let mut ip =
-                    Ipv6Packet::new_checked(&mut frame[self.ip_offset..]).map_err(|_| TooLarge)?;
-                ip.set_payload_len(plen);
+                let ip = Ipv6Packet::new_checked(&frame[self.ip_offset..]).map_err(|_| TooLarge)?;
                 (ip.src_addr().into(), ip.dst_addr().into())
             }
         };
         let mut udp =
             UdpPacket::new_checked(&mut frame[self.udp_offset..]).map_err(|_| TooLarge)?;
-        udp.set_len(udp_len);
         match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => udp.fill_checksum_v4(s, d),
             (IpAddr::V6(s), IpAddr::V6(d)) => udp.fill_checksum_v6(s, d),
