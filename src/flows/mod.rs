@@ -135,6 +135,8 @@ static NEXT_HUB_ID: AtomicUsize = AtomicUsize::new(1);
 thread_local! {
     /// One recorder per (thread, engine): the rps_record_sock_flow handle.
     static RECORDERS: RefCell<Vec<(usize, Recorder<LiveProbe>)>> = const { RefCell::new(Vec::new()) };
+    /// The one-frame batch a reply goes out in.
+    static SEND_SCRATCH: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Flow delivery state shared by the workers' demultiplexers, listeners and
@@ -349,13 +351,18 @@ impl Hub {
         let cpu = topology::thread::current_cpu().unwrap_or(0);
         let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
         let mut socket = lock(&tx.sockets[index % tx.sockets.len()]);
-        let mut one = vec![frame];
-        let _ = socket.send(&mut one);
-        if !one.is_empty() {
-            socket.complete();
+        // One reusable vector per thread: no allocation per reply.
+        let unsent = SEND_SCRATCH.with(|scratch| {
+            let mut one = scratch.borrow_mut();
+            one.push(frame);
             let _ = socket.send(&mut one);
-        }
-        if let Some(unsent) = one.pop() {
+            if !one.is_empty() {
+                socket.complete();
+                let _ = socket.send(&mut one);
+            }
+            one.pop()
+        });
+        if let Some(unsent) = unsent {
             for stray in socket.recycle([unsent]) {
                 tx.spare.put(stray.into_raw());
             }
