@@ -77,6 +77,9 @@ struct Args {
     /// Busy-poll instead of sleeping when idle.
     #[arg(long)]
     busy_poll: bool,
+    /// Empty rounds a worker spins before sleeping.
+    #[arg(long, default_value_t = 64)]
+    idle_spins: u32,
     /// Answer like `sockperf server` (pong requests only, client flag cleared).
     #[arg(long)]
     sockperf: bool,
@@ -139,6 +142,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .policy(args.policy)
         .fast_path(matches!(args.fast_path, OnOff::On))
         .busy_poll(args.busy_poll)
+        .idle_spins(args.idle_spins)
         .ring_capacity(args.ring_size)
         .frames(args.frames, args.xsk_ring_size)
         .xdp_mode(match args.xdp_mode {

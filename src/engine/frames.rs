@@ -158,7 +158,7 @@ impl XskSource {
             spare,
             frames: Vec::with_capacity(ring_size),
             low_water: ring_size / 2,
-            high_water: ring_size / 2,
+            high_water: ring_size,
             ring_size,
             warned: false,
         }

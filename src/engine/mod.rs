@@ -191,6 +191,13 @@ impl EngineBuilder {
         self
     }
 
+    /// Empty rounds a worker spins before it sleeps (more: fewer wake-ups
+    /// under bursty load, more CPU burnt while idle).
+    pub fn idle_spins(mut self, rounds: u32) -> Self {
+        self.runtime.idle_spins = rounds;
+        self
+    }
+
     /// Slots of each dispatcher-to-worker ring (a power of two).
     pub fn ring_capacity(mut self, slots: usize) -> Self {
         self.runtime.ring_capacity = slots;

@@ -38,7 +38,7 @@ impl TxPath {
             spare,
             staged: Vec::with_capacity(ring_size),
             scratch: Vec::new(),
-            high_water: ring_size / 2,
+            high_water: ring_size,
         }
     }
 

@@ -500,6 +500,9 @@ fn unreachable_table() -> ! {
     panic!("rx table size validated at start")
 }
 
+/// Worker rounds between reads of the clock (a vDSO call is not free).
+const TICK_EVERY: u32 = 64;
+
 /// How long a stopping worker waits for the others to stop polling.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -593,6 +596,7 @@ where
 
     fn run_loop(&mut self) {
         let mut idle_rounds = 0u32;
+        let mut rounds = 0u32;
         let mut last_tick: Tick = 0;
         while !self.common.stop.load(Ordering::Relaxed) {
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
@@ -605,19 +609,30 @@ where
             if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
                 block.flush(&mut self.local);
             }
-            if work > 0 {
-                idle_rounds = 0;
-                continue;
-            }
-            idle_rounds = idle_rounds.saturating_add(1);
-            // Maintenance off the hot path: once per millisecond tick at most.
-            let now = self.start.elapsed().as_millis() as Tick;
-            if now != last_tick {
-                last_tick = now;
-                for part in &mut self.rx {
-                    part.dispatcher.set_tick(now);
-                    part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
+            idle_rounds = if work > 0 {
+                0
+            } else {
+                idle_rounds.saturating_add(1)
+            };
+            // The clock is read every TICK_EVERY rounds, busy or not (flows'
+            // last-used ticks must advance under load too), and on the first
+            // idle round; the tick is written once per millisecond at most.
+            rounds = rounds.wrapping_add(1);
+            if rounds % TICK_EVERY == 0 || idle_rounds == 1 {
+                let now = self.start.elapsed().as_millis() as Tick;
+                if now != last_tick {
+                    last_tick = now;
+                    for part in &mut self.rx {
+                        part.dispatcher.set_tick(now);
+                        // Maintenance off the hot path: only when idle.
+                        if work == 0 {
+                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
+                        }
+                    }
                 }
+            }
+            if work > 0 {
+                continue;
             }
             if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
                 let inbound = &self.inbound;
