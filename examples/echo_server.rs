@@ -114,6 +114,9 @@ struct Args {
     /// Leave the workers unpinned.
     #[arg(long)]
     no_pin: bool,
+    /// Entries of the desired-CPU table (a power of two).
+    #[arg(long, default_value_t = 65536)]
+    flow_table: usize,
 }
 
 fn main() -> ExitCode {
@@ -143,6 +146,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .fast_path(matches!(args.fast_path, OnOff::On))
         .busy_poll(args.busy_poll)
         .idle_spins(args.idle_spins)
+        .flow_tables(args.flow_table, 4096)
         .ring_capacity(args.ring_size)
         .frames(args.frames, args.xsk_ring_size)
         .xdp_mode(match args.xdp_mode {

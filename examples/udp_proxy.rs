@@ -84,9 +84,13 @@ struct Args {
     /// machine's (e.g. `pack:2 l3:1 core:1 pu:1`: two CPUs in two LLCs).
     #[arg(long)]
     topology: Option<String>,
-    /// Leave the workers unpinned.
+    /// Leave the workers and the per-core runtime threads unpinned.
     #[arg(long)]
     no_pin: bool,
+    /// Entries of the desired-CPU table (a power of two): flows sharing an
+    /// entry overwrite each other's CPU, whatever the policy.
+    #[arg(long, default_value_t = 65536)]
+    flow_table: usize,
 }
 
 /// Forwarding counters.
@@ -126,7 +130,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(spec) = &args.topology {
         builder = builder.topology(steer::topology::Topology::synthetic(spec)?);
     }
-    let engine = builder.pin_workers(!args.no_pin).start()?;
+    let engine = builder
+        .pin_workers(!args.no_pin)
+        .flow_tables(args.flow_table, 4096)
+        .start()?;
     let layout = Arc::new(AtomicU8::new(args.runtime as u8));
     let relayed = Arc::new(Relayed::default());
     let idle = Duration::from_secs_f64(args.idle_timeout.max(0.001));
@@ -149,11 +156,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
             multi.handle().clone(),
         );
         let backend = args.backend;
+        let pin = !args.no_pin;
         acceptors.push(
             std::thread::Builder::new()
                 .name(format!("proxy-core{cpu}"))
                 .spawn(move || -> anyhow::Result<()> {
-                    let _ = steer::topology::thread::pin_current(cpu);
+                    if pin {
+                        let _ = steer::topology::thread::pin_current(cpu);
+                    }
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
@@ -205,7 +215,15 @@ fn run(args: &Args) -> anyhow::Result<()> {
                         }
                         Err(e) => eprintln!("udp_proxy: runtime: {e}"),
                     },
-                    ["stats"] => println!("{}", shared.stats.snapshot().to_json()),
+                    ["stats"] => {
+                        let d = shared.desired.stats();
+                        println!(
+                            "{{\"desired_table\":{{\"updates\":{},\"suppressed\":{}}},\"stats\":{}}}",
+                            d.updates(),
+                            d.suppressed,
+                            shared.stats.snapshot().to_json()
+                        );
+                    }
                     ["quit"] => {
                         done.store(true, Ordering::Relaxed);
                         break;

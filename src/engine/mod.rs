@@ -121,7 +121,13 @@ impl EngineBuilder {
     fn new(interface: &str) -> Self {
         Self {
             port: PortConfig::new(interface),
-            runtime: RuntimeConfig::default(),
+            runtime: RuntimeConfig {
+                // Flows sharing a desired-table entry overwrite each other's
+                // CPU under any policy: size it well above the flow count
+                // (the kernel's rps_sock_flow_entries is usually 32768).
+                desired_entries: 65536,
+                ..RuntimeConfig::default()
+            },
             cpus: None,
             topology: None,
             pin: true,
