@@ -433,10 +433,15 @@ fn rx_hash_metadata_when_device_bound() {
 #[test]
 fn another_xdp_program_is_reported() {
     let net = TestNet::new();
-    let out = std::process::Command::new("xdp-filter")
-        .args(["load", "-m", "native", &net.host])
+    // xdp-filter keeps its state in bpffs, which a fresh machine may not
+    // have mounted: load it from a private mount namespace with a bpffs of
+    // its own, so the test neither depends on nor changes the host's mounts.
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t bpf bpf /sys/fs/bpf && exec xdp-filter load -m native "$0""#)
+        .arg(&net.host)
         .output()
-        .expect("xdp-filter (Debian package xdp-tools) must be installed");
+        .expect("unshare (util-linux) and xdp-filter (xdp-tools) must be installed");
     assert!(
         out.status.success(),
         "xdp-filter load: {}",
@@ -462,8 +467,10 @@ fn another_xdp_program_is_reported() {
         }
         assert!(err.to_string().contains("xdp-loader unload"), "{err}");
     }
-    let _ = std::process::Command::new("xdp-filter")
-        .args(["unload", &net.host])
+    // xdp-filter's pinned state went with its mount namespace: detach the
+    // program through the link itself.
+    let _ = std::process::Command::new("ip")
+        .args(["link", "set", "dev", &net.host, "xdp", "off"])
         .output();
 }
 
