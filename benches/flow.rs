@@ -11,6 +11,9 @@
 //! - `steer/flow/parse_hash_lookup/keyed_udp4_only`: the same over 64
 //!   untagged UDP/IPv4 frames (no branch mispredictions from the mix: the
 //!   best case).
+//! - `steer/flow/parse_hash_lookup/keyed_umem`: `keyed` over the same 64
+//!   mixed frames laid out in one buffer at 2 KiB strides, as in a UMEM
+//!   (the other variants read 64 separate heap allocations).
 //! - `steer/flow/hash/{keyed,toeplitz}`: the hashers alone over pre-parsed
 //!   keys.
 //!
@@ -75,6 +78,18 @@ fn udp4_frames() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// UMEM chunk size the `keyed_umem` variant lays frames out at.
+const CHUNK: usize = 2048;
+
+/// `frames` copied into one buffer, frame `i` at `i * CHUNK`.
+fn umem(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut buf = vec![0u8; frames.len() * CHUNK];
+    for (i, f) in frames.iter().enumerate() {
+        buf[i * CHUNK..][..f.len()].copy_from_slice(f);
+    }
+    buf
+}
+
 fn parse_hash<H: FlowHasher>(frames: &[Vec<u8>], h: &H) -> u32 {
     let mut acc = 0u32;
     for f in frames {
@@ -86,6 +101,17 @@ fn parse_hash<H: FlowHasher>(frames: &[Vec<u8>], h: &H) -> u32 {
 }
 
 fn parse_hash_lookup<H: FlowHasher>(frames: &[Vec<u8>], h: &H, t: &DesiredCpuTable) -> usize {
+    let mut acc = 0usize;
+    for f in frames {
+        if let Ok(Some(k)) = flow_key(black_box(f)) {
+            acc = acc.wrapping_add(t.lookup(h.hash(&k)).unwrap_or(usize::MAX));
+        }
+    }
+    acc
+}
+
+/// [`parse_hash_lookup`] over frames borrowed from one buffer.
+fn parse_hash_lookup_in<H: FlowHasher>(frames: &[&[u8]], h: &H, t: &DesiredCpuTable) -> usize {
     let mut acc = 0usize;
     for f in frames {
         if let Ok(Some(k)) = flow_key(black_box(f)) {
@@ -153,6 +179,15 @@ fn bench(c: &mut Criterion) {
     let tu = table_for(&udp4, &keyed);
     g.bench_function("keyed_udp4_only", |b| {
         b.iter(|| parse_hash_lookup(&udp4, &keyed, &tu))
+    });
+    let buf = umem(&frames);
+    let in_umem: Vec<&[u8]> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| &buf[i * CHUNK..][..f.len()])
+        .collect();
+    g.bench_function("keyed_umem", |b| {
+        b.iter(|| parse_hash_lookup_in(&in_umem, &keyed, &tk))
     });
     g.finish();
 

@@ -1,12 +1,14 @@
 //! Flow hashes: the Microsoft RSS verification-suite vectors for Toeplitz
 //! (IPv4 and IPv6, with and without ports), symmetric modes (proptest),
-//! fragments and VLAN tags hashing like the plain flow.
+//! fragments and VLAN tags hashing like the plain flow, and `flow_key`'s
+//! fast path agreeing with the full parser (proptest).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 use steer_core::flow::{
-    flow_key, FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports, ToeplitzHasher, SYMMETRIC_RSS_KEY,
+    flow_key, flow_key_general, FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports, ToeplitzHasher,
+    SYMMETRIC_RSS_KEY,
 };
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype;
@@ -255,5 +257,43 @@ proptest! {
         let k = flow_key(&b.build()).unwrap().unwrap();
         let proto = if tcp { ip_proto::TCP } else { ip_proto::UDP };
         prop_assert_eq!(k, key(s, d, proto, Some((sp, dp))));
+    }
+
+    /// `flow_key` (fast path or not) equals the full parser's key or error
+    /// on frames of every shape, whole, truncated, padded or with one byte
+    /// of the headers changed.
+    #[test]
+    fn fast_and_general_paths_agree(
+        six in any::<bool>(), x in any::<u32>(), sp in any::<u16>(), dp in any::<u16>(),
+        shape in 0u8..6, vlans in 0usize..3, cut in 0usize..160, pad in 0usize..40,
+        at in 0usize..80, byte in any::<u8>(),
+    ) {
+        let (s, d): (IpAddr, IpAddr) = if six {
+            (Ipv6Addr::from_bits(u128::from(x)).into(), Ipv6Addr::from_bits(!u128::from(x)).into())
+        } else {
+            (Ipv4Addr::from_bits(x).into(), Ipv4Addr::from_bits(!x).into())
+        };
+        let mut b = match shape {
+            0 => FrameBuilder::udp(s, d, sp, dp),
+            1 => FrameBuilder::tcp(s, d, sp, dp),
+            2 => FrameBuilder::udp(s, d, sp, dp).fragment(sp & 7, dp & 1 == 0),
+            3 => FrameBuilder::proto(s, d, if six { ip_proto::ICMPV6 } else { ip_proto::ICMP }),
+            4 if six => FrameBuilder::tcp(s, d, sp, dp).ipv6_ext(ip_proto::IPV6_DEST_OPTS, 0),
+            4 => FrameBuilder::tcp(s, d, sp, dp).ipv4_options(&[1, 1, 1, 1]),
+            _ => FrameBuilder::proto(s, d, ip_proto::SCTP),
+        }
+        .payload(&[0x5a; 12]);
+        for i in 0..vlans {
+            b = b.vlan(if i == 0 && vlans == 2 { ethertype::QINQ } else { ethertype::VLAN }, i as u16);
+        }
+        let mut f = b.build();
+        f.resize(f.len() + pad, 0);
+        prop_assert_eq!(flow_key(&f), flow_key_general(&f));
+        let cut = cut.min(f.len());
+        prop_assert_eq!(flow_key(&f[..cut]), flow_key_general(&f[..cut]));
+        if at < f.len() {
+            f[at] = byte;
+            prop_assert_eq!(flow_key(&f), flow_key_general(&f));
+        }
     }
 }

@@ -6,9 +6,11 @@
 //! (the seed is drawn once per process), because dispatchers and the
 //! application threads that record flows must agree on a flow's hash.
 //!
-//! The key is fed as a few 64-bit words (addresses, then protocol, ports and
-//! a family tag), not through `#[derive(Hash)]`, to keep it short. In
-//! symmetric mode the key is put in [`FlowKey::canonical`] form first.
+//! The key is fed as a few words, not through `#[derive(Hash)]`, to keep
+//! it short: one 128-bit block for IPv4 (both addresses, then protocol,
+//! ports and a family tag: a single folded multiply) and three for IPv6. In
+//! symmetric mode the words are put in [`FlowKey::canonical`] order first
+//! (so the symmetric hash of a key is the plain hash of its canonical form).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
@@ -79,21 +81,38 @@ impl KeyedHasher {
         self
     }
 
+    /// The hash of `k` (of its canonical form if `canonical`), before
+    /// [`nonzero`]. The canonical swap is done on the words fed to the
+    /// hasher, not on a copy of the key, in the order of
+    /// [`FlowKey::canonical`] (addresses compare as big-endian integers).
+    /// `canonical` is a constant at each call, so the plain hash carries no
+    /// comparison.
     #[inline(always)]
-    fn raw(&self, k: &FlowKey) -> u32 {
+    fn raw(&self, k: &FlowKey, canonical: bool) -> u32 {
         let mut h = self.state.build_hasher();
-        let tail = (u64::from(k.protocol) << 32)
-            | (u64::from(k.src_port()) << 16)
-            | u64::from(k.dst_port());
+        let (mut sp, mut dp) = (k.src_port(), k.dst_port());
+        let tail = |family: u64, sp: u16, dp: u16| {
+            (family << 40) | (u64::from(k.protocol) << 32) | (u64::from(sp) << 16) | u64::from(dp)
+        };
+        // Each arm writes its own words: the hasher's buffer state stays a
+        // compile-time constant, so every write folds to plain arithmetic.
         match k.addrs {
             FlowAddrs::V4 { src, dst } => {
-                h.write_u64((u64::from(src.to_bits()) << 32) | u64::from(dst.to_bits()));
-                h.write_u64(tail | (4 << 40));
+                let (mut s, mut d) = (src.to_bits(), dst.to_bits());
+                if canonical && (s, sp) > (d, dp) {
+                    (s, d, sp, dp) = (d, s, dp, sp);
+                }
+                h.write_u64((u64::from(s) << 32) | u64::from(d));
+                h.write_u64(tail(4, sp, dp));
             }
             FlowAddrs::V6 { src, dst } => {
-                h.write_u128(src.to_bits());
-                h.write_u128(dst.to_bits());
-                h.write_u64(tail | (6 << 40));
+                let (mut s, mut d) = (src.to_bits(), dst.to_bits());
+                if canonical && (s, sp) > (d, dp) {
+                    (s, d, sp, dp) = (d, s, dp, sp);
+                }
+                h.write_u128(s);
+                h.write_u128(d);
+                h.write_u64(tail(6, sp, dp));
             }
         }
         let x = h.finish();
@@ -105,9 +124,9 @@ impl FlowHasher for KeyedHasher {
     #[inline(always)]
     fn hash(&self, key: &FlowKey) -> u32 {
         let h = if self.symmetric {
-            self.raw(&key.canonical())
+            self.raw(key, true)
         } else {
-            self.raw(key)
+            self.raw(key, false)
         };
         nonzero(h)
     }
@@ -118,7 +137,7 @@ mod tests {
     use super::*;
     use crate::flow::Ports;
     use std::collections::HashSet;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn key(i: u32) -> FlowKey {
         FlowKey {
@@ -169,5 +188,35 @@ mod tests {
         seen.insert(h.hash(&FlowKey { ports: None, ..k }));
         seen.insert(h.hash(&k.reversed()));
         assert_eq!(seen.len(), 4);
+    }
+
+    #[test]
+    fn symmetric_is_the_hash_of_the_canonical_key() {
+        let (asym, sym) = (
+            KeyedHasher::with_seed(5),
+            KeyedHasher::with_seed(5).symmetric(true),
+        );
+        let v6 = |i: u32| FlowKey {
+            addrs: FlowAddrs::V6 {
+                src: Ipv6Addr::from_bits(u128::from(i) << 100 | 7),
+                dst: Ipv6Addr::from_bits(u128::from(i % 3) << 100 | 7),
+            },
+            ..key(i)
+        };
+        for i in 0..512 {
+            for k in [key(i), key(i).reversed(), v6(i), v6(i).reversed()] {
+                for k in [
+                    k,
+                    FlowKey { ports: None, ..k },
+                    FlowKey {
+                        ports: Some(Ports { src: 9, dst: 9 }),
+                        ..k
+                    },
+                ] {
+                    assert_eq!(sym.hash(&k), asym.hash(&k.canonical()));
+                    assert_eq!(sym.hash(&k), sym.hash(&k.reversed()));
+                }
+            }
+        }
     }
 }

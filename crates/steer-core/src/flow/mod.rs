@@ -2,7 +2,9 @@
 //!
 //! [`flow_key`] reads from a frame only what the key needs: the addresses,
 //! the upper-layer protocol and, for a non-fragment of a protocol with
-//! ports, the two port words. **Fragments** (first or not) key on addresses
+//! ports, the two port words. The common frame shapes take a fast path
+//! (`fast`: fixed offsets, no full parse) that is tested to agree with the
+//! full parser ([`flow_key_general`]) on every frame. **Fragments** (first or not) key on addresses
 //! and protocol only (ports absent), so every fragment of a datagram lands on
 //! one CPU, as the kernel's `skb_get_hash` does. Frames that are not IP have
 //! no flow (`Ok(None)`).
@@ -28,6 +30,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod fast;
 mod keyed;
 mod toeplitz;
 
@@ -40,7 +43,13 @@ pub use keyed::KeyedHasher;
 pub use toeplitz::{KeyError, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 
 /// The addresses of a flow.
+///
+/// `repr(u64)` puts the addresses at 8-byte-aligned offsets after the tag
+/// (by default they follow a one-byte tag): a key built from registers in
+/// the fast path of [`flow_key`] then stays in registers through a hasher
+/// instead of being spilled and re-read byte-shifted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u64)]
 pub enum FlowAddrs {
     /// IPv4 source and destination.
     V4 {
@@ -114,9 +123,11 @@ impl FlowKey {
     #[inline]
     pub fn canonical(&self) -> Self {
         let (sp, dp) = (self.src_port(), self.dst_port());
+        // Addresses compare as big-endian integers: the same order as
+        // their `Ord`, in one comparison instead of a segment-wise one.
         let swap = match self.addrs {
-            FlowAddrs::V4 { src, dst } => (src, sp) > (dst, dp),
-            FlowAddrs::V6 { src, dst } => (src, sp) > (dst, dp),
+            FlowAddrs::V4 { src, dst } => (src.to_bits(), sp) > (dst.to_bits(), dp),
+            FlowAddrs::V6 { src, dst } => (src.to_bits(), sp) > (dst.to_bits(), dp),
         };
         if swap {
             self.reversed()
@@ -144,6 +155,12 @@ pub trait FlowHasher {
 
 /// The flow key of an Ethernet frame; `Ok(None)` when it is not IP.
 ///
+/// Common shapes (untagged or single-tagged Ethernet, then UDP or TCP over
+/// IPv4 without options and not fragmented, or over IPv6 without extension
+/// headers) take a fast path that reads fixed offsets after one length
+/// check per layer; every other frame goes through [`flow_key_general`].
+/// Both give the same result for every frame, errors included.
+///
 /// ```
 /// use std::net::Ipv6Addr;
 /// use steer_core::flow::flow_key;
@@ -157,6 +174,41 @@ pub trait FlowHasher {
 /// ```
 #[inline(always)]
 pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
+    let raw = match fast::key(frame) {
+        Some(raw) => raw,
+        None => match general_raw(frame)? {
+            Some(raw) => raw,
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(raw.key()))
+}
+
+/// [`flow_key_general`] in the form the fast path meets it in, out of line
+/// (the cold path of [`flow_key`]). Its own return slot keeps the caller's
+/// key in registers: when the general path wrote the caller's
+/// `Result<Option<FlowKey>>` directly, the fast path's key went through
+/// that memory too (and its ports through a store-forwarding stall).
+#[inline(never)]
+fn general_raw(frame: &[u8]) -> Result<Option<fast::RawKey>, ParseError> {
+    Ok(flow_key_general(frame)?.map(|k| fast::RawKey::new(&k)))
+}
+
+/// [`flow_key`] through the full parser ([`packet::parse`]) for every
+/// frame: VLAN tags, IPv4 options, the IPv6 extension chain, fragments,
+/// protocols without ports, and the typed error for malformed input. It is
+/// the reference the fast path of [`flow_key`] is tested against.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use steer_core::flow::{flow_key, flow_key_general};
+/// use steer_core::packet::build::FrameBuilder;
+/// let f = FrameBuilder::udp(Ipv4Addr::new(10, 0, 0, 1).into(), Ipv4Addr::new(10, 0, 0, 2).into(), 1, 2).build();
+/// assert_eq!(flow_key_general(&f), flow_key(&f));
+/// assert!(flow_key_general(&f[..30]).is_err());
+/// ```
+#[inline]
+pub fn flow_key_general(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
     let Some(l) = packet::parse(frame)? else {
         return Ok(None);
     };
@@ -350,6 +402,40 @@ mod tests {
         assert_eq!(k.reversed().reversed(), k);
         // The lower endpoint is the source.
         assert_eq!(k.canonical().src_port(), 5000);
+    }
+
+    #[test]
+    fn canonical_orders_like_the_address_ord() {
+        let addrs = [
+            0u128,
+            1,
+            0xff,
+            1 << 64,
+            (1 << 64) | 1,
+            u128::MAX - 1,
+            u128::MAX,
+        ];
+        for &a in &addrs {
+            for &b in &addrs {
+                for (sp, dp) in [(1, 2), (2, 1), (5, 5)] {
+                    let (s6, d6) = (Ipv6Addr::from_bits(a), Ipv6Addr::from_bits(b));
+                    let k = FlowKey {
+                        addrs: FlowAddrs::V6 { src: s6, dst: d6 },
+                        protocol: ip_proto::TCP,
+                        ports: Some(Ports { src: sp, dst: dp }),
+                    };
+                    let swap = (s6, sp) > (d6, dp);
+                    assert_eq!(k.canonical(), if swap { k.reversed() } else { k });
+                    let (s4, d4) = (Ipv4Addr::from_bits(a as u32), Ipv4Addr::from_bits(b as u32));
+                    let k = FlowKey {
+                        addrs: FlowAddrs::V4 { src: s4, dst: d4 },
+                        ..k
+                    };
+                    let swap = (s4, sp) > (d4, dp);
+                    assert_eq!(k.canonical(), if swap { k.reversed() } else { k });
+                }
+            }
+        }
     }
 
     #[test]
