@@ -173,10 +173,7 @@ fn parse_mac(s: &str) -> [u8; 6] {
 }
 
 fn echo_server_binary() -> PathBuf {
-    // tests run from target/<profile>/deps; examples live next door.
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    dir.join("examples").join("echo_server")
+    support::examples::example_binary("echo_server")
 }
 
 fn one_line_error(out: &std::process::Output) -> String {
@@ -193,7 +190,6 @@ fn one_line_error(out: &std::process::Output) -> String {
 #[test]
 fn echo_server_errors_say_what_to_do() {
     let bin = echo_server_binary();
-    assert!(bin.exists(), "{} not built", bin.display());
     let missing = Command::new(&bin)
         .args(["--interface", "steer-nonesuch0", "--port", "9"])
         .output()

@@ -1,28 +1,16 @@
 //! The `topology` example as a user runs it: one JSON object on stdout, or a
 //! one-line error and a non-zero exit on bad input.
 
-use std::path::PathBuf;
+#[path = "support/examples.rs"]
+mod examples;
+
 use std::process::Command;
 
-/// `cargo test` builds the examples next to the test binaries' `deps/` dir.
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/topology");
-    assert!(
-        path.exists(),
-        "{} not built: run through `cargo test`",
-        path.display()
-    );
-    path
-}
-
 fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(example()).args(args).output().unwrap();
+    let out = Command::new(examples::example_binary("topology"))
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8(out.stdout).unwrap(),

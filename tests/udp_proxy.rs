@@ -8,7 +8,6 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
@@ -29,16 +28,6 @@ fn kernel_backend() -> u16 {
     port
 }
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name)
-}
-
 struct Proxy {
     child: Child,
     stdin: ChildStdin,
@@ -47,7 +36,7 @@ struct Proxy {
 
 impl Proxy {
     fn start(net: &TestNet, backend: u16, extra: &[&str], json: &std::path::Path) -> Self {
-        let mut child = Command::new(example("udp_proxy"))
+        let mut child = Command::new(support::examples::example_binary("udp_proxy"))
             .args(["--interface", &net.host, "--port", &PORT.to_string()])
             .args(["--backend", &format!("127.0.0.1:{backend}")])
             .args(["--stats-json", json.to_str().unwrap()])

@@ -6,6 +6,8 @@
 #[path = "../../crates/xdp-io/tests/common/mod.rs"]
 pub mod net;
 
+pub mod examples;
+
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
