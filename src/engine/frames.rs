@@ -168,6 +168,11 @@ impl XskSource {
 impl RxSource<RawFrame> for XskSource {
     fn poll(&mut self, out: &mut [RawFrame]) -> usize {
         let mut s = lock(&self.socket);
+        // Idle rounds (most rounds of a worker waiting for traffic) cost one
+        // read of the rx ring: no top-up, spill, kick or reap is due.
+        if s.idle(self.low_water, self.high_water) {
+            return 0;
+        }
         let in_fill = s.ring_census().fill_ring as usize;
         let have = in_fill + s.free_frames();
         if have < self.low_water {
@@ -209,6 +214,6 @@ impl RxSource<RawFrame> for XskSource {
     }
 
     fn has_pending(&self) -> bool {
-        lock(&self.socket).ring_census().rx_ring > 0
+        lock(&self.socket).rx_ready()
     }
 }

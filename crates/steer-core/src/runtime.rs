@@ -606,9 +606,6 @@ where
             if work > 0 {
                 self.handler.flush(&mut self.pool);
             }
-            if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
-                block.flush(&mut self.local);
-            }
             idle_rounds = if work > 0 {
                 0
             } else {
@@ -618,7 +615,8 @@ where
             // last-used ticks must advance under load too), and on the first
             // idle round; the tick is written once per millisecond at most.
             rounds = rounds.wrapping_add(1);
-            if rounds % TICK_EVERY == 0 || idle_rounds == 1 {
+            let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
+            if tick_round {
                 let now = self.start.elapsed().as_millis() as Tick;
                 if now != last_tick {
                     last_tick = now;
@@ -629,6 +627,13 @@ where
                             part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
                         }
                     }
+                }
+            }
+            // Counters change only with work or on a tick (sweeps): idle
+            // rounds leave the shared block alone.
+            if work > 0 || tick_round {
+                if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+                    block.flush(&mut self.local);
                 }
             }
             if work > 0 {

@@ -330,6 +330,53 @@ impl QueueSocket {
         self.free.len()
     }
 
+    /// True when a poll of this socket has nothing to do: the rx ring is
+    /// empty, no frame is on the tx side (nothing to kick or reap), at least
+    /// `stocked` frames are ready for rx (in the fill ring, in the kernel or
+    /// in the free pool) and the free pool holds at most `free_high`.
+    ///
+    /// Cheap enough for every round of a polling loop: one read of the rx
+    /// ring's producer index (only when its cached view is empty) and this
+    /// socket's own counters; the fill, tx and completion rings are not
+    /// touched. Frames the kernel took from the fill ring for rx are in the
+    /// rx ring or about to be, so a stocked socket with an empty rx ring
+    /// needs no top-up until something is received.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), xdp_io::XdpError> {
+    /// use xdp_io::{PortConfig, Proto, XdpPort};
+    /// let mut port = XdpPort::open(PortConfig::new("veth0").own(Proto::Udp, 9000))?;
+    /// let mut s = port.take_sockets().remove(0);
+    /// let mut frames = Vec::new();
+    /// loop {
+    ///     if s.idle(1024, 4096) {
+    ///         std::hint::spin_loop(); // or sleep on the fd
+    ///         continue;
+    ///     }
+    ///     let _ = s.recv(&mut frames, 64);
+    ///     s.complete();
+    ///     s.recycle(frames.drain(..));
+    /// }
+    /// # }
+    /// ```
+    #[inline]
+    pub fn idle(&mut self, stocked: usize, free_high: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Only this socket's owner writes these counters: plain loads.
+        let in_rx = self.ledger.in_rx.load(Relaxed).max(0) as usize;
+        self.ledger.in_tx.load(Relaxed) == 0
+            && self.free.len() <= free_high
+            && in_rx + self.free.len() >= stocked
+            && !self.rx_ready()
+    }
+
+    /// Whether the rx ring holds received frames. One read of the ring's
+    /// producer index, and only when the cached view of it is empty.
+    #[inline]
+    pub fn rx_ready(&mut self) -> bool {
+        self.rx.nb_avail(1) > 0
+    }
+
     /// Moves free frames into the fill ring (as many as fit, one batch) and
     /// wakes the kernel if the ring asks for it. Returns how many moved.
     pub fn refill(&mut self) -> io::Result<usize> {
