@@ -4,6 +4,10 @@
 //! - `steer/dispatch/fast_path/{on,off}`: flows whose consumer is on the
 //!   dispatcher's own CPU, inline vs through its own ring (and the ring
 //!   enqueue counts, printed);
+//! - `steer/dispatch/cold_frames/{prefetch,no_prefetch}`: 64 real UDP frames
+//!   laid out as in a UMEM, their headers evicted from the caches before
+//!   each batch (as after the kernel wrote them on another CPU), parsed,
+//!   hashed and handled inline, with and without `FramePool::prefetch`;
 //! - `steer/dispatch/ring_hop`: dispatcher thread -> ring -> worker thread;
 //! - `steer/dispatch/churn/{always,llc}`: consumers hopping between CPUs of one
 //!   LLC on a synthetic 2-LLC machine (`pack:1 l3:2 core:4 pu:1`), one record
@@ -16,13 +20,17 @@
 //! parse + hash.
 
 use std::hint::black_box;
+use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use steer::core::cpu::{CpuLayout, CpuSet};
 use steer::core::dispatch::{Classifier, Dispatcher, FlowInfo, FramePool, Malformed, Pins, Shared};
+use steer::core::flow::{flow_key, FlowClassifier, FlowHasher, KeyedHasher};
 use steer::core::hook::{FilterId, FlowMove, HookError, SteerHook};
+use steer::core::packet::build::FrameBuilder;
 use steer::core::policy::Policy;
 use steer::core::ring::{self, Consumer};
 use steer::core::stats::Stats;
@@ -63,14 +71,25 @@ fn hash_of(flow: u32) -> u32 {
     flow.wrapping_mul(0x9E37_79B9) | 1
 }
 
-struct Rig {
+struct Rig<C = HashInFrame, P = Pool> {
     shared: Shared,
-    dispatcher: Dispatcher<u32, HashInFrame, CountingHook>,
+    dispatcher: Dispatcher<u32, C, CountingHook>,
     consumers: Vec<Consumer<u32>>,
-    pool: Pool,
+    pool: P,
 }
 
 fn rig(layout: CpuLayout, policy: Policy, flows: u32, ring_cap: usize) -> Rig {
+    let pool = Pool((0..flows).map(|f| hash_of(f).to_le_bytes()).collect());
+    rig_with(layout, policy, HashInFrame, pool, ring_cap)
+}
+
+fn rig_with<C: Classifier, P>(
+    layout: CpuLayout,
+    policy: Policy,
+    classifier: C,
+    pool: P,
+    ring_cap: usize,
+) -> Rig<C, P> {
     let nr = layout.nr_cpus();
     let shared = Shared {
         desired: Arc::new(DesiredCpuTable::with_policy(65536, nr, policy).unwrap()),
@@ -89,13 +108,12 @@ fn rig(layout: CpuLayout, policy: Policy, flows: u32, ring_cap: usize) -> Rig {
     let dispatcher = Dispatcher::new(
         0,
         0,
-        HashInFrame,
+        classifier,
         RxFlowTable::with_hook(0, 65536, CountingHook::default()).unwrap(),
         producers,
         CpuSet::first(nr),
         shared.clone(),
     );
-    let pool = Pool((0..flows).map(|f| hash_of(f).to_le_bytes()).collect());
     Rig {
         shared,
         dispatcher,
@@ -183,6 +201,129 @@ fn fast_path(c: &mut Criterion) {
             enq as f64 / total.max(1) as f64
         );
     }
+}
+
+/// UMEM chunk size and the headroom in front of each received packet.
+const CHUNK: usize = 2048;
+const HEADROOM: usize = 256;
+
+/// Real UDP/IPv4 frames laid out as in a UMEM, optionally prefetched.
+struct UmemLike {
+    buf: Vec<u8>,
+    lens: Vec<usize>,
+    prefetch: bool,
+}
+
+impl UmemLike {
+    fn new(frames: &[Vec<u8>], prefetch: bool) -> Self {
+        let mut buf = vec![0u8; frames.len() * CHUNK];
+        for (i, f) in frames.iter().enumerate() {
+            buf[i * CHUNK + HEADROOM..][..f.len()].copy_from_slice(f);
+        }
+        let lens = frames.iter().map(Vec::len).collect();
+        Self {
+            buf,
+            lens,
+            prefetch,
+        }
+    }
+
+    /// Evicts every frame's first 128 bytes from the caches, as for frames
+    /// the kernel has just written on another CPU.
+    fn evict(&self) {
+        for i in 0..self.lens.len() {
+            for line in [0, 64] {
+                let p = &self.buf[i * CHUNK + HEADROOM + line];
+                // SAFETY: clflush of a valid address of our own buffer has
+                // no effect beyond the caches; mfence orders it before the
+                // timed reads.
+                unsafe { std::arch::x86_64::_mm_clflush(p) };
+            }
+        }
+        // SAFETY: a fence has no memory-safety preconditions.
+        unsafe { std::arch::x86_64::_mm_mfence() };
+    }
+}
+
+impl FramePool<u32> for UmemLike {
+    #[inline]
+    fn frame(&self, d: &u32) -> &[u8] {
+        let i = *d as usize;
+        &self.buf[i * CHUNK + HEADROOM..][..self.lens[i]]
+    }
+    #[inline]
+    fn release(&mut self, _d: u32) {}
+    #[inline]
+    fn prefetch(&self, d: &u32) {
+        if self.prefetch {
+            let p = &self.buf[*d as usize * CHUNK + HEADROOM];
+            // SAFETY: a prefetch reads nothing into the program and cannot
+            // fault; SSE is in the x86_64 baseline.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::from_ref(p).cast(),
+                )
+            };
+        }
+    }
+}
+
+/// A batch of 64 frames the CPU has not seen (headers evicted before each
+/// timed batch), parsed and hashed for real and handled inline: with and
+/// without `FramePool::prefetch`.
+fn cold_frames(c: &mut Criterion) {
+    let mut g = c.benchmark_group("steer/dispatch/cold_frames");
+    g.throughput(Throughput::Elements(64));
+    let server = Ipv4Addr::new(192, 0, 2, 10).into();
+    let frames: Vec<Vec<u8>> = (0..64u16)
+        .map(|n| {
+            FrameBuilder::udp(
+                Ipv4Addr::new(10, 1, 0, n as u8).into(),
+                server,
+                30000 + n,
+                53,
+            )
+            .payload(&[0xab; 64])
+            .build()
+        })
+        .collect();
+    let descs: Vec<u32> = (0..64).collect();
+    for prefetch in [true, false] {
+        let hasher = KeyedHasher::random();
+        let mut r = rig_with(
+            CpuLayout::uniform(2, 2).unwrap(),
+            Policy::Always,
+            FlowClassifier::new(hasher.clone()),
+            UmemLike::new(&frames, prefetch),
+            4096,
+        );
+        // Every flow consumed on the dispatcher's CPU: all inline.
+        let all = CpuSet::first(2);
+        for f in &frames {
+            let hash = hasher.hash(&flow_key(f).unwrap().unwrap());
+            r.shared
+                .desired
+                .record(hash, 0, &all, &r.shared.layout)
+                .unwrap();
+        }
+        let name = if prefetch { "prefetch" } else { "no_prefetch" };
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    r.pool.evict();
+                    let t = Instant::now();
+                    r.dispatcher
+                        .dispatch(&descs, &mut r.pool, &mut |d: u32, _: &mut UmemLike| {
+                            black_box(d);
+                        });
+                    timed += t.elapsed();
+                }
+                timed
+            })
+        });
+    }
+    g.finish();
 }
 
 fn ring_hop(c: &mut Criterion) {
@@ -286,5 +427,12 @@ fn churn(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, batch_sizes, fast_path, ring_hop, churn);
+criterion_group!(
+    benches,
+    batch_sizes,
+    fast_path,
+    cold_frames,
+    ring_hop,
+    churn
+);
 criterion_main!(benches);
