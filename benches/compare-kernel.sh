@@ -16,7 +16,7 @@
 #   benches/compare-kernel.sh [-t SECS] [-c CLIENTS] [--quick] [--cpus LIST]
 #       [--mode under-load|ping-pong|both] [--kernel-only|--steer-only]
 #       [--port PORT] [--client-port BASE] [-m MSG_SIZE] [--mps N|max]
-#       [--json FILE] [--keep-logs DIR] [--require-goal]
+#       [--json FILE] [--keep-logs DIR] [--require-goal] [--slice-us N]
 #       [-- EXTRA echo_server ARGS...]
 #   benches/compare-kernel.sh --self-test     (parser check on benches/fixtures)
 #   benches/compare-kernel.sh --parse FILE    (print what the parser extracts)
@@ -30,6 +30,11 @@
 #   --json FILE      also write the numbers as JSON
 #   --keep-logs DIR  keep every server/client log in DIR
 #   --require-goal   exit 3 unless steer reaches the goal in every mode
+#   --slice-us N     scheduling slice for both servers' threads (default
+#                    100, what steer's workers ask for; 0: kernel default).
+#                    sockperf server gets it through benches/set-slice.py,
+#                    the echo server through --worker-slice-us, so both
+#                    are scheduled alike
 #   -- ARGS          extra arguments for echo_server (e.g. --busy-poll)
 #
 # The steer server: $ECHO_SERVER, else ${CARGO_TARGET_DIR:-target}/release/
@@ -415,7 +420,7 @@ standin_echo_server() {
 		--port | -p) port=$2; shift 2 ;;
 		--cpus) cpus=$2; shift 2 ;;
 		--stats-json) stats=$2; shift 2 ;;
-		--policy | --fast-path | --duration | --queues) shift 2 ;;
+		--policy | --fast-path | --duration | --queues | --worker-slice-us) shift 2 ;;
 		*) shift ;;
 		esac
 	done
@@ -485,6 +490,10 @@ run_kernel() {
 		stop_pid "$pid" 2 || true
 		die "sockperf server did not bind $NETNS_HOST_V4:$PORT"
 	fi
+	if [ "$SLICE_US" -gt 0 ]; then
+		python3 "$REPO/benches/set-slice.py" "$pid" "$SLICE_US" >"$WORK/$tag-slice.log" 2>&1 ||
+			die "could not set sockperf server's scheduling slice: $(cat "$WORK/$tag-slice.log")"
+	fi
 	run_clients "$mode" "$tag" || true
 	stop_pid "$pid" 5 || true
 }
@@ -494,7 +503,7 @@ run_steer() {
 	local tag="steer-$mode"
 	log "$mode: steer (${STEER_CMD[*]}) with $CLIENTS clients, ${SECS}s"
 	local sargs=(--interface "$NETNS_HOST_IF" --port "$PORT" --cpus "$CPUS" --sockperf
-		--stats-json "$WORK/$tag-stats.json" --no-table "${STEER_EXTRA[@]}")
+		--stats-json "$WORK/$tag-stats.json" --no-table --worker-slice-us "$SLICE_US" "${STEER_EXTRA[@]}")
 	if [ "${STEER_CMD[0]}" = standin ]; then
 		standin_echo_server "${sargs[@]}" >"$WORK/$tag-server.log" 2>&1 &
 	else
@@ -542,7 +551,7 @@ goal_met() {
 print_table() {
 	local mode side kv fmt="%-10s %-7s %7s %11s %11s %9s %9s %9s %6s %6s\n"
 	echo
-	echo "steer vs kernel: $CLIENTS sockperf clients from netns $NETNS_NAME to $NETNS_HOST_V4:$PORT ($NETNS_HOST_IF), CPUs $CPUS, ${SECS}s per run, ${MSG_SIZE}-byte messages"
+	echo "steer vs kernel: $CLIENTS sockperf clients from netns $NETNS_NAME to $NETNS_HOST_V4:$PORT ($NETNS_HOST_IF), CPUs $CPUS, ${SECS}s per run, ${MSG_SIZE}-byte messages, server slice $( [ "$SLICE_US" -gt 0 ] && echo "${SLICE_US} us" || echo "kernel default")"
 	echo "latency: one-way (RTT/2) usec, median over clients; msg/s summed (under-load: sent/s x share of sampled replies back)"
 	echo "ratio = steer/kernel (msg/s: higher is better; latency: lower is better)"
 	# shellcheck disable=SC2059
@@ -627,11 +636,11 @@ write_json() {
 	local json_file=$1 mode first=1 k s
 	{
 		printf '{"tool": "benches/compare-kernel.sh", "format": 1,\n'
-		printf ' "config": {"seconds": %s, "clients": %s, "cpus": %s, "port": %s, "client_port_base": %s, "msg_size": %s, "mps": %s, "interface": %s, "namespace": %s, "server_ip": %s, "sockperf": %s, "steer_cmd": %s, "rps": {"rps_cpus": %s, "rps_flow_cnt": %s, "rps_sock_flow_entries": %s}, "latency": "one-way usec (RTT/2), median over clients"},\n' \
+		printf ' "config": {"seconds": %s, "clients": %s, "cpus": %s, "port": %s, "client_port_base": %s, "msg_size": %s, "mps": %s, "interface": %s, "namespace": %s, "server_ip": %s, "sockperf": %s, "steer_cmd": %s, "rps": {"rps_cpus": %s, "rps_flow_cnt": %s, "rps_sock_flow_entries": %s}, "server_slice_us": %s, "latency": "one-way usec (RTT/2), median over clients"},\n' \
 			"$SECS" "$CLIENTS" "$(jstr "$CPUS")" "$PORT" "$CLIENT_PORT" "$MSG_SIZE" "$(jstr "$MPS")" \
 			"$(jstr "$NETNS_HOST_IF")" "$(jstr "$NETNS_NAME")" "$(jstr "$NETNS_HOST_V4")" \
 			"$(jstr "$(sockperf --version 2>&1 | head -n 1)")" "$(jstr "${STEER_CMD[*]:-}")" \
-			"$(jstr "$RPS_MASK")" "$RPS_FLOW_CNT" "$RPS_SOCK_FLOW_ENTRIES"
+			"$(jstr "$RPS_MASK")" "$RPS_FLOW_CNT" "$RPS_SOCK_FLOW_ENTRIES" "$SLICE_US"
 		printf ' "modes": {'
 		for mode in "${MODES[@]}"; do
 			[ $first = 1 ] || printf ','
@@ -672,6 +681,7 @@ KEEP_LOGS=
 RUN_KERNEL=1
 RUN_STEER=1
 REQUIRE_GOAL=0
+SLICE_US=100
 STEER_EXTRA=()
 STEER_CMD=()
 
@@ -699,6 +709,7 @@ while [ $# -gt 0 ]; do
 	--kernel-only) RUN_STEER=0; shift ;;
 	--steer-only) RUN_KERNEL=0; shift ;;
 	--require-goal) REQUIRE_GOAL=1; shift ;;
+	--slice-us) SLICE_US=${2:?}; shift 2 ;;
 	-h | --help)
 		usage
 		exit 0
@@ -715,6 +726,7 @@ done
 if ! [[ $SECS =~ ^[1-9][0-9]*$ ]]; then die "-t wants whole seconds >= 1"; fi
 if ! [[ $CLIENTS =~ ^[1-9][0-9]*$ ]]; then die "-c wants a count >= 1"; fi
 [[ $MPS =~ ^([0-9]+|max)$ ]] || die "--mps wants a number or max"
+[[ $SLICE_US =~ ^[0-9]+$ ]] || die "--slice-us wants whole microseconds (0: kernel default)"
 case $MODE_ARG in
 under-load | ul) MODES=(under-load) ;;
 ping-pong | pp) MODES=(ping-pong) ;;

@@ -117,6 +117,10 @@ struct Args {
     /// Entries of the desired-CPU table (a power of two).
     #[arg(long, default_value_t = 65536)]
     flow_table: usize,
+    /// Scheduling slice the workers ask for, in microseconds (Linux >= 6.12;
+    /// the kernel grants 100 or more); 0 keeps the kernel's default.
+    #[arg(long, default_value_t = 100)]
+    worker_slice_us: u64,
 }
 
 fn main() -> ExitCode {
@@ -147,6 +151,9 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .busy_poll(args.busy_poll)
         .idle_spins(args.idle_spins)
         .flow_tables(args.flow_table, 4096)
+        .worker_slice(
+            (args.worker_slice_us > 0).then(|| Duration::from_micros(args.worker_slice_us)),
+        )
         .ring_capacity(args.ring_size)
         .frames(args.frames, args.xsk_ring_size)
         .xdp_mode(match args.xdp_mode {

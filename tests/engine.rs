@@ -53,6 +53,46 @@ fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path
 }
 
 /// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
+/// The `se.slice` (ns) of every steer worker thread of this process.
+fn worker_slices() -> Vec<u64> {
+    let mut slices = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("steer-worker") {
+            continue;
+        }
+        let sched = std::fs::read_to_string(task.path().join("sched")).unwrap_or_default();
+        if let Some(v) = sched
+            .lines()
+            .find(|l| l.starts_with("se.slice"))
+            .and_then(|l| l.split(':').nth(1))
+        {
+            slices.push(v.trim().parse().unwrap());
+        }
+    }
+    slices
+}
+
+#[test]
+fn workers_ask_for_a_short_scheduling_slice_unless_told_not_to() {
+    let net = TestNet::new();
+    // Other tests' engines (default slice) may run beside this one; only
+    // this test starts workers with the kernel's default.
+    let engine = echo_engine(&net, Policy::LlcAffinity, true);
+    let slices = worker_slices();
+    assert!(slices.len() >= 2, "{slices:?}");
+    assert!(slices.iter().all(|&s| s == 100_000), "{slices:?}");
+    engine.stop().unwrap();
+
+    let engine = support::echo_builder(&net, Policy::LlcAffinity, true)
+        .worker_slice(None)
+        .start()
+        .unwrap();
+    let kernel_default = worker_slices().iter().filter(|&&s| s != 100_000).count();
+    assert!(kernel_default >= 2, "{:?}", worker_slices());
+    engine.stop().unwrap();
+}
+
 fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
     net.in_ns(|| {
         let ifindex = steer::xdp::ifindex(&net.peer).unwrap();

@@ -1,7 +1,7 @@
 //! Pinned workers, one per configured CPU, and the ring matrix between them.
 //!
 //! A [`Runtime`] owns one worker thread per CPU of its set, pinned through
-//! the caller's [`Setup::pin`]. Every rx queue ([`RxSource`]) has a
+//! the caller's [`Setup::prepare_thread`]. Every rx queue ([`RxSource`]) has a
 //! [`Dispatcher`] run by one worker (queue `i` on the `i`-th CPU, round
 //! robin), and every dispatcher has one SPSC ring to every worker. A worker
 //! loop, like NAPI plus `process_backlog`:
@@ -64,9 +64,11 @@ pub trait Setup<D>: Send + Sync + 'static {
     /// The packet handler.
     type Handler: Handler<D, Self::Pool>;
 
-    /// Pins the calling thread to `cpu` (default: does nothing; the facade
-    /// pins through the live topology).
-    fn pin(&self, _cpu: CpuId) {}
+    /// Prepares the calling thread, the worker of `cpu`, before anything
+    /// else runs on it: pinning, scheduling attributes (default: nothing;
+    /// the facade pins through the live topology and sets the workers'
+    /// scheduling slice).
+    fn prepare_thread(&self, _cpu: CpuId) {}
     /// A classifier for the dispatcher of rx queue `rxq`.
     fn classifier(&self, rxq: u32) -> Self::Classifier;
     /// The steering hook of rx queue `rxq`'s table.
@@ -366,7 +368,7 @@ where
             let handle = std::thread::Builder::new()
                 .name(format!("steer-worker-{cpu}"))
                 .spawn(move || {
-                    setup.pin(cpu);
+                    setup.prepare_thread(cpu);
                     let bell = Doorbell::new(BoxedSleeper(setup.sleeper(cpu)));
                     let _ = bell_tx.send((cpu, bell.clone()));
                     drop(bell_tx);
