@@ -27,6 +27,17 @@ for f in scripts/*.sh benches/*.sh benches/seeds/*.sh; do
   [ -e "$f" ] && bash -n "$f"
 done
 
+step "bench scripts: quick smoke runs (kernel comparison, seed reproductions)"
+# A 2 s window is too short for the goals; these runs check that each script
+# still drives its binaries end to end and finds every number it reports
+# (exit 2 otherwise). The scripts use release builds.
+cargo build --release --examples
+cargo bench --no-default-features --bench table --bench dispatch --no-run
+bash benches/compare-kernel.sh --quick
+for f in benches/seeds/seed*.sh; do
+  bash "$f" --quick
+done
+
 if [ -x scripts/loom.sh ]; then
   step "loom model checks of the lock-free ring"
   scripts/loom.sh

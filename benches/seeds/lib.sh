@@ -225,14 +225,17 @@ seeds_control() {
 }
 
 # seeds_proxy_stats LOG OUT: asks udp_proxy (stdin `stats`) for its counters
-# and writes the JSON line it prints to OUT. Fails after 5 s.
+# and writes the per-CPU snapshot from the line it prints to OUT ({"per_cpu":
+# [...],"total":{...}}). Fails after 5 s.
 seeds_proxy_stats() {
 	local logf=$1 out=$2 before i
-	before=$(grep -c '^{"per_cpu"' "$logf" || true)
+	# udp_proxy answers `stats` with one line:
+	# {"desired_table":{...},"stats":{"per_cpu":[...],"total":{...}}}
+	before=$(grep -c '^{"desired_table"' "$logf" || true)
 	seeds_control stats || return 1
 	for ((i = 0; i < 100; i++)); do
-		if [ "$(grep -c '^{"per_cpu"' "$logf" || true)" -gt "$before" ]; then
-			grep '^{"per_cpu"' "$logf" | tail -n 1 >"$out"
+		if [ "$(grep -c '^{"desired_table"' "$logf" || true)" -gt "$before" ]; then
+			grep '^{"desired_table"' "$logf" | tail -n 1 | jq -c '.stats' >"$out"
 			return 0
 		fi
 		sleep 0.05
