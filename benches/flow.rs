@@ -14,6 +14,9 @@
 //! - `steer/flow/parse_hash_lookup/keyed_umem`: `keyed` over the same 64
 //!   mixed frames laid out in one buffer at 2 KiB strides, as in a UMEM
 //!   (the other variants read 64 separate heap allocations).
+//! - `steer/flow/classify_lookup/{keyed,keyed_udp4_only}`: what the
+//!   dispatcher runs per packet: `FlowClassifier::classify` (keyed hash),
+//!   then the lookup, over the mixed and the UDP/IPv4-only batches.
 //! - `steer/flow/hash/{keyed,toeplitz}`: the hashers alone over pre-parsed
 //!   keys.
 //!
@@ -24,7 +27,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use steer::core::cpu::{CpuLayout, CpuSet};
-use steer::core::flow::{flow_key, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher};
+use steer::core::dispatch::Classifier;
+use steer::core::flow::{
+    flow_key, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher,
+};
 use steer::core::packet::build::FrameBuilder;
 use steer::core::packet::ethernet::ethertype;
 use steer::core::packet::ip_proto;
@@ -100,22 +106,31 @@ fn parse_hash<H: FlowHasher>(frames: &[Vec<u8>], h: &H) -> u32 {
     acc
 }
 
-fn parse_hash_lookup<H: FlowHasher>(frames: &[Vec<u8>], h: &H, t: &DesiredCpuTable) -> usize {
+fn parse_hash_lookup<F: AsRef<[u8]>, H: FlowHasher>(
+    frames: &[F],
+    h: &H,
+    t: &DesiredCpuTable,
+) -> usize {
     let mut acc = 0usize;
     for f in frames {
-        if let Ok(Some(k)) = flow_key(black_box(f)) {
+        if let Ok(Some(k)) = flow_key(black_box(f.as_ref())) {
             acc = acc.wrapping_add(t.lookup(h.hash(&k)).unwrap_or(usize::MAX));
         }
     }
     acc
 }
 
-/// [`parse_hash_lookup`] over frames borrowed from one buffer.
-fn parse_hash_lookup_in<H: FlowHasher>(frames: &[&[u8]], h: &H, t: &DesiredCpuTable) -> usize {
+/// The dispatcher's per-packet decision work: its classifier, then the
+/// desired-table lookup.
+fn classify_lookup<H: FlowHasher>(
+    frames: &[Vec<u8>],
+    c: &mut FlowClassifier<H>,
+    t: &DesiredCpuTable,
+) -> usize {
     let mut acc = 0usize;
     for f in frames {
-        if let Ok(Some(k)) = flow_key(black_box(f)) {
-            acc = acc.wrapping_add(t.lookup(h.hash(&k)).unwrap_or(usize::MAX));
+        if let Ok(Some(info)) = c.classify(black_box(f), None) {
+            acc = acc.wrapping_add(t.lookup(info.hash).unwrap_or(usize::MAX));
         }
     }
     acc
@@ -187,7 +202,18 @@ fn bench(c: &mut Criterion) {
         .map(|(i, f)| &buf[i * CHUNK..][..f.len()])
         .collect();
     g.bench_function("keyed_umem", |b| {
-        b.iter(|| parse_hash_lookup_in(&in_umem, &keyed, &tk))
+        b.iter(|| parse_hash_lookup(&in_umem, &keyed, &tk))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("steer/flow/classify_lookup");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let mut classifier = FlowClassifier::new(keyed.clone());
+    g.bench_function("keyed", |b| {
+        b.iter(|| classify_lookup(&frames, &mut classifier, &tk))
+    });
+    g.bench_function("keyed_udp4_only", |b| {
+        b.iter(|| classify_lookup(&udp4, &mut classifier, &tu))
     });
     g.finish();
 

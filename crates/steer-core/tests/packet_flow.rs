@@ -6,9 +6,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
+use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
 use steer_core::flow::{
-    flow_key, flow_key_general, FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports, ToeplitzHasher,
-    SYMMETRIC_RSS_KEY,
+    flow_key, flow_key_general, FlowAddrs, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, Ports,
+    ToeplitzHasher, SYMMETRIC_RSS_KEY,
 };
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype;
@@ -224,6 +225,48 @@ fn arb_key() -> impl Strategy<Value = FlowKey> {
         })
 }
 
+type Classified = Result<Option<FlowInfo>, Malformed>;
+
+/// `FlowClassifier::classify` of `f`, symmetric or not, ignoring or using
+/// a NIC hash `nic` (0: none).
+fn classify_both(f: &[u8], nic: u32) -> Vec<Classified> {
+    let mut out = Vec::new();
+    for symmetric in [false, true] {
+        for use_rx in [false, true] {
+            let h = KeyedHasher::with_seed(11).symmetric(symmetric);
+            let mut c = FlowClassifier::new(h).use_rx_hash(use_rx);
+            out.push(c.classify(f, Some(nic)));
+            out.push(c.classify(f, None));
+        }
+    }
+    out
+}
+
+/// What `classify_both` must give: `flow_key` through the full parser,
+/// then the NIC hash when used and non-zero, else the hasher.
+fn classify_naive(f: &[u8], nic: u32) -> Vec<Classified> {
+    let mut out = Vec::new();
+    for symmetric in [false, true] {
+        for use_rx in [false, true] {
+            let h = KeyedHasher::with_seed(11).symmetric(symmetric);
+            for rx in [Some(nic), None] {
+                out.push(match flow_key_general(f) {
+                    Err(_) => Err(Malformed),
+                    Ok(None) => Ok(None),
+                    Ok(Some(k)) => Ok(Some(FlowInfo {
+                        hash: match rx {
+                            Some(n) if use_rx && n != 0 => n,
+                            _ => h.hash(&k),
+                        },
+                        dst_port: k.dst_port(),
+                    })),
+                });
+            }
+        }
+    }
+    out
+}
+
 proptest! {
     #[test]
     fn symmetric_modes_ignore_direction(k in arb_key(), seed in any::<u64>()) {
@@ -289,11 +332,14 @@ proptest! {
         let mut f = b.build();
         f.resize(f.len() + pad, 0);
         prop_assert_eq!(flow_key(&f), flow_key_general(&f));
+        prop_assert_eq!(classify_both(&f, x), classify_naive(&f, x));
         let cut = cut.min(f.len());
         prop_assert_eq!(flow_key(&f[..cut]), flow_key_general(&f[..cut]));
+        prop_assert_eq!(classify_both(&f[..cut], x), classify_naive(&f[..cut], x));
         if at < f.len() {
             f[at] = byte;
             prop_assert_eq!(flow_key(&f), flow_key_general(&f));
+            prop_assert_eq!(classify_both(&f, x), classify_naive(&f, x));
         }
     }
 }

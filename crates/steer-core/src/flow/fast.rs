@@ -77,6 +77,12 @@ impl RawKey {
         }
     }
 
+    /// The destination port (0 without ports).
+    #[inline(always)]
+    pub(super) fn dst_port(&self) -> u16 {
+        self.ports as u16
+    }
+
     /// The key.
     #[inline(always)]
     pub(super) fn key(self) -> FlowKey {
