@@ -8,18 +8,16 @@
 //! and shrinks failures; `worker_threads.rs` runs the same with real threads.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 mod common;
 
 use common::{flow_hash, ByFlowId};
 use proptest::prelude::*;
-use steer_core::cpu::{CpuLayout, CpuSet};
-use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared};
+use steer_core::cpu::CpuSet;
+use steer_core::dispatch::{Dispatcher, FramePool, Shared};
 use steer_core::policy::Policy;
 use steer_core::ring::{self, Consumer};
-use steer_core::stats::Stats;
-use steer_core::table::{DesiredCpuTable, RxFlowTable};
+use steer_core::table::RxFlowTable;
 
 /// Frame bytes: flow id (u32 LE) then sequence number (u32 LE).
 struct Pool {
@@ -74,13 +72,7 @@ struct Sim {
 
 impl Sim {
     fn new(nr_cpus: usize, ring_caps: &[usize]) -> Self {
-        let shared = Shared {
-            desired: Arc::new(DesiredCpuTable::new(256, nr_cpus).unwrap()),
-            layout: Arc::new(CpuLayout::uniform(nr_cpus, 2).unwrap()),
-            stats: Arc::new(Stats::new(nr_cpus)),
-            pins: Pins::new(),
-            switches: Default::default(),
-        };
+        let shared = common::shared(nr_cpus);
         let mut consumers: Vec<Vec<Consumer<usize>>> = (0..nr_cpus).map(|_| Vec::new()).collect();
         let mut dispatchers = Vec::new();
         for rxq in 0..2 {

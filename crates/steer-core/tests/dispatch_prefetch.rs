@@ -3,18 +3,15 @@
 //! ahead of the one it is working on, so the cache misses of a batch
 //! overlap (frames the kernel wrote on another CPU start cold).
 
-#[allow(dead_code)] // the shared test-frame helpers this test does not need
 mod common;
 
 use std::cell::RefCell;
-use std::sync::Arc;
 
 use common::{frame, ByFlowId};
-use steer_core::cpu::{CpuLayout, CpuSet};
-use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared, PREFETCH_AHEAD};
+use steer_core::cpu::CpuSet;
+use steer_core::dispatch::{Dispatcher, FramePool, Shared, PREFETCH_AHEAD};
 use steer_core::ring;
-use steer_core::stats::Stats;
-use steer_core::table::{DesiredCpuTable, RxFlowTable};
+use steer_core::table::RxFlowTable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
@@ -56,13 +53,7 @@ fn dispatcher(shared: &Shared) -> Dispatcher<usize, ByFlowId, steer_core::hook::
 
 #[test]
 fn every_frame_is_prefetched_once_before_it_is_read() {
-    let shared = Shared {
-        desired: Arc::new(DesiredCpuTable::new(256, 2).unwrap()),
-        layout: Arc::new(CpuLayout::uniform(2, 2).unwrap()),
-        stats: Arc::new(Stats::new(2)),
-        pins: Pins::new(),
-        switches: Default::default(),
-    };
+    let shared = common::shared(2);
     let mut d = dispatcher(&shared);
     for n in [0usize, 1, PREFETCH_AHEAD - 1, PREFETCH_AHEAD, 13, 64] {
         let mut pool = Pool {

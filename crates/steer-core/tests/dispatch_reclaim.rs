@@ -6,14 +6,12 @@
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use common::{frame, ByFlowId};
-use steer_core::cpu::{CpuLayout, CpuSet};
-use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared};
+use steer_core::cpu::CpuSet;
+use steer_core::dispatch::{Dispatcher, FramePool};
 use steer_core::ring;
-use steer_core::stats::Stats;
-use steer_core::table::{DesiredCpuTable, RxFlowTable};
+use steer_core::table::RxFlowTable;
 
 struct Pool {
     frames: Vec<[u8; 8]>,
@@ -31,13 +29,7 @@ impl FramePool<usize> for Pool {
 
 #[test]
 fn frames_left_in_a_dead_workers_ring_come_back_to_the_pool() {
-    let shared = Shared {
-        desired: Arc::new(DesiredCpuTable::new(256, 2).unwrap()),
-        layout: Arc::new(CpuLayout::uniform(2, 2).unwrap()),
-        stats: Arc::new(Stats::new(2)),
-        pins: Pins::new(),
-        switches: Default::default(),
-    };
+    let shared = common::shared(2);
     let (p0, _c0) = ring::channel(8).unwrap();
     let (p1, c1) = ring::channel(8).unwrap();
     let mut d = Dispatcher::new(

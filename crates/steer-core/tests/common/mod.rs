@@ -1,8 +1,29 @@
 //! Test frames shared by the dispatcher and runtime tests: 8 bytes holding a
 //! flow id and a sequence number (both u32 LE), and a classifier that hashes
-//! the flow id, so tests check per-flow order without building real packets.
+//! the flow id, so tests check per-flow order without building real packets;
+//! and the dispatcher state those tests share ([`shared`]).
 
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
+// Each test binary uses its own part of these helpers.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use steer_core::cpu::CpuLayout;
+use steer_core::dispatch::{Classifier, FlowInfo, Malformed, Pins, Shared};
+use steer_core::stats::Stats;
+use steer_core::table::DesiredCpuTable;
+
+/// Dispatcher state for `nr_cpus` CPUs, two per LLC, with a 256-entry
+/// desired-CPU table.
+pub fn shared(nr_cpus: usize) -> Shared {
+    Shared {
+        desired: Arc::new(DesiredCpuTable::new(256, nr_cpus).unwrap()),
+        layout: Arc::new(CpuLayout::uniform(nr_cpus, 2).unwrap()),
+        stats: Arc::new(Stats::new(nr_cpus)),
+        pins: Pins::new(),
+        switches: Default::default(),
+    }
+}
 
 /// The (non-zero) hash of test flow `flow`.
 pub fn flow_hash(flow: u32) -> u32 {
