@@ -52,7 +52,6 @@ fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path
     }
 }
 
-/// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
 /// The `se.slice` (ns) of every steer worker thread of this process.
 fn worker_slices() -> Vec<u64> {
     let mut slices = Vec::new();
@@ -93,6 +92,7 @@ fn workers_ask_for_a_short_scheduling_slice_unless_told_not_to() {
     engine.stop().unwrap();
 }
 
+/// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
 fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
     net.in_ns(|| {
         let ifindex = steer::xdp::ifindex(&net.peer).unwrap();
