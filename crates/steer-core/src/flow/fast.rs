@@ -42,20 +42,28 @@ const V6_LEN: usize = IPV6_LEN + PORTS_LEN;
 /// 13-bit offset; DF does not).
 const V4_FRAGMENT_BITS: u16 = 0x3fff;
 
-/// A flow key as plain integers: the form the fast and the general path of
-/// [`flow_key`](super::flow_key) meet in. (Merging two [`FlowKey`]s, whose
-/// IPv4 and IPv6 addresses overlap in memory, made the compiler store the
-/// fast path's key to the stack and read it back.)
+/// A flow key as plain integers in **wire order** (each word is the
+/// little-endian reading of the header bytes it comes from, as one load
+/// gives them): the form the fast and the general path of
+/// [`flow_key`](super::flow_key) meet in, and the words
+/// [`KeyedHasher`](super::KeyedHasher) hashes, so that converting to a
+/// [`FlowKey`] and hashing it folds back to the loads. (Merging two
+/// [`FlowKey`]s, whose IPv4 and IPv6 addresses overlap in memory, made the
+/// compiler store the fast path's key to the stack and read it back; so
+/// did an enum of the two address kinds: the fields are kept apart.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RawKey {
-    /// IPv6 (else IPv4, addresses in the low 32 bits).
     v6: bool,
-    src: u128,
-    dst: u128,
+    /// IPv4: the source then the destination address (8 header bytes);
+    /// 0 for IPv6.
+    v4_addrs: u64,
+    /// IPv6: the source and destination addresses; 0 for IPv4.
+    v6_src: u128,
+    v6_dst: u128,
     protocol: u8,
     /// Ports present (else `ports` is 0).
     has_ports: bool,
-    /// Source port (high half) and destination port (low half).
+    /// The 4 bytes of the source and destination ports.
     ports: u32,
 }
 
@@ -63,104 +71,201 @@ impl RawKey {
     /// The integers of `k`.
     #[inline(always)]
     pub(super) fn new(k: &FlowKey) -> Self {
-        let (v6, src, dst) = match k.addrs {
-            FlowAddrs::V4 { src, dst } => (false, src.to_bits().into(), dst.to_bits().into()),
-            FlowAddrs::V6 { src, dst } => (true, src.to_bits(), dst.to_bits()),
+        let (v6, v4_addrs, v6_src, v6_dst) = match k.addrs {
+            FlowAddrs::V4 { src, dst } => (
+                false,
+                u64::from(src.to_bits().swap_bytes())
+                    | (u64::from(dst.to_bits().swap_bytes()) << 32),
+                0,
+                0,
+            ),
+            FlowAddrs::V6 { src, dst } => (
+                true,
+                0,
+                src.to_bits().swap_bytes(),
+                dst.to_bits().swap_bytes(),
+            ),
         };
+        let (sp, dp) = (k.src_port().to_be_bytes(), k.dst_port().to_be_bytes());
         Self {
             v6,
-            src,
-            dst,
+            v4_addrs,
+            v6_src,
+            v6_dst,
             protocol: k.protocol,
             has_ports: k.ports.is_some(),
-            ports: (u32::from(k.src_port()) << 16) | u32::from(k.dst_port()),
+            ports: u32::from_le_bytes([sp[0], sp[1], dp[0], dp[1]]),
         }
     }
 
     /// The destination port (0 without ports).
     #[inline(always)]
     pub(super) fn dst_port(&self) -> u16 {
-        self.ports as u16
+        ((self.ports >> 16) as u16).swap_bytes()
     }
 
     /// The key.
     #[inline(always)]
     pub(super) fn key(self) -> FlowKey {
+        // A little-endian word's `swap_bytes` is the big-endian reading of
+        // the same bytes.
         let addrs = if self.v6 {
             FlowAddrs::V6 {
-                src: Ipv6Addr::from_bits(self.src),
-                dst: Ipv6Addr::from_bits(self.dst),
+                src: Ipv6Addr::from_bits(self.v6_src.swap_bytes()),
+                dst: Ipv6Addr::from_bits(self.v6_dst.swap_bytes()),
             }
         } else {
             FlowAddrs::V4 {
-                src: Ipv4Addr::from_bits(self.src as u32),
-                dst: Ipv4Addr::from_bits(self.dst as u32),
+                src: Ipv4Addr::from_bits((self.v4_addrs as u32).swap_bytes()),
+                dst: Ipv4Addr::from_bits(((self.v4_addrs >> 32) as u32).swap_bytes()),
             }
         };
+        let ports = self.ports.swap_bytes();
         FlowKey {
             addrs,
             protocol: self.protocol,
             ports: self.has_ports.then_some(Ports {
-                src: (self.ports >> 16) as u16,
-                dst: self.ports as u16,
+                src: (ports >> 16) as u16,
+                dst: ports as u16,
             }),
         }
     }
 }
 
 /// The flow key of a frame of one of the common shapes (see the module
-/// doc), or `None` to defer to the full parser.
+/// doc), or `None` to defer to the full parser: [`key_v4`], then
+/// [`key_v6`].
 #[inline(always)]
 pub(super) fn key(frame: &[u8]) -> Option<RawKey> {
-    // Every shape handled is longer than this: the tag bytes of an untagged
-    // frame are read (they are IP header bytes) but not used.
-    let eth: &[u8; ETH_TAG_LEN] = frame.first_chunk()?;
-    let outer = be16(eth, ethernet::field::ETHERTYPE);
-    let (l3_at, et) = if ethertype::is_vlan(outer) {
-        // One tag; a second one (QinQ) is no IP EtherType here.
-        (ETH_TAG_LEN, be16(eth, ETH_LEN + 2))
-    } else {
-        (ETH_LEN, outer)
-    };
-    let l3 = frame.get(l3_at..)?;
-    match et {
-        ethertype::IPV4 => v4(l3.first_chunk()?, l3.len()),
-        ethertype::IPV6 => v6(l3.first_chunk()?, l3.len()),
-        _ => None,
+    match key_v4(frame) {
+        Some(k) => Some(k),
+        None => key_v6(frame),
     }
 }
 
+/// The key of an IPv4 frame of the fast path's shape, untagged or with one
+/// VLAN tag; `None` for anything else.
+///
+/// Untagged IPv4 is tested first and needs one length check (the frame
+/// covers the Ethernet header, the IPv4 header and the ports). IPv4 and
+/// IPv6 have separate functions so that a caller hashing the key gets one
+/// hashing tail per IP version (one shared key made the compiler carry
+/// both kinds of words, and field pointers, through a merged tail).
+#[inline(always)]
+pub(super) fn key_v4(frame: &[u8]) -> Option<RawKey> {
+    let f: &[u8; ETH_LEN + V4_LEN] = frame.first_chunk()?;
+    let outer = be16(f, ethernet::field::ETHERTYPE);
+    if outer == ethertype::IPV4 {
+        return v4(f.last_chunk()?, frame.len() - ETH_LEN);
+    }
+    tagged_v4(frame, f)
+}
+
+/// [`key_v4`] for a frame (starting with `f`) whose EtherType is not IPv4:
+/// one VLAN tag then IPv4 (a second tag, QinQ, is no IP EtherType here).
+///
+/// Kept apart and marked cold so that the compiler tests untagged IPv4
+/// first: it turned the EtherType tests into one switch that tried the two
+/// VLAN TPIDs first. NICs usually strip the tag before AF_XDP sees a frame.
+#[inline(always)]
+fn tagged_v4(frame: &[u8], f: &[u8; ETH_LEN + V4_LEN]) -> Option<RawKey> {
+    cold();
+    let tagged_v4 = ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE))
+        && be16(f, ETH_LEN + 2) == ethertype::IPV4;
+    if !tagged_v4 {
+        return None;
+    }
+    let l3 = frame.get(ETH_TAG_LEN..)?;
+    v4(l3.first_chunk()?, l3.len())
+}
+
+/// The key of an IPv6 frame of the fast path's shape, untagged or with one
+/// VLAN tag; `None` for anything else. Untagged first, as in [`key_v4`].
+#[inline(always)]
+pub(super) fn key_v6(frame: &[u8]) -> Option<RawKey> {
+    let f: &[u8; ETH_LEN + V6_LEN] = frame.first_chunk()?;
+    if be16(f, ethernet::field::ETHERTYPE) == ethertype::IPV6 {
+        return v6(f.last_chunk()?, frame.len() - ETH_LEN);
+    }
+    tagged_v6(frame, f)
+}
+
+/// [`key_v6`] for a frame (starting with `f`) whose EtherType is not IPv6:
+/// one VLAN tag then IPv6. Cold, as [`tagged_v4`].
+#[inline(always)]
+fn tagged_v6(frame: &[u8], f: &[u8; ETH_LEN + V6_LEN]) -> Option<RawKey> {
+    cold();
+    let tagged_v6 = ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE))
+        && be16(f, ETH_LEN + 2) == ethertype::IPV6;
+    if !tagged_v6 {
+        return None;
+    }
+    let l3 = frame.get(ETH_TAG_LEN..)?;
+    v6(l3.first_chunk()?, l3.len())
+}
+
+/// Marks the path that calls it as unlikely (a stand-in for
+/// `std::hint::cold_path`, stable only since Rust 1.95).
+#[cold]
+#[inline(never)]
+fn cold() {}
+
 /// UDP or TCP: the protocols the fast path reads ports for (the other
-/// protocols with ports take the general path).
+/// protocols with ports take the general path). One table load: two
+/// comparisons cost four more instructions per packet.
 #[inline(always)]
 fn udp_or_tcp(p: u8) -> bool {
-    (p == ip_proto::UDP) | (p == ip_proto::TCP)
+    static UDP_OR_TCP: [bool; 256] = {
+        let mut t = [false; 256];
+        t[ip_proto::UDP as usize] = true;
+        t[ip_proto::TCP as usize] = true;
+        t
+    };
+    UDP_OR_TCP[usize::from(p)]
 }
+
+/// The bits of an IPv4 header's first 8 bytes, read little-endian, that
+/// must equal [`V4_PLAIN`] for the fast path: the version/IHL byte and the
+/// fragment bits (MF and the offset; DF does not count).
+const V4_PLAIN_MASK: u64 = 0xff | ((V4_FRAGMENT_BITS.swap_bytes() as u64) << 48);
+/// Version 4, IHL 5, not a fragment (see [`V4_PLAIN_MASK`]).
+const V4_PLAIN: u64 = 0x45;
 
 /// `h`: the first bytes of the IPv4 header; `room`: bytes from the header
 /// to the end of the frame (at least `V4_LEN`).
 #[inline(always)]
 fn v4(h: &[u8; V4_LEN], room: usize) -> Option<RawKey> {
-    let total = usize::from(be16(h, ipv4::field::LENGTH));
-    let protocol = h[ipv4::field::PROTOCOL];
-    // Version 4, IHL 5; not a fragment; UDP or TCP; ports within the
-    // datagram (total ≥ 24) and the datagram within the frame (total ≤
-    // room), in one comparison. `&`, not `&&`: no branch per condition.
-    let ok = (h[ipv4::field::VER_IHL] == 0x45)
-        & (be16(h, ipv4::field::FLG_OFF) & V4_FRAGMENT_BITS == 0)
-        & udp_or_tcp(protocol)
-        & (total.wrapping_sub(V4_LEN) <= room - V4_LEN);
-    if !ok {
-        return None;
-    }
-    Some(RawKey {
+    v4_checks(h, room)?;
+    Some(v4_key(h))
+}
+
+/// The key of an IPv4 header of the fast path's shape.
+#[inline(always)]
+fn v4_key(h: &[u8; V4_LEN]) -> RawKey {
+    RawKey {
         v6: false,
-        src: be32(h, ipv4::field::SRC.start).into(),
-        dst: be32(h, ipv4::field::DST.start).into(),
-        protocol,
+        v4_addrs: le64(h, ipv4::field::SRC.start),
+        v6_src: 0,
+        v6_dst: 0,
+        protocol: h[ipv4::field::PROTOCOL],
         has_ports: true,
-        ports: be32(h, IPV4_LEN),
-    })
+        ports: le32(h, IPV4_LEN),
+    }
+}
+
+/// Whether the IPv4 header `h` (with `room` bytes from it to the end of
+/// the frame, at least `V4_LEN`) is of the fast path's shape.
+#[inline(always)]
+fn v4_checks(h: &[u8; V4_LEN], room: usize) -> Option<()> {
+    let total = usize::from(be16(h, ipv4::field::LENGTH));
+    // Version 4, IHL 5 and not a fragment, in one masked comparison; UDP
+    // or TCP; ports within the datagram (total ≥ 24) and the datagram
+    // within the frame (total ≤ room), in one comparison. `&`, not `&&`:
+    // no branch per condition.
+    let ok = (le64(h, 0) & V4_PLAIN_MASK == V4_PLAIN)
+        & udp_or_tcp(h[ipv4::field::PROTOCOL])
+        & (total.wrapping_sub(V4_LEN) <= room - V4_LEN);
+    ok.then_some(())
 }
 
 /// `h`: the first bytes of the IPv6 header; `room`: bytes from the header
@@ -180,11 +285,12 @@ fn v6(h: &[u8; V6_LEN], room: usize) -> Option<RawKey> {
     }
     Some(RawKey {
         v6: true,
-        src: be128(h, ipv6::field::SRC.start),
-        dst: be128(h, ipv6::field::DST.start),
+        v4_addrs: 0,
+        v6_src: le128(h, ipv6::field::SRC.start),
+        v6_dst: le128(h, ipv6::field::DST.start),
         protocol,
         has_ports: true,
-        ports: be32(h, IPV6_LEN),
+        ports: le32(h, IPV6_LEN),
     })
 }
 
@@ -197,13 +303,18 @@ fn be16<const N: usize>(h: &[u8; N], at: usize) -> u16 {
 }
 
 #[inline(always)]
-fn be32<const N: usize>(h: &[u8; N], at: usize) -> u32 {
-    u32::from_be_bytes(h[at..at + 4].try_into().expect("constant in-bounds offset"))
+fn le32<const N: usize>(h: &[u8; N], at: usize) -> u32 {
+    u32::from_le_bytes(h[at..at + 4].try_into().expect("constant in-bounds offset"))
 }
 
 #[inline(always)]
-fn be128<const N: usize>(h: &[u8; N], at: usize) -> u128 {
-    u128::from_be_bytes(
+fn le64<const N: usize>(h: &[u8; N], at: usize) -> u64 {
+    u64::from_le_bytes(h[at..at + 8].try_into().expect("constant in-bounds offset"))
+}
+
+#[inline(always)]
+fn le128<const N: usize>(h: &[u8; N], at: usize) -> u128 {
+    u128::from_le_bytes(
         h[at..at + 16]
             .try_into()
             .expect("constant in-bounds offset"),

@@ -8,7 +8,11 @@
 //!
 //! The key is fed as a few words, not through `#[derive(Hash)]`, to keep
 //! it short: one 128-bit block for IPv4 (both addresses, then protocol,
-//! ports and a family tag: a single folded multiply) and three for IPv6. In
+//! ports and a family tag: a single folded multiply) and three for IPv6.
+//! Addresses and ports enter in **wire order**: each word is the
+//! little-endian reading of the header bytes, so the fast path of
+//! [`FlowClassifier`](super::FlowClassifier) feeds plain loads from the
+//! frame, with no byte swaps (on little-endian hosts). In
 //! symmetric mode the words are put in [`FlowKey::canonical`] order first
 //! (so the symmetric hash of a key is the plain hash of its canonical form).
 
@@ -81,54 +85,58 @@ impl KeyedHasher {
         self
     }
 
-    /// The hash of `k` (of its canonical form if `canonical`), before
-    /// [`nonzero`]. The canonical swap is done on the words fed to the
-    /// hasher, not on a copy of the key, in the order of
-    /// [`FlowKey::canonical`] (addresses compare as big-endian integers).
-    /// `canonical` is a constant at each call, so the plain hash carries no
-    /// comparison.
+    /// The hash of `k` (of its canonical form in symmetric mode), before
+    /// [`nonzero`]. The words are built in wire order first; the symmetric
+    /// mode then swaps the two endpoints' words in place when the key is
+    /// not canonical (the order of [`FlowKey::canonical`]: addresses
+    /// compare as big-endian integers, then ports), so both modes share
+    /// one hashing tail and the plain mode pays one predictable branch.
     #[inline(always)]
-    fn raw(&self, k: &FlowKey, canonical: bool) -> u32 {
+    fn raw(&self, k: &FlowKey) -> u32 {
         let mut h = self.state.build_hasher();
-        let (mut sp, mut dp) = (k.src_port(), k.dst_port());
-        let tail = |family: u64, sp: u16, dp: u16| {
-            (family << 40) | (u64::from(k.protocol) << 32) | (u64::from(sp) << 16) | u64::from(dp)
+        // `swap_bytes` of a big-endian value is its bytes as a
+        // little-endian load reads them.
+        let (sp, dp) = (k.src_port(), k.dst_port());
+        let mut ports = ((u32::from(sp) << 16) | u32::from(dp)).swap_bytes();
+        let tail = |family: u64, ports: u32| {
+            (family << 40) | (u64::from(k.protocol) << 32) | u64::from(ports)
         };
         // Each arm writes its own words: the hasher's buffer state stays a
         // compile-time constant, so every write folds to plain arithmetic.
         match k.addrs {
             FlowAddrs::V4 { src, dst } => {
-                let (mut s, mut d) = (src.to_bits(), dst.to_bits());
-                if canonical && (s, sp) > (d, dp) {
-                    (s, d, sp, dp) = (d, s, dp, sp);
+                let (s, d) = (src.to_bits(), dst.to_bits());
+                let mut addrs = u64::from(s.swap_bytes()) | (u64::from(d.swap_bytes()) << 32);
+                if self.symmetric && (s, sp) > (d, dp) {
+                    addrs = addrs.rotate_left(32);
+                    ports = ports.rotate_left(16);
                 }
-                h.write_u64((u64::from(s) << 32) | u64::from(d));
-                h.write_u64(tail(4, sp, dp));
+                h.write_u64(addrs);
+                h.write_u64(tail(4, ports));
             }
             FlowAddrs::V6 { src, dst } => {
-                let (mut s, mut d) = (src.to_bits(), dst.to_bits());
-                if canonical && (s, sp) > (d, dp) {
-                    (s, d, sp, dp) = (d, s, dp, sp);
+                let (s, d) = (src.to_bits(), dst.to_bits());
+                let (mut first, mut second) = (s.swap_bytes(), d.swap_bytes());
+                if self.symmetric && (s, sp) > (d, dp) {
+                    (first, second) = (second, first);
+                    ports = ports.rotate_left(16);
                 }
-                h.write_u128(s);
-                h.write_u128(d);
-                h.write_u64(tail(6, sp, dp));
+                h.write_u128(first);
+                h.write_u128(second);
+                h.write_u64(tail(6, ports));
             }
         }
-        let x = h.finish();
-        (x ^ (x >> 32)) as u32
+        // The low half as is: foldhash already ends in a folded multiply
+        // (the product's halves xor-ed), so the low bits (the table index)
+        // and those above them (the tag the tables keep) are mixed.
+        h.finish() as u32
     }
 }
 
 impl FlowHasher for KeyedHasher {
     #[inline(always)]
     fn hash(&self, key: &FlowKey) -> u32 {
-        let h = if self.symmetric {
-            self.raw(key, true)
-        } else {
-            self.raw(key, false)
-        };
-        nonzero(h)
+        nonzero(self.raw(key))
     }
 }
 

@@ -288,6 +288,15 @@ impl<H: FlowHasher> FlowClassifier<H> {
     pub fn hasher(&self) -> &H {
         &self.hasher
     }
+
+    /// The [`FlowInfo`] of a fast-path key (`nic`: the NIC's hash to use).
+    #[inline(always)]
+    fn fast_info(&self, raw: fast::RawKey, nic: Option<u32>) -> FlowInfo {
+        FlowInfo {
+            hash: nic.unwrap_or_else(|| self.hasher.hash(&raw.key())),
+            dst_port: raw.dst_port(),
+        }
+    }
 }
 
 impl<H: FlowHasher> Classifier for FlowClassifier<H> {
@@ -303,31 +312,64 @@ impl<H: FlowHasher> Classifier for FlowClassifier<H> {
         rx_hash: Option<u32>,
     ) -> Result<Option<FlowInfo>, Malformed> {
         let nic = rx_hash.filter(|&h| self.use_rx_hash && h != 0);
-        match fast::key(frame) {
-            Some(raw) => Ok(Some(FlowInfo {
-                hash: nic.unwrap_or_else(|| self.hasher.hash(&raw.key())),
-                dst_port: raw.dst_port(),
+        // One return per IP version, so each hashes its own words.
+        if let Some(raw) = fast::key_v4(frame) {
+            return Ok(Some(self.fast_info(raw, nic)));
+        }
+        if let Some(raw) = fast::key_v6(frame) {
+            return Ok(Some(self.fast_info(raw, nic)));
+        }
+        GeneralOutcome(classify_general(&self.hasher, frame, nic)).unpack()
+    }
+}
+
+/// [`classify_general`]'s result in one register: the hash in the low 32
+/// bits (0 for "no flow", as hashes are non-zero), the destination port in
+/// the next 16, [`GeneralOutcome::MALFORMED`] for malformed frames. (The
+/// `Result<Option<FlowInfo>>` itself is returned through memory, and the
+/// fast path, merged with it, stored its own result there too.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GeneralOutcome(u64);
+
+impl GeneralOutcome {
+    const MALFORMED: u64 = 1 << 48;
+
+    #[inline(always)]
+    fn pack(r: Result<Option<FlowInfo>, Malformed>) -> u64 {
+        match r {
+            // `nonzero`: a hasher breaking its contract must not turn a flow
+            // into "no flow".
+            Ok(Some(i)) => u64::from(nonzero(i.hash)) | (u64::from(i.dst_port) << 32),
+            Ok(None) => 0,
+            Err(Malformed) => Self::MALFORMED,
+        }
+    }
+
+    #[inline(always)]
+    fn unpack(self) -> Result<Option<FlowInfo>, Malformed> {
+        match self.0 {
+            0 => Ok(None),
+            Self::MALFORMED => Err(Malformed),
+            x => Ok(Some(FlowInfo {
+                hash: x as u32,
+                dst_port: (x >> 32) as u16,
             })),
-            None => classify_general(&self.hasher, frame, nic),
         }
     }
 }
 
 /// [`FlowClassifier::classify`] for the frames the fast path leaves to the
-/// full parser (the cold path).
+/// full parser (the cold path), packed as a [`GeneralOutcome`].
 #[inline(never)]
-fn classify_general<H: FlowHasher>(
-    hasher: &H,
-    frame: &[u8],
-    nic: Option<u32>,
-) -> Result<Option<FlowInfo>, Malformed> {
-    let Some(key) = flow_key_general(frame).map_err(|_| Malformed)? else {
-        return Ok(None);
-    };
-    Ok(Some(FlowInfo {
-        hash: nic.unwrap_or_else(|| hasher.hash(&key)),
-        dst_port: key.dst_port(),
-    }))
+fn classify_general<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
+    GeneralOutcome::pack(match flow_key_general(frame) {
+        Err(_) => Err(Malformed),
+        Ok(None) => Ok(None),
+        Ok(Some(key)) => Ok(Some(FlowInfo {
+            hash: nic.unwrap_or_else(|| hasher.hash(&key)),
+            dst_port: key.dst_port(),
+        })),
+    })
 }
 
 #[cfg(test)]

@@ -156,12 +156,12 @@ impl SlotCodec {
     /// another flow, or carries no valid CPU.
     #[inline]
     pub fn decode(&self, ent: u32, hash: u32) -> Option<CpuId> {
-        if (ent ^ hash) & !self.cpu_mask != 0 {
-            return None;
-        }
+        // `cpu_mask` is all ones below its top bit, so "the hash bits agree"
+        // (`(ent ^ hash) & !cpu_mask == 0`) is `ent ^ hash <= cpu_mask`.
+        // The EMPTY marker's CPU field is cpu_mask >= nr_cpus: rejected by
+        // the second test. `&`, not `&&`: one branch (or none) per lookup.
         let cpu = ent & self.cpu_mask;
-        // The EMPTY marker's CPU field is cpu_mask >= nr_cpus: rejected here.
-        (cpu < self.nr_cpus).then_some(cpu as CpuId)
+        ((ent ^ hash <= self.cpu_mask) & (cpu < self.nr_cpus)).then_some(cpu as CpuId)
     }
 
     /// What `ent` is from the point of view of the flow `hash`: empty, another
