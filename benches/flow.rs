@@ -18,9 +18,13 @@
 //! - `steer/flow/parse_hash_lookup/keyed_umem`: `keyed` over the same 64
 //!   mixed frames laid out in one buffer at 2 KiB strides, as in a UMEM
 //!   (the other variants read 64 separate heap allocations).
-//! - `steer/flow/classify_lookup/{keyed,keyed_udp4_only}`: what the
-//!   dispatcher runs per packet: `FlowClassifier::classify` (keyed hash),
-//!   then the lookup, over the mixed and the UDP/IPv4-only batches.
+//! - `steer/flow/classify_lookup/{keyed,keyed_udp4_only,keyed_redirected}`:
+//!   what the dispatcher runs per packet: `FlowClassifier::classify`
+//!   (keyed hash), then the lookup, over the mixed batch, the
+//!   UDP/IPv4-only batch, and a batch of what steer's XDP program actually
+//!   redirects to AF_XDP (UDP/TCP over IPv4 and IPv6, untagged, no
+//!   fragments or extension headers; the mixed batch's ICMP, fragments,
+//!   tags and extension headers stay with the kernel).
 //! - `steer/flow/hash/{keyed,toeplitz}`: the hashers alone over pre-parsed
 //!   keys.
 //!
@@ -71,6 +75,31 @@ fn frames() -> Vec<Vec<u8>> {
                 b = b.vlan(ethertype::VLAN, 100);
             }
             b.build()
+        })
+        .collect()
+}
+
+/// 64 frames of distinct flows of the shapes steer's XDP program
+/// (`crates/xdp-io/bpf/steer_xdp.c`) redirects to AF_XDP: untagged UDP or
+/// TCP over IPv4 (not fragmented) or IPv6 (no extension header); ICMP,
+/// fragments, extension headers and tagged frames stay with the kernel.
+/// 45% UDP/IPv4, 30% TCP/IPv4, 15% UDP/IPv6, 10% TCP/IPv6.
+fn redirected_frames() -> Vec<Vec<u8>> {
+    (0..BATCH)
+        .map(|i| {
+            let n = i as u16;
+            let v4 = |x: u16| -> IpAddr { Ipv4Addr::new(10, 1, (x >> 8) as u8, x as u8).into() };
+            let v6 = |x: u16| -> IpAddr { Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, x).into() };
+            let server4: IpAddr = Ipv4Addr::new(192, 0, 2, 10).into();
+            let server6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 10).into();
+            match i % 20 {
+                0..=7 | 18 => FrameBuilder::udp(v4(n), server4, 30000 + n, 53),
+                8..=12 | 19 => FrameBuilder::tcp(v4(n), server4, 40000 + n, 443),
+                13..=15 => FrameBuilder::udp(v6(n), server6, 30000 + n, 4433),
+                _ => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443),
+            }
+            .payload(&[0xab; 64])
+            .build()
         })
         .collect()
 }
@@ -218,6 +247,11 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("keyed_udp4_only", |b| {
         b.iter(|| classify_lookup(&udp4, &mut classifier, &tu))
+    });
+    let redirected = redirected_frames();
+    let tr = table_for(&redirected, &keyed);
+    g.bench_function("keyed_redirected", |b| {
+        b.iter(|| classify_lookup(&redirected, &mut classifier, &tr))
     });
     g.finish();
 

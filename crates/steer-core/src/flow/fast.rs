@@ -10,6 +10,11 @@
 //! - IPv6 whose first next header is UDP or TCP (no extension header), the
 //!   payload length within the frame and covering the port words.
 //!
+//! [`key`] tries the shapes in order, one function each ([`untagged_v4`],
+//! [`untagged_v6`], then the cold [`tagged`]); `FlowClassifier::classify`
+//! calls the same functions in the same order, so that each shape hashes
+//! its own words (see the comment above [`untagged_v4`]).
+//!
 //! **Invariant:** when [`key`] returns `Some(k)`, the general path returns
 //! `Ok(Some(k.key()))` for the same frame (the conditions above are exactly
 //! the general path's checks for these shapes; the tests in this module
@@ -133,82 +138,82 @@ impl RawKey {
 }
 
 /// The flow key of a frame of one of the common shapes (see the module
-/// doc), or `None` to defer to the full parser: [`key_v4`], then
-/// [`key_v6`].
+/// doc), or `None` to defer to the full parser: [`untagged_v4`], then
+/// [`untagged_v6`], then (cold) [`tagged`].
 #[inline(always)]
 pub(super) fn key(frame: &[u8]) -> Option<RawKey> {
-    match key_v4(frame) {
-        Some(k) => Some(k),
-        None => key_v6(frame),
+    if let Some(k) = untagged_v4(frame) {
+        return Some(k);
     }
+    if let Some(k) = untagged_v6(frame) {
+        return Some(k);
+    }
+    if is_tagged(frame) {
+        cold();
+        return tagged(frame);
+    }
+    None
 }
 
-/// The key of an IPv4 frame of the fast path's shape, untagged or with one
-/// VLAN tag; `None` for anything else.
-///
-/// Untagged IPv4 is tested first and needs one length check (the frame
-/// covers the Ethernet header, the IPv4 header and the ports). IPv4 and
-/// IPv6 have separate functions so that a caller hashing the key gets one
-/// hashing tail per IP version (one shared key made the compiler carry
-/// both kinds of words, and field pointers, through a merged tail).
+// The shapes have one function each, untagged IPv4 first, so that a caller
+// hashing the key (`FlowClassifier::classify`) gets one hashing tail per IP
+// version: one shared key made the compiler carry both kinds of words, and
+// field pointers, through a merged tail; and one EtherType dispatch became
+// a switch that tried the two VLAN TPIDs before IPv4. NICs usually strip
+// the tag before AF_XDP sees a frame, so the tagged shapes are the cold
+// ones.
+
+/// The key of an untagged IPv4 frame of the fast path's shape: one length
+/// check (the frame covers the Ethernet header, the IPv4 header and the
+/// ports).
 #[inline(always)]
-pub(super) fn key_v4(frame: &[u8]) -> Option<RawKey> {
+pub(super) fn untagged_v4(frame: &[u8]) -> Option<RawKey> {
     let f: &[u8; ETH_LEN + V4_LEN] = frame.first_chunk()?;
-    let outer = be16(f, ethernet::field::ETHERTYPE);
-    if outer == ethertype::IPV4 {
-        return v4(f.last_chunk()?, frame.len() - ETH_LEN);
-    }
-    tagged_v4(frame, f)
-}
-
-/// [`key_v4`] for a frame (starting with `f`) whose EtherType is not IPv4:
-/// one VLAN tag then IPv4 (a second tag, QinQ, is no IP EtherType here).
-///
-/// Kept apart and marked cold so that the compiler tests untagged IPv4
-/// first: it turned the EtherType tests into one switch that tried the two
-/// VLAN TPIDs first. NICs usually strip the tag before AF_XDP sees a frame.
-#[inline(always)]
-fn tagged_v4(frame: &[u8], f: &[u8; ETH_LEN + V4_LEN]) -> Option<RawKey> {
-    cold();
-    let tagged_v4 = ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE))
-        && be16(f, ETH_LEN + 2) == ethertype::IPV4;
-    if !tagged_v4 {
+    if be16(f, ethernet::field::ETHERTYPE) != ethertype::IPV4 {
         return None;
     }
-    let l3 = frame.get(ETH_TAG_LEN..)?;
-    v4(l3.first_chunk()?, l3.len())
+    v4(f.last_chunk()?, frame.len() - ETH_LEN)
 }
 
-/// The key of an IPv6 frame of the fast path's shape, untagged or with one
-/// VLAN tag; `None` for anything else. Untagged first, as in [`key_v4`].
+/// The key of an untagged IPv6 frame of the fast path's shape.
 #[inline(always)]
-pub(super) fn key_v6(frame: &[u8]) -> Option<RawKey> {
+pub(super) fn untagged_v6(frame: &[u8]) -> Option<RawKey> {
     let f: &[u8; ETH_LEN + V6_LEN] = frame.first_chunk()?;
-    if be16(f, ethernet::field::ETHERTYPE) == ethertype::IPV6 {
-        return v6(f.last_chunk()?, frame.len() - ETH_LEN);
+    if be16(f, ethernet::field::ETHERTYPE) != ethertype::IPV6 {
+        return None;
     }
-    tagged_v6(frame, f)
+    v6(f.last_chunk()?, frame.len() - ETH_LEN)
 }
 
-/// [`key_v6`] for a frame (starting with `f`) whose EtherType is not IPv6:
-/// one VLAN tag then IPv6. Cold, as [`tagged_v4`].
+/// Whether the frame's EtherType is a VLAN TPID (802.1Q or 802.1ad).
 #[inline(always)]
-fn tagged_v6(frame: &[u8], f: &[u8; ETH_LEN + V6_LEN]) -> Option<RawKey> {
-    cold();
-    let tagged_v6 = ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE))
-        && be16(f, ETH_LEN + 2) == ethertype::IPV6;
-    if !tagged_v6 {
+pub(super) fn is_tagged(frame: &[u8]) -> bool {
+    frame
+        .first_chunk::<ETH_LEN>()
+        .is_some_and(|f| ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE)))
+}
+
+/// The key of a frame with one VLAN tag then IPv4 or IPv6 of the fast
+/// path's shape (a second tag, QinQ, is no IP EtherType here).
+#[inline(always)]
+pub(super) fn tagged(frame: &[u8]) -> Option<RawKey> {
+    let eth: &[u8; ETH_TAG_LEN] = frame.first_chunk()?;
+    if !ethertype::is_vlan(be16(eth, ethernet::field::ETHERTYPE)) {
         return None;
     }
     let l3 = frame.get(ETH_TAG_LEN..)?;
-    v6(l3.first_chunk()?, l3.len())
+    match be16(eth, ETH_LEN + 2) {
+        ethertype::IPV4 => v4(l3.first_chunk()?, l3.len()),
+        ethertype::IPV6 => v6(l3.first_chunk()?, l3.len()),
+        _ => None,
+    }
 }
 
 /// Marks the path that calls it as unlikely (a stand-in for
 /// `std::hint::cold_path`, stable only since Rust 1.95).
 #[cold]
 #[inline(never)]
-fn cold() {}
+pub(super) fn cold() {}
 
 /// UDP or TCP: the protocols the fast path reads ports for (the other
 /// protocols with ports take the general path). One table load: two

@@ -8,7 +8,9 @@
 //!
 //! The key is fed as a few words, not through `#[derive(Hash)]`, to keep
 //! it short: one 128-bit block for IPv4 (both addresses, then protocol,
-//! ports and a family tag: a single folded multiply) and three for IPv6.
+//! ports: a single folded multiply) and three for IPv6. No family tag is
+//! needed: the two families feed different numbers of words, so no IPv4
+//! key's input equals an IPv6 key's.
 //! Addresses and ports enter in **wire order**: each word is the
 //! little-endian reading of the header bytes, so the fast path of
 //! [`FlowClassifier`](super::FlowClassifier) feeds plain loads from the
@@ -98,9 +100,7 @@ impl KeyedHasher {
         // little-endian load reads them.
         let (sp, dp) = (k.src_port(), k.dst_port());
         let mut ports = ((u32::from(sp) << 16) | u32::from(dp)).swap_bytes();
-        let tail = |family: u64, ports: u32| {
-            (family << 40) | (u64::from(k.protocol) << 32) | u64::from(ports)
-        };
+        let tail = |ports: u32| (u64::from(k.protocol) << 32) | u64::from(ports);
         // Each arm writes its own words: the hasher's buffer state stays a
         // compile-time constant, so every write folds to plain arithmetic.
         match k.addrs {
@@ -112,7 +112,7 @@ impl KeyedHasher {
                     ports = ports.rotate_left(16);
                 }
                 h.write_u64(addrs);
-                h.write_u64(tail(4, ports));
+                h.write_u64(tail(ports));
             }
             FlowAddrs::V6 { src, dst } => {
                 let (s, d) = (src.to_bits(), dst.to_bits());
@@ -123,7 +123,7 @@ impl KeyedHasher {
                 }
                 h.write_u128(first);
                 h.write_u128(second);
-                h.write_u64(tail(6, ports));
+                h.write_u64(tail(ports));
             }
         }
         // The low half as is: foldhash already ends in a folded multiply

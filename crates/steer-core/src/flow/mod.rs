@@ -301,10 +301,10 @@ impl<H: FlowHasher> FlowClassifier<H> {
 
 impl<H: FlowHasher> Classifier for FlowClassifier<H> {
     /// The same result as [`flow_key`] then the hasher, for every frame.
-    /// Common shapes hash the fast path's key straight from registers;
-    /// the rest go through the full parser out of line, so the two paths
-    /// meet only in the hash and the port (merging their keys instead cost
-    /// about 30 instructions per packet).
+    /// Common shapes hash the fast path's key straight from registers, one
+    /// hashing tail per shape; the rest go through the full parser out of
+    /// line, so the paths meet only in the hash and the port (merging their
+    /// keys instead cost about 30 instructions per packet).
     #[inline]
     fn classify(
         &mut self,
@@ -312,12 +312,18 @@ impl<H: FlowHasher> Classifier for FlowClassifier<H> {
         rx_hash: Option<u32>,
     ) -> Result<Option<FlowInfo>, Malformed> {
         let nic = rx_hash.filter(|&h| self.use_rx_hash && h != 0);
-        // One return per IP version, so each hashes its own words.
-        if let Some(raw) = fast::key_v4(frame) {
+        // One return per shape, so each hashes its own words (see `fast`).
+        if let Some(raw) = fast::untagged_v4(frame) {
             return Ok(Some(self.fast_info(raw, nic)));
         }
-        if let Some(raw) = fast::key_v6(frame) {
+        if let Some(raw) = fast::untagged_v6(frame) {
             return Ok(Some(self.fast_info(raw, nic)));
+        }
+        if fast::is_tagged(frame) {
+            fast::cold();
+            if let Some(raw) = fast::tagged(frame) {
+                return Ok(Some(self.fast_info(raw, nic)));
+            }
         }
         GeneralOutcome(classify_general(&self.hasher, frame, nic)).unpack()
     }
