@@ -12,8 +12,9 @@
 //!
 //! [`key`] tries the shapes in order, one function each ([`untagged_v4`],
 //! [`untagged_v6`], then the cold [`tagged`]); `FlowClassifier::classify`
-//! calls the same functions in the same order, so that each shape hashes
-//! its own words (see the comment above [`untagged_v4`]).
+//! calls the same functions in the same order (the tagged one out of
+//! line), so that each shape hashes its own words (see the comment above
+//! [`untagged_v4`]).
 //!
 //! **Invariant:** when [`key`] returns `Some(k)`, the general path returns
 //! `Ok(Some(k.key()))` for the same frame (the conditions above are exactly
@@ -187,7 +188,7 @@ pub(super) fn untagged_v6(frame: &[u8]) -> Option<RawKey> {
 
 /// Whether the frame's EtherType is a VLAN TPID (802.1Q or 802.1ad).
 #[inline(always)]
-pub(super) fn is_tagged(frame: &[u8]) -> bool {
+fn is_tagged(frame: &[u8]) -> bool {
     frame
         .first_chunk::<ETH_LEN>()
         .is_some_and(|f| ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE)))
@@ -213,7 +214,7 @@ pub(super) fn tagged(frame: &[u8]) -> Option<RawKey> {
 /// `std::hint::cold_path`, stable only since Rust 1.95).
 #[cold]
 #[inline(never)]
-pub(super) fn cold() {}
+fn cold() {}
 
 /// UDP or TCP: the protocols the fast path reads ports for (the other
 /// protocols with ports take the general path). One table load: two

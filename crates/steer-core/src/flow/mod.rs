@@ -319,13 +319,7 @@ impl<H: FlowHasher> Classifier for FlowClassifier<H> {
         if let Some(raw) = fast::untagged_v6(frame) {
             return Ok(Some(self.fast_info(raw, nic)));
         }
-        if fast::is_tagged(frame) {
-            fast::cold();
-            if let Some(raw) = fast::tagged(frame) {
-                return Ok(Some(self.fast_info(raw, nic)));
-            }
-        }
-        GeneralOutcome(classify_general(&self.hasher, frame, nic)).unpack()
+        GeneralOutcome(classify_rest(&self.hasher, frame, nic)).unpack()
     }
 }
 
@@ -364,9 +358,25 @@ impl GeneralOutcome {
     }
 }
 
-/// [`FlowClassifier::classify`] for the frames the fast path leaves to the
-/// full parser (the cold path), packed as a [`GeneralOutcome`].
+/// [`FlowClassifier::classify`] for the frames that are not untagged
+/// IPv4 or IPv6 of the fast path's shapes, out of line (the cold path):
+/// one VLAN tag then a fast-path shape, else the full parser. Packed as a
+/// [`GeneralOutcome`].
 #[inline(never)]
+fn classify_rest<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
+    let info = |raw: fast::RawKey| FlowInfo {
+        hash: nic.unwrap_or_else(|| hasher.hash(&raw.key())),
+        dst_port: raw.dst_port(),
+    };
+    match fast::tagged(frame) {
+        Some(raw) => GeneralOutcome::pack(Ok(Some(info(raw)))),
+        None => classify_general(hasher, frame, nic),
+    }
+}
+
+/// [`classify_rest`] for the frames the fast path leaves to the full
+/// parser, packed as a [`GeneralOutcome`].
+#[inline(always)]
 fn classify_general<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
     GeneralOutcome::pack(match flow_key_general(frame) {
         Err(_) => Err(Malformed),
