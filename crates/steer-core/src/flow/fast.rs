@@ -10,18 +10,18 @@
 //! - IPv6 whose first next header is UDP or TCP (no extension header), the
 //!   payload length within the frame and covering the port words.
 //!
-//! [`key`] tries the shapes in order, one function each ([`untagged_v4`],
-//! [`untagged_v6`], then the cold [`tagged`]); `FlowClassifier::classify`
-//! calls the same functions in the same order (the tagged one out of
-//! line), so that each shape hashes its own words (see the comment above
-//! [`untagged_v4`]).
+//! One function per shape: [`untagged_v4`], [`untagged_v6`], then
+//! [`tagged`]. `flow_key` and `FlowClassifier::classify` call them in this
+//! order, the untagged ones inline and the tagged one out of line (with the
+//! full parser), so that each shape is hashed on its own (see the comment
+//! above [`untagged_v4`]).
 //!
-//! **Invariant:** when [`key`] returns `Some(k)`, the general path returns
-//! `Ok(Some(k.key()))` for the same frame (the conditions above are exactly
-//! the general path's checks for these shapes; the tests in this module
-//! compare the two over crafted, random and truncated frames). When it
-//! returns `None` nothing is concluded: the general path decides, errors
-//! included.
+//! **Invariant:** the shapes are disjoint, and when one of them returns
+//! `Some(k)`, the general path returns `Ok(Some(k.key()))` for the same
+//! frame (the conditions above are exactly the general path's checks for
+//! these shapes; the tests in this module compare the two over crafted,
+//! random and truncated frames). When all return `None` nothing is
+//! concluded: the general path decides, errors included.
 //!
 //! The frame's prefix is borrowed as a fixed-size array (`first_chunk`), so
 //! the reads at constant offsets need no bounds checks. The module also owns
@@ -140,20 +140,14 @@ impl RawKey {
 
 /// The flow key of a frame of one of the common shapes (see the module
 /// doc), or `None` to defer to the full parser: [`untagged_v4`], then
-/// [`untagged_v6`], then (cold) [`tagged`].
-#[inline(always)]
+/// [`untagged_v6`], then [`tagged`], the order `flow_key` and
+/// `FlowClassifier::classify` try them in. The tests check it against the
+/// full parser.
+#[cfg(test)]
 pub(super) fn key(frame: &[u8]) -> Option<RawKey> {
-    if let Some(k) = untagged_v4(frame) {
-        return Some(k);
-    }
-    if let Some(k) = untagged_v6(frame) {
-        return Some(k);
-    }
-    if is_tagged(frame) {
-        cold();
-        return tagged(frame);
-    }
-    None
+    untagged_v4(frame)
+        .or_else(|| untagged_v6(frame))
+        .or_else(|| tagged(frame))
 }
 
 // The shapes have one function each, untagged IPv4 first, so that a caller
@@ -161,8 +155,8 @@ pub(super) fn key(frame: &[u8]) -> Option<RawKey> {
 // version: one shared key made the compiler carry both kinds of words, and
 // field pointers, through a merged tail; and one EtherType dispatch became
 // a switch that tried the two VLAN TPIDs before IPv4. NICs usually strip
-// the tag before AF_XDP sees a frame, so the tagged shapes are the cold
-// ones.
+// the tag before AF_XDP sees a frame, and steer's XDP program passes tagged
+// frames to the kernel, so the tagged shapes are the cold ones.
 
 /// The key of an untagged IPv4 frame of the fast path's shape: one length
 /// check (the frame covers the Ethernet header, the IPv4 header and the
@@ -186,14 +180,6 @@ pub(super) fn untagged_v6(frame: &[u8]) -> Option<RawKey> {
     v6(f.last_chunk()?, frame.len() - ETH_LEN)
 }
 
-/// Whether the frame's EtherType is a VLAN TPID (802.1Q or 802.1ad).
-#[inline(always)]
-fn is_tagged(frame: &[u8]) -> bool {
-    frame
-        .first_chunk::<ETH_LEN>()
-        .is_some_and(|f| ethertype::is_vlan(be16(f, ethernet::field::ETHERTYPE)))
-}
-
 /// The key of a frame with one VLAN tag then IPv4 or IPv6 of the fast
 /// path's shape (a second tag, QinQ, is no IP EtherType here).
 #[inline(always)]
@@ -209,12 +195,6 @@ pub(super) fn tagged(frame: &[u8]) -> Option<RawKey> {
         _ => None,
     }
 }
-
-/// Marks the path that calls it as unlikely (a stand-in for
-/// `std::hint::cold_path`, stable only since Rust 1.95).
-#[cold]
-#[inline(never)]
-fn cold() {}
 
 /// UDP or TCP: the protocols the fast path reads ports for (the other
 /// protocols with ports take the general path). One table load: two

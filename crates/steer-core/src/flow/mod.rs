@@ -174,23 +174,33 @@ pub trait FlowHasher {
 /// ```
 #[inline(always)]
 pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
-    let raw = match fast::key(frame) {
-        Some(raw) => raw,
-        None => match general_raw(frame)? {
-            Some(raw) => raw,
-            None => return Ok(None),
-        },
-    };
-    Ok(Some(raw.key()))
+    // One return per untagged shape: inlined into a caller that hashes the
+    // key, each return's key is known to be IPv4 or IPv6, and the hash can
+    // branch on it at compile time.
+    if let Some(raw) = fast::untagged_v4(frame) {
+        return Ok(Some(raw.key()));
+    }
+    if let Some(raw) = fast::untagged_v6(frame) {
+        return Ok(Some(raw.key()));
+    }
+    match general_raw(frame)? {
+        Some(raw) => Ok(Some(raw.key())),
+        None => Ok(None),
+    }
 }
 
-/// [`flow_key_general`] in the form the fast path meets it in, out of line
-/// (the cold path of [`flow_key`]). Its own return slot keeps the caller's
-/// key in registers: when the general path wrote the caller's
-/// `Result<Option<FlowKey>>` directly, the fast path's key went through
-/// that memory too (and its ports through a store-forwarding stall).
+/// The key of the frames that are not untagged IPv4 or IPv6 of the fast
+/// path's shapes, out of line (the cold path of [`flow_key`]): one VLAN tag
+/// then a fast-path shape, else [`flow_key_general`]. Its own return slot
+/// keeps the caller's key in registers: when the general path wrote the
+/// caller's `Result<Option<FlowKey>>` directly, the fast path's key went
+/// through that memory too (and its ports through a store-forwarding
+/// stall).
 #[inline(never)]
 fn general_raw(frame: &[u8]) -> Result<Option<fast::RawKey>, ParseError> {
+    if let Some(raw) = fast::tagged(frame) {
+        return Ok(Some(raw));
+    }
     Ok(flow_key_general(frame)?.map(|k| fast::RawKey::new(&k)))
 }
 
