@@ -12,7 +12,10 @@ use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
-use steer_core::flow::{flow_key, FlowHasher, KeyedHasher, ToeplitzHasher};
+use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
+use steer_core::flow::{
+    flow_key, flow_key_general, FlowClassifier, FlowHasher, KeyedHasher, ToeplitzHasher,
+};
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype;
 use steer_core::packet::{ip_proto, parse};
@@ -33,6 +36,28 @@ fn check(data: &[u8]) {
         let keyed = KeyedHasher::with_seed(1).symmetric(true);
         assert_eq!(keyed.hash(&k), keyed.hash(&k.reversed()));
         assert_ne!(ToeplitzHasher::default().hash(&k), 0);
+    }
+    fast_paths_agree(data);
+}
+
+/// The fast paths (`flow_key`'s and the classifier's) give what the full
+/// parser and the hasher give, errors included (as the fuzz target checks).
+fn fast_paths_agree(data: &[u8]) {
+    let general = flow_key_general(data);
+    assert_eq!(flow_key(data), general);
+    for h in [
+        KeyedHasher::with_seed(1),
+        KeyedHasher::with_seed(1).symmetric(true),
+    ] {
+        let want = match general {
+            Ok(Some(k)) => Ok(Some(FlowInfo {
+                hash: h.hash(&k),
+                dst_port: k.dst_port(),
+            })),
+            Ok(None) => Ok(None),
+            Err(_) => Err(Malformed),
+        };
+        assert_eq!(FlowClassifier::new(h).classify(data, None), want);
     }
 }
 

@@ -5,7 +5,10 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use steer_core::flow::{flow_key, FlowHasher, KeyedHasher, ToeplitzHasher};
+use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
+use steer_core::flow::{
+    flow_key, flow_key_general, FlowClassifier, FlowHasher, KeyedHasher, ToeplitzHasher,
+};
 use steer_core::packet::parse;
 
 static TOEPLITZ: OnceLock<ToeplitzHasher> = OnceLock::new();
@@ -23,4 +26,20 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(keyed.hash(&k), keyed.hash(&k.reversed()));
         assert_ne!(TOEPLITZ.get_or_init(ToeplitzHasher::default).hash(&k), 0);
     }
+    fast_paths_agree(data);
 });
+
+/// The fast paths (`flow_key`'s and the classifier's) give what the full
+/// parser and the hasher give, errors included.
+fn fast_paths_agree(data: &[u8]) {
+    let general = flow_key_general(data);
+    assert_eq!(flow_key(data), general);
+    for h in [KeyedHasher::with_seed(1), KeyedHasher::with_seed(1).symmetric(true)] {
+        let want = match general {
+            Ok(Some(k)) => Ok(Some(FlowInfo { hash: h.hash(&k), dst_port: k.dst_port() })),
+            Ok(None) => Ok(None),
+            Err(_) => Err(Malformed),
+        };
+        assert_eq!(FlowClassifier::new(h).classify(data, None), want);
+    }
+}
