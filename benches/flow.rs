@@ -47,6 +47,24 @@ use steer::core::table::DesiredCpuTable;
 
 const BATCH: usize = 64;
 
+/// The client address of flow `n`, IPv4.
+fn client4(n: u16) -> IpAddr {
+    Ipv4Addr::new(10, 1, (n >> 8) as u8, n as u8).into()
+}
+
+/// The client address of flow `n`, IPv6.
+fn client6(n: u16) -> IpAddr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, n).into()
+}
+
+/// The server's IPv4 and IPv6 addresses.
+fn servers() -> (IpAddr, IpAddr) {
+    (
+        Ipv4Addr::new(192, 0, 2, 10).into(),
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 10).into(),
+    )
+}
+
 /// 64 frames of distinct flows: 40% UDP/IPv4, 25% TCP/IPv4, 15% UDP/IPv6,
 /// 10% TCP/IPv6 (half with an extension header), every 8th VLAN-tagged
 /// (one QinQ), plus two fragments and one ICMP.
@@ -54,20 +72,17 @@ fn frames() -> Vec<Vec<u8>> {
     (0..BATCH)
         .map(|i| {
             let n = i as u16;
-            let v4 = |x: u16| -> IpAddr { Ipv4Addr::new(10, 1, (x >> 8) as u8, x as u8).into() };
-            let v6 = |x: u16| -> IpAddr { Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, x).into() };
-            let server4: IpAddr = Ipv4Addr::new(192, 0, 2, 10).into();
-            let server6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 10).into();
+            let (server4, server6) = servers();
             let payload = [0xabu8; 64];
             let mut b = match i % 20 {
-                0..=7 => FrameBuilder::udp(v4(n), server4, 30000 + n, 53),
-                8..=12 => FrameBuilder::tcp(v4(n), server4, 40000 + n, 443),
-                13..=15 => FrameBuilder::udp(v6(n), server6, 30000 + n, 4433),
-                16 => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443),
-                17 => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443)
+                0..=7 => FrameBuilder::udp(client4(n), server4, 30000 + n, 53),
+                8..=12 => FrameBuilder::tcp(client4(n), server4, 40000 + n, 443),
+                13..=15 => FrameBuilder::udp(client6(n), server6, 30000 + n, 4433),
+                16 => FrameBuilder::tcp(client6(n), server6, 40000 + n, 443),
+                17 => FrameBuilder::tcp(client6(n), server6, 40000 + n, 443)
                     .ipv6_ext(ip_proto::IPV6_DEST_OPTS, 0),
-                18 => FrameBuilder::udp(v4(n), server4, 5000, 5000).fragment(0, true),
-                _ => FrameBuilder::proto(v4(n), server4, ip_proto::ICMP),
+                18 => FrameBuilder::udp(client4(n), server4, 5000, 5000).fragment(0, true),
+                _ => FrameBuilder::proto(client4(n), server4, ip_proto::ICMP),
             }
             .payload(&payload);
             if i == 44 {
@@ -89,15 +104,12 @@ fn redirected_frames() -> Vec<Vec<u8>> {
     (0..BATCH)
         .map(|i| {
             let n = i as u16;
-            let v4 = |x: u16| -> IpAddr { Ipv4Addr::new(10, 1, (x >> 8) as u8, x as u8).into() };
-            let v6 = |x: u16| -> IpAddr { Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, x).into() };
-            let server4: IpAddr = Ipv4Addr::new(192, 0, 2, 10).into();
-            let server6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 10).into();
+            let (server4, server6) = servers();
             match i % 20 {
-                0..=7 | 18 => FrameBuilder::udp(v4(n), server4, 30000 + n, 53),
-                8..=12 | 19 => FrameBuilder::tcp(v4(n), server4, 40000 + n, 443),
-                13..=15 => FrameBuilder::udp(v6(n), server6, 30000 + n, 4433),
-                _ => FrameBuilder::tcp(v6(n), server6, 40000 + n, 443),
+                0..=7 | 18 => FrameBuilder::udp(client4(n), server4, 30000 + n, 53),
+                8..=12 | 19 => FrameBuilder::tcp(client4(n), server4, 40000 + n, 443),
+                13..=15 => FrameBuilder::udp(client6(n), server6, 30000 + n, 4433),
+                _ => FrameBuilder::tcp(client6(n), server6, 40000 + n, 443),
             }
             .payload(&[0xab; 64])
             .build()
