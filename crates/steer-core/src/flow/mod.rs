@@ -298,14 +298,15 @@ impl<H: FlowHasher> FlowClassifier<H> {
     pub fn hasher(&self) -> &H {
         &self.hasher
     }
+}
 
-    /// The [`FlowInfo`] of a fast-path key (`nic`: the NIC's hash to use).
-    #[inline(always)]
-    fn fast_info(&self, raw: fast::RawKey, nic: Option<u32>) -> FlowInfo {
-        FlowInfo {
-            hash: nic.unwrap_or_else(|| self.hasher.hash(&raw.key())),
-            dst_port: raw.dst_port(),
-        }
+/// The [`FlowInfo`] of a fast-path key (`nic`: the NIC's hash, used
+/// instead of hashing when present).
+#[inline(always)]
+fn fast_info<H: FlowHasher>(hasher: &H, raw: fast::RawKey, nic: Option<u32>) -> FlowInfo {
+    FlowInfo {
+        hash: nic.unwrap_or_else(|| hasher.hash(&raw.key())),
+        dst_port: raw.dst_port(),
     }
 }
 
@@ -324,16 +325,16 @@ impl<H: FlowHasher> Classifier for FlowClassifier<H> {
         let nic = rx_hash.filter(|&h| self.use_rx_hash && h != 0);
         // One return per shape, so each hashes its own words (see `fast`).
         if let Some(raw) = fast::untagged_v4(frame) {
-            return Ok(Some(self.fast_info(raw, nic)));
+            return Ok(Some(fast_info(&self.hasher, raw, nic)));
         }
         if let Some(raw) = fast::untagged_v6(frame) {
-            return Ok(Some(self.fast_info(raw, nic)));
+            return Ok(Some(fast_info(&self.hasher, raw, nic)));
         }
         GeneralOutcome(classify_rest(&self.hasher, frame, nic)).unpack()
     }
 }
 
-/// [`classify_general`]'s result in one register: the hash in the low 32
+/// [`classify_rest`]'s result in one register: the hash in the low 32
 /// bits (0 for "no flow", as hashes are non-zero), the destination port in
 /// the next 16, [`GeneralOutcome::MALFORMED`] for malformed frames. (The
 /// `Result<Option<FlowInfo>>` itself is returned through memory, and the
@@ -374,28 +375,18 @@ impl GeneralOutcome {
 /// [`GeneralOutcome`].
 #[inline(never)]
 fn classify_rest<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
-    let info = |raw: fast::RawKey| FlowInfo {
-        hash: nic.unwrap_or_else(|| hasher.hash(&raw.key())),
-        dst_port: raw.dst_port(),
+    let info = match fast::tagged(frame) {
+        Some(raw) => Ok(Some(fast_info(hasher, raw, nic))),
+        None => match flow_key_general(frame) {
+            Err(_) => Err(Malformed),
+            Ok(None) => Ok(None),
+            Ok(Some(key)) => Ok(Some(FlowInfo {
+                hash: nic.unwrap_or_else(|| hasher.hash(&key)),
+                dst_port: key.dst_port(),
+            })),
+        },
     };
-    match fast::tagged(frame) {
-        Some(raw) => GeneralOutcome::pack(Ok(Some(info(raw)))),
-        None => classify_general(hasher, frame, nic),
-    }
-}
-
-/// [`classify_rest`] for the frames the fast path leaves to the full
-/// parser, packed as a [`GeneralOutcome`].
-#[inline(always)]
-fn classify_general<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
-    GeneralOutcome::pack(match flow_key_general(frame) {
-        Err(_) => Err(Malformed),
-        Ok(None) => Ok(None),
-        Ok(Some(key)) => Ok(Some(FlowInfo {
-            hash: nic.unwrap_or_else(|| hasher.hash(&key)),
-            dst_port: key.dst_port(),
-        })),
-    })
+    GeneralOutcome::pack(info)
 }
 
 #[cfg(test)]

@@ -156,8 +156,8 @@ impl SlotCodec {
     /// another flow, or carries no valid CPU.
     #[inline]
     pub fn decode(&self, ent: u32, hash: u32) -> Option<CpuId> {
-        // `cpu_mask` is all ones below its top bit, so "the hash bits agree"
-        // (`(ent ^ hash) & !cpu_mask == 0`) is `ent ^ hash <= cpu_mask`.
+        // `cpu_mask` is 2^k - 1 (all ones from bit 0), so "the hash bits
+        // agree" (`(ent ^ hash) & !cpu_mask == 0`) is `ent ^ hash <= cpu_mask`.
         // The EMPTY marker's CPU field is cpu_mask >= nr_cpus: rejected by
         // the second test. `&`, not `&&`: one branch (or none) per lookup.
         let cpu = ent & self.cpu_mask;
