@@ -67,9 +67,9 @@ pub(super) struct RawKey {
     v6_src: u128,
     v6_dst: u128,
     protocol: u8,
-    /// Ports present (else `ports` is 0).
+    /// Ports present.
     has_ports: bool,
-    /// The 4 bytes of the source and destination ports.
+    /// The 4 bytes of the source and destination ports (0 without ports).
     ports: u32,
 }
 
@@ -221,37 +221,28 @@ const V4_PLAIN: u64 = 0x45;
 /// to the end of the frame (at least `V4_LEN`).
 #[inline(always)]
 fn v4(h: &[u8; V4_LEN], room: usize) -> Option<RawKey> {
-    v4_checks(h, room)?;
-    Some(v4_key(h))
-}
-
-/// The key of an IPv4 header of the fast path's shape.
-#[inline(always)]
-fn v4_key(h: &[u8; V4_LEN]) -> RawKey {
-    RawKey {
-        v6: false,
-        v4_addrs: le64(h, ipv4::field::SRC.start),
-        v6_src: 0,
-        v6_dst: 0,
-        protocol: h[ipv4::field::PROTOCOL],
-        has_ports: true,
-        ports: le32(h, IPV4_LEN),
-    }
-}
-
-/// Whether the IPv4 header `h` (with `room` bytes from it to the end of
-/// the frame, at least `V4_LEN`) is of the fast path's shape.
-#[inline(always)]
-fn v4_checks(h: &[u8; V4_LEN], room: usize) -> Option<()> {
     let total = usize::from(be16(h, ipv4::field::LENGTH));
+    let protocol = h[ipv4::field::PROTOCOL];
     // Version 4, IHL 5 and not a fragment, in one masked comparison; UDP
     // or TCP; ports within the datagram (total ≥ 24) and the datagram
     // within the frame (total ≤ room), in one comparison. `&`, not `&&`:
     // no branch per condition.
     let ok = (le64(h, 0) & V4_PLAIN_MASK == V4_PLAIN)
-        & udp_or_tcp(h[ipv4::field::PROTOCOL])
+        & udp_or_tcp(protocol)
         & (total.wrapping_sub(V4_LEN) <= room - V4_LEN);
-    ok.then_some(())
+    if !ok {
+        return None;
+    }
+    Some(RawKey {
+        v6: false,
+        // Both addresses in one load.
+        v4_addrs: le64(h, ipv4::field::SRC.start),
+        v6_src: 0,
+        v6_dst: 0,
+        protocol,
+        has_ports: true,
+        ports: le32(h, IPV4_LEN),
+    })
 }
 
 /// `h`: the first bytes of the IPv6 header; `room`: bytes from the header
