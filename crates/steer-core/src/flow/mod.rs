@@ -538,4 +538,39 @@ mod tests {
         assert_eq!(nonzero(1), 1);
         assert_eq!(nonzero(u32::MAX), u32::MAX);
     }
+
+    #[test]
+    fn general_outcome_round_trips() {
+        let cases = [
+            Ok(None),
+            Err(Malformed),
+            Ok(Some(FlowInfo {
+                hash: 1,
+                dst_port: 0,
+            })),
+            Ok(Some(FlowInfo {
+                hash: u32::MAX,
+                dst_port: u16::MAX,
+            })),
+            Ok(Some(FlowInfo {
+                hash: 0x8000_0000,
+                dst_port: 1,
+            })),
+        ];
+        for r in cases {
+            assert_eq!(GeneralOutcome(GeneralOutcome::pack(r)).unpack(), r);
+        }
+        // A hash 0 from a hasher breaking its contract stays a flow.
+        let zero = Ok(Some(FlowInfo {
+            hash: 0,
+            dst_port: 53,
+        }));
+        assert_eq!(
+            GeneralOutcome(GeneralOutcome::pack(zero)).unpack(),
+            Ok(Some(FlowInfo {
+                hash: 1,
+                dst_port: 53
+            }))
+        );
+    }
 }
