@@ -184,16 +184,36 @@ pub(super) fn untagged_v6(frame: &[u8]) -> Option<RawKey> {
 /// path's shape (a second tag, QinQ, is no IP EtherType here).
 #[inline(always)]
 pub(super) fn tagged(frame: &[u8]) -> Option<RawKey> {
+    let (l3, et) = after_one_tag(frame)?;
+    match et {
+        ethertype::IPV4 => ipv4_at(l3),
+        ethertype::IPV6 => ipv6_at(l3),
+        _ => None,
+    }
+}
+
+/// What follows one VLAN tag: the bytes after it and the EtherType the tag
+/// names; `None` when the frame is not tagged.
+#[inline(always)]
+pub(super) fn after_one_tag(frame: &[u8]) -> Option<(&[u8], u16)> {
     let eth: &[u8; ETH_TAG_LEN] = frame.first_chunk()?;
     if !ethertype::is_vlan(be16(eth, ethernet::field::ETHERTYPE)) {
         return None;
     }
-    let l3 = frame.get(ETH_TAG_LEN..)?;
-    match be16(eth, ETH_LEN + 2) {
-        ethertype::IPV4 => v4(l3.first_chunk()?, l3.len()),
-        ethertype::IPV6 => v6(l3.first_chunk()?, l3.len()),
-        _ => None,
-    }
+    Some((frame.get(ETH_TAG_LEN..)?, be16(eth, ETH_LEN + 2)))
+}
+
+/// The key of the IPv4 packet `l3` (the bytes after the Ethernet header
+/// and its tag) if it is of the fast path's shape.
+#[inline(always)]
+pub(super) fn ipv4_at(l3: &[u8]) -> Option<RawKey> {
+    v4(l3.first_chunk()?, l3.len())
+}
+
+/// The key of the IPv6 packet `l3` if it is of the fast path's shape.
+#[inline(always)]
+pub(super) fn ipv6_at(l3: &[u8]) -> Option<RawKey> {
+    v6(l3.first_chunk()?, l3.len())
 }
 
 /// UDP or TCP: the protocols the fast path reads ports for (the other

@@ -37,6 +37,7 @@ mod toeplitz;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::dispatch::{Classifier, FlowInfo, Malformed};
+use crate::packet::ethernet::ethertype;
 use crate::packet::{self, ipv4, ipv6, IpVersion, ParseError};
 
 pub use keyed::KeyedHasher;
@@ -375,18 +376,30 @@ impl GeneralOutcome {
 /// [`GeneralOutcome`].
 #[inline(never)]
 fn classify_rest<H: FlowHasher>(hasher: &H, frame: &[u8], nic: Option<u32>) -> u64 {
-    let info = match fast::tagged(frame) {
-        Some(raw) => Ok(Some(fast_info(hasher, raw, nic))),
-        None => match flow_key_general(frame) {
-            Err(_) => Err(Malformed),
-            Ok(None) => Ok(None),
-            Ok(Some(key)) => Ok(Some(FlowInfo {
-                hash: nic.unwrap_or_else(|| hasher.hash(&key)),
-                dst_port: key.dst_port(),
-            })),
-        },
-    };
-    GeneralOutcome::pack(info)
+    // One return per IP version, as in `classify`.
+    if let Some((l3, et)) = fast::after_one_tag(frame) {
+        match et {
+            ethertype::IPV4 => {
+                if let Some(raw) = fast::ipv4_at(l3) {
+                    return GeneralOutcome::pack(Ok(Some(fast_info(hasher, raw, nic))));
+                }
+            }
+            ethertype::IPV6 => {
+                if let Some(raw) = fast::ipv6_at(l3) {
+                    return GeneralOutcome::pack(Ok(Some(fast_info(hasher, raw, nic))));
+                }
+            }
+            _ => {}
+        }
+    }
+    GeneralOutcome::pack(match flow_key_general(frame) {
+        Err(_) => Err(Malformed),
+        Ok(None) => Ok(None),
+        Ok(Some(key)) => Ok(Some(FlowInfo {
+            hash: nic.unwrap_or_else(|| hasher.hash(&key)),
+            dst_port: key.dst_port(),
+        })),
+    })
 }
 
 #[cfg(test)]
