@@ -5,11 +5,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod common;
+
+use common::classify::{classify_both, classify_naive};
 use proptest::prelude::*;
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
 use steer_core::flow::{
-    flow_key, flow_key_general, FlowAddrs, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, Ports,
-    ToeplitzHasher, SYMMETRIC_RSS_KEY,
+    flow_key, flow_key_general, FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports, ToeplitzHasher,
+    SYMMETRIC_RSS_KEY,
 };
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype;
@@ -223,48 +225,6 @@ fn arb_key() -> impl Strategy<Value = FlowKey> {
             protocol,
             ports: ports.map(|(src, dst)| Ports { src, dst }),
         })
-}
-
-type Classified = Result<Option<FlowInfo>, Malformed>;
-
-/// `FlowClassifier::classify` of `f`, symmetric or not, ignoring or using
-/// a NIC hash `nic` (0: none).
-fn classify_both(f: &[u8], nic: u32) -> Vec<Classified> {
-    let mut out = Vec::new();
-    for symmetric in [false, true] {
-        for use_rx in [false, true] {
-            let h = KeyedHasher::with_seed(11).symmetric(symmetric);
-            let mut c = FlowClassifier::new(h).use_rx_hash(use_rx);
-            out.push(c.classify(f, Some(nic)));
-            out.push(c.classify(f, None));
-        }
-    }
-    out
-}
-
-/// What `classify_both` must give: `flow_key` through the full parser,
-/// then the NIC hash when used and non-zero, else the hasher.
-fn classify_naive(f: &[u8], nic: u32) -> Vec<Classified> {
-    let mut out = Vec::new();
-    for symmetric in [false, true] {
-        for use_rx in [false, true] {
-            let h = KeyedHasher::with_seed(11).symmetric(symmetric);
-            for rx in [Some(nic), None] {
-                out.push(match flow_key_general(f) {
-                    Err(_) => Err(Malformed),
-                    Ok(None) => Ok(None),
-                    Ok(Some(k)) => Ok(Some(FlowInfo {
-                        hash: match rx {
-                            Some(n) if use_rx && n != 0 => n,
-                            _ => h.hash(&k),
-                        },
-                        dst_port: k.dst_port(),
-                    })),
-                });
-            }
-        }
-    }
-    out
 }
 
 proptest! {

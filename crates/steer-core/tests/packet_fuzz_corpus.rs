@@ -12,10 +12,10 @@ use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
-use steer_core::flow::{
-    flow_key, flow_key_general, FlowClassifier, FlowHasher, KeyedHasher, ToeplitzHasher,
-};
+mod common;
+
+use common::classify::{classify_both, classify_naive};
+use steer_core::flow::{flow_key, flow_key_general, FlowHasher, KeyedHasher, ToeplitzHasher};
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype;
 use steer_core::packet::{ip_proto, parse};
@@ -43,22 +43,8 @@ fn check(data: &[u8]) {
 /// The fast paths (`flow_key`'s and the classifier's) give what the full
 /// parser and the hasher give, errors included (as the fuzz target checks).
 fn fast_paths_agree(data: &[u8]) {
-    let general = flow_key_general(data);
-    assert_eq!(flow_key(data), general);
-    for h in [
-        KeyedHasher::with_seed(1),
-        KeyedHasher::with_seed(1).symmetric(true),
-    ] {
-        let want = match general {
-            Ok(Some(k)) => Ok(Some(FlowInfo {
-                hash: h.hash(&k),
-                dst_port: k.dst_port(),
-            })),
-            Ok(None) => Ok(None),
-            Err(_) => Err(Malformed),
-        };
-        assert_eq!(FlowClassifier::new(h).classify(data, None), want);
-    }
+    assert_eq!(flow_key(data), flow_key_general(data));
+    assert_eq!(classify_both(data, 0x5eed), classify_naive(data, 0x5eed));
 }
 
 #[test]
