@@ -9,7 +9,7 @@
 # with N concurrent sockperf clients (each its own source port, so its own
 # flow), parse each client's report, stop the server. First `sockperf server`
 # (the kernel path, RPS/RFS configured on the veth's rx queues), then steer's
-# `echo_server --sockperf`. Everything (servers and clients) is pinned with
+# `steer echo --sockperf`. Everything (servers and clients) is pinned with
 # taskset to the same CPU set. Prints one table and optionally a JSON summary.
 #
 # Usage (as root):
@@ -17,7 +17,7 @@
 #       [--mode under-load|ping-pong|both] [--kernel-only|--steer-only]
 #       [--port PORT] [--client-port BASE] [-m MSG_SIZE] [--mps N|max]
 #       [--json FILE] [--keep-logs DIR] [--require-goal] [--slice-us N]
-#       [-- EXTRA echo_server ARGS...]
+#       [-- EXTRA steer echo ARGS...]
 #   benches/compare-kernel.sh --self-test     (parser check on benches/fixtures)
 #   benches/compare-kernel.sh --parse FILE    (print what the parser extracts)
 #
@@ -35,12 +35,12 @@
 #                    sockperf server gets it through benches/set-slice.py,
 #                    the echo server through --worker-slice-us, so both
 #                    are scheduled alike
-#   -- ARGS          extra arguments for echo_server (e.g. --busy-poll)
+#   -- ARGS          extra arguments for steer echo (e.g. --busy-poll)
 #
-# The steer server: $ECHO_SERVER, else ${CARGO_TARGET_DIR:-target}/release/
-# examples/echo_server, built with `cargo build --release --example
-# echo_server` when missing. STEER_SERVER_CMD overrides the whole command
-# (words split on spaces; it gets the echo_server arguments appended);
+# The steer server: `$STEER echo`, STEER defaulting to
+# ${CARGO_TARGET_DIR:-target}/release/steer, built with `cargo build
+# --release -p steer-cli` when missing. STEER_SERVER_CMD overrides the whole command
+# (words split on spaces; it gets the steer echo arguments appended);
 # STEER_SERVER_CMD=standin uses a stand-in built from `sockperf server`, to
 # exercise this script's steer half without the binary.
 #
@@ -408,11 +408,11 @@ wait_ready() {
 	return 1
 }
 
-# A stand-in for echo_server (STEER_SERVER_CMD=standin): takes the same
+# A stand-in for steer echo (STEER_SERVER_CMD=standin): takes the same
 # arguments, serves with `sockperf server` on the interface's IPv4 address,
 # prints "ready", stops on SIGINT/SIGTERM, writes a small --stats-json. For
 # testing this script only: its numbers are the kernel's.
-standin_echo_server() {
+standin_steer_echo() {
 	local ifname="" port="" cpus="" stats=""
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -505,7 +505,7 @@ run_steer() {
 	local sargs=(--interface "$NETNS_HOST_IF" --port "$PORT" --cpus "$CPUS" --sockperf
 		--stats-json "$WORK/$tag-stats.json" --no-table --worker-slice-us "$SLICE_US" "${STEER_EXTRA[@]}")
 	if [ "${STEER_CMD[0]}" = standin ]; then
-		standin_echo_server "${sargs[@]}" >"$WORK/$tag-server.log" 2>&1 &
+		standin_steer_echo "${sargs[@]}" >"$WORK/$tag-server.log" 2>&1 &
 	else
 		taskset -c "$CPUS" "${STEER_CMD[@]}" "${sargs[@]}" >"$WORK/$tag-server.log" 2>&1 &
 	fi
@@ -746,15 +746,15 @@ if [ "$RUN_STEER" = 1 ]; then
 	if [ -n "${STEER_SERVER_CMD:-}" ]; then
 		read -r -a STEER_CMD <<<"$STEER_SERVER_CMD"
 	else
-		bin=${ECHO_SERVER:-${CARGO_TARGET_DIR:-$REPO/target}/release/examples/echo_server}
+		bin=${STEER:-${CARGO_TARGET_DIR:-$REPO/target}/release/steer}
 		if [ ! -x "$bin" ]; then
-			log "$bin missing: cargo build --release --example echo_server"
-			if ! (cd "$REPO" && cargo build --release --example echo_server); then
-				die "could not build the steer echo server (cargo build --release --example echo_server failed, output above); run with --kernel-only to measure the kernel alone"
+			log "$bin missing: cargo build --release -p steer-cli"
+			if ! (cd "$REPO" && cargo build --release -p steer-cli); then
+				die "could not build the steer command (cargo build --release -p steer-cli failed, output above); run with --kernel-only to measure the kernel alone"
 			fi
 			[ -x "$bin" ] || die "built, but $bin is still missing (CARGO_TARGET_DIR?)"
 		fi
-		STEER_CMD=("$bin")
+		STEER_CMD=("$bin" echo)
 	fi
 fi
 

@@ -1,51 +1,28 @@
-//! Prints the topology steer sees as one JSON object:
-//! `{"source": "...", "cpus": [...], "llcs": [[...], ...], "numa": [[...], ...]}`.
+//! What steer's LLC rule sees of a machine: which CPUs share a last-level
+//! cache, on this machine or on a model of another (`steer topology` prints
+//! the same as JSON).
 //!
 //! ```text
-//! cargo run --example topology                                   # live (hwloc, sysfs fallback)
-//! cargo run --example topology -- --synthetic "pack:2 l3:16 core:8 pu:1"
-//! cargo run --example topology -- --xml machine.xml              # from `lstopo --of xml`
-//! cargo run --example topology -- --sysfs /                      # force the sysfs reader
+//! cargo run --example topology                                # this machine
+//! cargo run --example topology -- "pack:2 l3:16 core:8 pu:1"   # a synthetic model
 //! ```
-//! Bad input exits with status 1 and a one-line error naming the problem.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
-use clap::Parser;
 use steer::topology::Topology;
 
-/// Print the CPU/LLC/NUMA topology steer uses, as JSON.
-#[derive(Parser)]
-#[command(group = clap::ArgGroup::new("input").multiple(false))]
-struct Args {
-    /// An hwloc synthetic description, e.g. "pack:2 l3:16 core:8 pu:1".
-    #[arg(long, group = "input")]
-    synthetic: Option<String>,
-    /// An hwloc XML export (`lstopo --of xml FILE`).
-    #[arg(long, group = "input")]
-    xml: Option<PathBuf>,
-    /// Read the live machine from sysfs under this root instead of hwloc.
-    #[arg(long, group = "input")]
-    sysfs: Option<PathBuf>,
-}
-
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let topo = match (&args.synthetic, &args.xml, &args.sysfs) {
-        (Some(spec), _, _) => Topology::synthetic(spec),
-        (_, Some(path), _) => Topology::from_xml_file(path),
-        (_, _, Some(root)) => Topology::from_sysfs(root),
-        _ => Topology::live(),
+fn main() -> Result<(), steer::topology::Error> {
+    let topo = match std::env::args().nth(1) {
+        Some(spec) => Topology::synthetic(&spec)?,
+        None => Topology::live()?,
     };
-    let topo = match topo {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("topology: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let report = steer::report::topology_json(&topo);
-    println!("{report}");
-    ExitCode::SUCCESS
+    println!("source: {}", topo.source().name());
+    for (i, llc) in topo.llcs().iter().enumerate() {
+        println!("llc {i}: cpus {llc}");
+    }
+    let layout = topo.layout(); // what steer-core's LLC rule consults
+    println!(
+        "{} CPUs, {} online",
+        layout.nr_cpus(),
+        topo.online_cpus().len()
+    );
+    Ok(())
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steer demo, as root on a fresh machine: installs what is missing,
 # creates a network namespace and a 2-queue veth pair, starts the AF_XDP
-# echo server (examples/echo_server) on the host end, drives it from the
+# echo server (`steer echo`) on the host end, drives it from the
 # namespace with several sockperf clients (several flows), shows the
 # server's live per-CPU table, prints a summary, and removes everything it
 # created, also when interrupted.
@@ -33,9 +33,9 @@ fi
 
 bash scripts/setup.sh
 echo "demo: building the echo server (release)..."
-cargo build --release --quiet --example echo_server
+cargo build --release --quiet -p steer-cli
 target_dir="${CARGO_TARGET_DIR:-target}"
-server_bin="$target_dir/release/examples/echo_server"
+steer_bin="$target_dir/release/steer"
 
 # shellcheck source=scripts/netns.sh
 . scripts/netns.sh
@@ -66,7 +66,7 @@ trap 'exit 143' TERM
 netns_up "$name"
 echo "demo: namespace $NETNS_NAME, veth $NETNS_HOST_IF ($NETNS_HOST_V4) <-> $NETNS_NS_IF ($NETNS_NS_V4), 2 queues"
 
-"$server_bin" --interface "$NETNS_HOST_IF" --port "$port" --sockperf \
+"$steer_bin" echo --interface "$NETNS_HOST_IF" --port "$port" --sockperf \
     --policy "$policy" --fast-path "$fast_path" \
     --stats-json "$work/server.json" >"$work/server.out" 2>"$work/server.err" &
 server_pid=$!

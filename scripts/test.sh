@@ -30,11 +30,10 @@ done
 step "bench scripts: quick smoke runs (kernel comparison, seed reproductions)"
 # A 2 s window is too short for the goals; these runs check that each script
 # still drives its binaries end to end and finds every number it reports
-# (exit 2 otherwise). They run the debug examples `cargo test` just built
+# (exit 2 otherwise). They run the debug `steer` command `cargo test` just built
 # (numbers are not checked here; a release build would double CI's time);
 # the criterion parts need the bench profile.
-examples="${CARGO_TARGET_DIR:-$PWD/target}/debug/examples"
-export ECHO_SERVER="$examples/echo_server" UDP_PROXY="$examples/udp_proxy"
+export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
 cargo bench --no-default-features --bench table --bench dispatch --no-run
 bash benches/compare-kernel.sh --quick
 for f in benches/seeds/seed*.sh; do

@@ -1,26 +1,27 @@
 //! steer: userspace RPS/RFS on AF_XDP.
 //!
-//! This facade re-exports the member crates:
+//! This facade re-exports the member crates, so an application needs one
+//! dependency and short paths:
 //! - [`core`] (`steer-core`): flow hashing, flow tables, the LLC-affinity
 //!   update rule, rings and dispatch, as pure logic;
 //! - [`topology`]: CPU, LLC and NUMA discovery (hwloc, sysfs, synthetic, XML);
-//! - [`xdp`] (`xdp-io`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program.
+//! - [`xdp`] (`xdp-io`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program;
+//! - [`engine`], [`flows`], [`echo`], [`sleep`], [`probe`] (`steer-engine`,
+//!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies.
+//!
+//! The `steer` command (echo server, proxy, replay, topology) is the
+//! `steer-cli` package; its dependencies (clap, tracing-subscriber) do not
+//! reach this library.
 
 pub use steer_core as core;
 pub use topology;
 #[cfg(feature = "xdp")]
 pub use xdp_io as xdp;
 
-pub mod echo;
 #[cfg(feature = "xdp")]
-pub mod engine;
-#[cfg(feature = "xdp")]
-pub mod flows;
-pub mod probe;
-pub mod report;
-pub mod sleep;
+pub use steer_engine::{echo, engine, flows, probe, sleep};
 
 /// The README's Rust examples, compiled and run as doctests.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "xdp"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -4,7 +4,7 @@
 # SEEDS_NAME (its log prefix) before sourcing it.
 #
 #   seeds_require_root / seeds_require_tools TOOL...   clear errors up front
-#   seeds_example NAME      path of a release example, built when missing
+#   seeds_steer             path of the release `steer` command, built when missing
 #   seeds_lock              one seed measurement at a time (flock)
 #   seeds_setup_traps       cleanup on EXIT, INT, TERM (processes, netns, files)
 #   seeds_netns_up          namespace + 2-queue veth pair (scripts/netns.sh)
@@ -12,7 +12,7 @@
 #   seeds_stop PID [SECS]   SIGINT, then SIGTERM, then SIGKILL
 #   seeds_wait_ready LOG PID SECS    wait for a line containing "ready"
 #   seeds_cpu_ticks PID     utime+stime of a process (all threads), in ticks
-#   seeds_control_open / seeds_control CMD    stdin commands of udp_proxy
+#   seeds_control_open / seeds_control CMD    stdin commands of steer proxy
 #
 # Environment:
 #   STEER_SRC        the source tree cargo builds and benches run in (default:
@@ -21,7 +21,7 @@
 #                    is being edited by others.
 #   CARGO_TARGET_DIR where release examples and criterion results live
 #                    (default: $STEER_SRC/target).
-#   UDP_PROXY, ECHO_SERVER   explicit paths of the example binaries.
+#   STEER                    explicit path of the `steer` command.
 
 SEEDS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SEEDS_REPO=$(cd "$SEEDS_DIR/../.." && pwd)
@@ -53,18 +53,17 @@ seeds_require_tools() {
 	done
 }
 
-# seeds_example NAME: prints the path of the release example NAME, building
-# it (cargo build --release --example NAME in $STEER_SRC) when missing.
-seeds_example() {
-	local name=$1 var bin
-	var=$(echo "$name" | tr '[:lower:]' '[:upper:]')
-	bin=${!var:-$SEEDS_TARGET/release/examples/$name}
+# seeds_steer: prints the path of the release `steer` command, building it
+# (cargo build --release -p steer-cli in $STEER_SRC) when missing; $STEER
+# names another binary.
+seeds_steer() {
+	local bin=${STEER:-$SEEDS_TARGET/release/steer}
 	if [ ! -x "$bin" ]; then
-		[ -z "${!var:-}" ] || seeds_die "$var=$bin is not an executable file"
-		seeds_log "$bin missing: cargo build --release --example $name (in $STEER_SRC)"
-		command -v cargo >/dev/null 2>&1 || seeds_die "cargo not found: build the examples first (cargo build --release --examples)"
-		(cd "$STEER_SRC" && CARGO_TARGET_DIR=$SEEDS_TARGET cargo build --release --example "$name" >&2) ||
-			seeds_die "could not build $name (output above); set STEER_SRC to a tree that builds, or $var to a binary"
+		[ -z "${STEER:-}" ] || seeds_die "STEER=$bin is not an executable file"
+		seeds_log "$bin missing: cargo build --release -p steer-cli (in $STEER_SRC)"
+		command -v cargo >/dev/null 2>&1 || seeds_die "cargo not found: build the steer command first (cargo build --release -p steer-cli)"
+		(cd "$STEER_SRC" && CARGO_TARGET_DIR=$SEEDS_TARGET cargo build --release -p steer-cli >&2) ||
+			seeds_die "could not build steer (output above); set STEER_SRC to a tree that builds, or STEER to a binary"
 		[ -x "$bin" ] || seeds_die "built, but $bin is still missing (CARGO_TARGET_DIR?)"
 	fi
 	echo "$bin"
@@ -188,7 +187,7 @@ seeds_wait_udp() {
 	return 1
 }
 
-# Control of a process reading commands on stdin (udp_proxy: `stats`,
+# Control of a process reading commands on stdin (steer proxy: `stats`,
 # `quit`): start it with stdin from "$SEEDS_WORK/ctl.fifo" (seeds_control_fifo
 # creates it), then seeds_control_open, then seeds_control CMD.
 seeds_control_fifo() {
@@ -224,12 +223,12 @@ seeds_control() {
 	) 2>/dev/null
 }
 
-# seeds_proxy_stats LOG OUT: asks udp_proxy (stdin `stats`) for its counters
+# seeds_proxy_stats LOG OUT: asks steer proxy (stdin `stats`) for its counters
 # and writes the per-CPU snapshot from the line it prints to OUT ({"per_cpu":
 # [...],"total":{...}}). Fails after 5 s.
 seeds_proxy_stats() {
 	local logf=$1 out=$2 before i
-	# udp_proxy answers `stats` with one line:
+	# steer proxy answers `stats` with one line:
 	# {"desired_table":{...},"stats":{"per_cpu":[...],"total":{...}}}
 	before=$(grep -c '^{"desired_table"' "$logf" || true)
 	seeds_control stats || return 1

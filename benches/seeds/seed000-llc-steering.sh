@@ -6,7 +6,7 @@
 # consuming CPU rewrites its entry, as the kernel does today) against `llc`
 # (only changes that cross a last-level cache, or are forced, are written).
 #
-# What it runs. steer's udp_proxy example (`--runtime multi`: one tokio
+# What it runs. steer's steer proxy example (`--runtime multi`: one tokio
 # multi-thread runtime, so flows' tasks are work-stolen between threads and
 # every read records the reading thread's CPU) on the root-namespace end of a
 # fresh 2-queue veth pair, forwarding to a kernel `sockperf server` on
@@ -53,7 +53,7 @@
 #   --flows N        concurrent flows (default 128)
 #   --window N       requests in flight per flow (default 4)
 #   --warmup SECS    traffic before the window opens (default 2)
-#   --runtime R      udp_proxy task layout (default multi: work-stealing)
+#   --runtime R      steer proxy task layout (default multi: work-stealing)
 #   --override SPEC  the 2-LLC topology (default "pack:2 l3:1 core:1 pu:1")
 #   --only T         run one topology only
 #   --json FILE      also write every number (and the proxies' final
@@ -61,8 +61,8 @@
 #   --keep-logs DIR  keep the proxies', generator's and backend's logs
 #   --require-goal   exit 3 unless the goal is met
 #
-# Binaries: $UDP_PROXY, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
-# /release/examples/udp_proxy, built when missing (see lib.sh for STEER_SRC).
+# Binary: $STEER, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
+# /release/steer, built when missing (see lib.sh for STEER_SRC).
 # Needs sockperf, python3, jq, flock, iproute2. Runs take the seeds lock
 # (/run/lock/steer-seeds.lock): a second seed run waits. The namespace and
 # veth pair (scripts/netns.sh) and every process are removed on exit, Ctrl-C
@@ -121,7 +121,7 @@ esac
 
 seeds_require_root
 seeds_require_tools sockperf python3 jq flock ip ss awk mkfifo getconf
-PROXY=$(seeds_example udp_proxy)
+STEER=$(seeds_steer)
 GEN=$SEEDS_DIR/udp_flows.py
 [ -r "$GEN" ] || seeds_die "$GEN missing"
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((FLOWS + 64)) ]; then
@@ -141,7 +141,7 @@ seeds_wait_udp "$BPORT" "$BACKEND_PID" 10 || {
 	tail -n 5 "$W/backend.log" >&2
 	seeds_die "the sockperf backend did not bind 127.0.0.1:$BPORT"
 }
-seeds_log "netns $NETNS_NAME: $NETNS_HOST_IF $NETNS_HOST_V4:$PORT <- $FLOWS flows from $NETNS_NS_V4; backend sockperf server 127.0.0.1:$BPORT; topology: $("$(dirname "$PROXY")/topology" 2>/dev/null || echo '?')"
+seeds_log "netns $NETNS_NAME: $NETNS_HOST_IF $NETNS_HOST_V4:$PORT <- $FLOWS flows from $NETNS_NS_V4; backend sockperf server 127.0.0.1:$BPORT; topology: $("$STEER" topology 2>/dev/null || echo '?')"
 
 FAILED=0
 
@@ -153,15 +153,15 @@ run_config() {
 	local args=(--interface "$NETNS_HOST_IF" --port "$PORT" --backend "127.0.0.1:$BPORT"
 		--policy "$policy" --runtime "$RUNTIME" --stats-json "$W/$tag-final.json")
 	[ -z "$spec" ] || args+=(--topology "$spec")
-	seeds_log "$tag: udp_proxy --policy $policy${spec:+ --topology \"$spec\"}, ${WARMUP}s warm-up + ${SECS}s"
+	seeds_log "$tag: steer proxy --policy $policy${spec:+ --topology \"$spec\"}, ${WARMUP}s warm-up + ${SECS}s"
 	fifo=$(seeds_control_fifo)
-	"$PROXY" "${args[@]}" <"$fifo" >"$log" 2>&1 &
+	"$STEER" proxy "${args[@]}" <"$fifo" >"$log" 2>&1 &
 	pid=$!
 	SEEDS_PIDS+=("$pid")
 	seeds_control_open
 	if ! seeds_wait_ready "$log" "$pid" 60; then
 		grep -v '^libbpf\|^libxdp' "$log" | tail -n 10 >&2
-		seeds_die "$tag: udp_proxy did not print 'ready' (log above)"
+		seeds_die "$tag: steer proxy did not print 'ready' (log above)"
 	fi
 	seeds_start "$W/$tag-gen.kv" ip netns exec "$NETNS_NAME" python3 "$GEN" \
 		--dst "$NETNS_HOST_V4" --port "$PORT" --flows "$FLOWS" --window "$WINDOW" \
@@ -180,7 +180,7 @@ run_config() {
 	seeds_control quit || true
 	seeds_wait_exit "$pid" 15 || rc=$?
 	seeds_control_close
-	[ "$rc" = 0 ] || seeds_log "$tag: udp_proxy exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
+	[ "$rc" = 0 ] || seeds_log "$tag: steer proxy exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
 	if [ ! -s "$W/$tag-final.json" ] || [ ! -s "$W/$tag-s0.json" ] || [ ! -s "$W/$tag-s1.json" ]; then
 		seeds_log "$tag: missing counters (see --keep-logs)"
 		FAILED=1
@@ -248,7 +248,7 @@ goal_override() {
 print_table() {
 	local fmt="%-9s %-7s %8s %8s %10s %8s %8s %9s %7s %6s %5s %6s\n" tag
 	echo
-	echo "seed 000: udp_proxy --runtime $RUNTIME, $FLOWS flows x $WINDOW in flight, ${SECS}s window after ${WARMUP}s warm-up, $(nproc) CPUs"
+	echo "seed 000: steer proxy --runtime $RUNTIME, $FLOWS flows x $WINDOW in flight, ${SECS}s window after ${WARMUP}s warm-up, $(nproc) CPUs"
 	echo "override topology: \"$OVERRIDE\"; window columns: dgram/s hook/s cpu ms/1k; run columns: hooks(run) upd/s supp/s cross_llc other"
 	# shellcheck disable=SC2059
 	printf "$fmt" topology policy dgram/s hook/s "hooks(run)" upd/s supp/s cross_llc other coll cpu ms/1k
@@ -310,7 +310,7 @@ if [ -n "$JSON_OUT" ]; then
 	results=("$W"/*.result.json)
 	jq -n --argjson host "$(seeds_host_json)" --slurpfile runs <(cat "${results[@]}" /dev/null) \
 		--arg secs "$SECS" --arg warmup "$WARMUP" --arg flows "$FLOWS" --arg window "$WINDOW" \
-		--arg runtime "$RUNTIME" --arg override "$OVERRIDE" --arg topo "$("$(dirname "$PROXY")/topology" 2>/dev/null || true)" \
+		--arg runtime "$RUNTIME" --arg override "$OVERRIDE" --arg topo "$("$STEER" topology 2>/dev/null || true)" \
 		--arg red_real "$(reduction real)" --arg red_override "$(reduction override)" \
 		--argjson goal_real "$(if goal_real; then echo true; else echo false; fi)" \
 		--argjson goal_override "$(if goal_override; then echo true; else echo false; fi)" \

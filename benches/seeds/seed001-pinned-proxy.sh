@@ -7,7 +7,7 @@
 # receive 0.05 GB/s); running that work on another CPU brought receive up to
 # send.
 #
-# What it runs. steer's udp_proxy example on the root-namespace end of a
+# What it runs. steer's steer proxy example on the root-namespace end of a
 # fresh 2-queue veth pair, forwarding to a kernel `sockperf server` on
 # 127.0.0.1; CLIENTS `sockperf under-load --mps max --reply-every 1` clients
 # (every message asks for a reply) in the namespace, all pinned with taskset
@@ -18,8 +18,8 @@
 #   same      workers pinned (the default); the traffic arrives on the queue
 #             of the worker pinned to CLIENT_CPU (the seed's "without
 #             cpu-affinity": the work shares the sender's CPU)
-#   unpinned  udp_proxy --no-pin, same queue: the scheduler places the
-#             workers (note: udp_proxy pins its per-core runtime threads
+#   unpinned  steer proxy --no-pin, same queue: the scheduler places the
+#             workers (note: steer proxy pins its per-core runtime threads
 #             regardless of --no-pin, so per-core/unpinned only frees the
 #             engine workers)
 #   other     workers pinned; the traffic arrives on the queue of the worker
@@ -56,8 +56,8 @@
 #   --json FILE      also write every number (and the final counters) as JSON
 #   --keep-logs DIR  keep every log
 #
-# Binaries: $UDP_PROXY, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
-# /release/examples/udp_proxy, built when missing (see lib.sh). Needs
+# Binary: $STEER, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
+# /release/steer, built when missing (see lib.sh). Needs
 # sockperf, jq, taskset, flock, iproute2, and 2 online CPUs. Takes the seeds
 # lock; removes the namespace, veth pair and processes on every exit path.
 # Exit status: 0 ok, 1 setup error, 2 a run produced no numbers.
@@ -107,7 +107,7 @@ PLACEMENTS=(same unpinned other)
 
 seeds_require_root
 seeds_require_tools sockperf jq taskset flock ip ss awk sed
-PROXY=$(seeds_example udp_proxy)
+STEER=$(seeds_steer)
 ONLINE=$(cat /sys/devices/system/cpu/online)
 [[ $CLIENT_CPU =~ ^[0-1]$ ]] || seeds_die "--client-cpu wants 0 or 1 (the 2-queue veth pair maps queue q to worker CPU q)"
 taskset -c 0,1 true 2>/dev/null || seeds_die "needs CPUs 0 and 1 online (online: $ONLINE)"
@@ -163,12 +163,12 @@ run_config() {
 		--runtime "$layout" --stats-json "$W/$tag-final.json")
 	[ "$place" != unpinned ] || args+=(--no-pin)
 	if [ "$place" = other ]; then xps "$OTHER_CPU"; else xps "$CLIENT_CPU"; fi
-	seeds_log "$tag: udp_proxy --runtime $layout$([ "$place" = unpinned ] && echo ' --no-pin'), traffic on the queue of worker CPU $([ "$place" = other ] && echo "$OTHER_CPU" || echo "$CLIENT_CPU"), ${SECS}s"
-	seeds_start "$log" "$PROXY" "${args[@]}"
+	seeds_log "$tag: steer proxy --runtime $layout$([ "$place" = unpinned ] && echo ' --no-pin'), traffic on the queue of worker CPU $([ "$place" = other ] && echo "$OTHER_CPU" || echo "$CLIENT_CPU"), ${SECS}s"
+	seeds_start "$log" "$STEER" proxy "${args[@]}"
 	pid=$SEEDS_LAST_PID
 	if ! seeds_wait_ready "$log" "$pid" 60; then
 		grep -v '^libbpf\|^libxdp' "$log" | tail -n 10 >&2
-		seeds_die "$tag: udp_proxy did not print 'ready' (log above)"
+		seeds_die "$tag: steer proxy did not print 'ready' (log above)"
 	fi
 	local c0 c1 t0 t1 cpids=()
 	c0=$(seeds_cpu_ticks "$pid")
@@ -186,9 +186,9 @@ run_config() {
 	c1=$(seeds_cpu_ticks "$pid")
 	t1=$(seeds_now)
 	seeds_stop "$pid" 15 || rc=$?
-	[ "$rc" = 0 ] || seeds_log "$tag: udp_proxy exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
+	[ "$rc" = 0 ] || seeds_log "$tag: steer proxy exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
 	if [ ! -s "$W/$tag-final.json" ]; then
-		seeds_log "$tag: no final counters from udp_proxy"
+		seeds_log "$tag: no final counters from steer proxy"
 		FAILED=1
 		return 0
 	fi
@@ -242,7 +242,7 @@ r() { jq -r "$2 // empty" "$W/$1.result.json" 2>/dev/null; }
 print_table() {
 	local fmt="%-9s %-9s %6s %9s %9s %9s %9s %9s %6s %6s %8s %9s %5s\n" tag
 	echo
-	echo "seed 001: udp_proxy, $CLIENTS sockperf under-load clients (--mps $MPS, reply every message, ${SIZE} B) pinned to CPU $CLIENT_CPU, ${SECS}s per run"
+	echo "seed 001: steer proxy, $CLIENTS sockperf under-load clients (--mps $MPS, reply every message, ${SIZE} B) pinned to CPU $CLIENT_CPU, ${SECS}s per run"
 	echo "same = workers pinned, traffic on CPU $CLIENT_CPU's worker; unpinned = --no-pin; other = pinned, traffic on CPU $OTHER_CPU's worker"
 	# shellcheck disable=SC2059
 	printf "$fmt" layout placement rx_cpu sent/s rx/s fwd/s reply/s recv/s fwd% recv% "xsk drop" "app drop" cpu

@@ -10,7 +10,7 @@
 # is still queued (RFS's last_qtail rule).
 #
 # What it runs.
-# 1. End to end: steer's echo_server (--sockperf) on the root-namespace end
+# 1. End to end: steer's steer echo (--sockperf) on the root-namespace end
 #    of a fresh 2-queue veth pair, --fast-path on | off, in two layouts where
 #    every flow is local:
 #      1cpu   --cpus 0: one worker, every flow's CPU is CPU 0; the load
@@ -21,7 +21,7 @@
 #    sockperf pong requests in flight per flow. From the stats JSON: ring
 #    enqueues per packet = (steered_out + queued_local) / rx, fast-path
 #    share = fast_path / rx; echo replies per second (the generator's
-#    receive rate) and echo_server CPU microseconds per packet
+#    receive rate) and steer echo CPU microseconds per packet
 #    (/proc/PID/stat over the traffic).
 # 2. criterion (benches/dispatch.rs): steer/dispatch/fast_path/{on,off},
 #    the dispatcher alone, 64-packet batches of 256 flows desired on the
@@ -47,8 +47,8 @@
 #   --keep-logs DIR    keep every log
 #   --require-goal     exit 3 unless the goal is met
 #
-# Binaries: $ECHO_SERVER, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
-# /release/examples/echo_server, built when missing; the criterion bench is
+# Binary: $STEER, else $CARGO_TARGET_DIR (default $STEER_SRC/target)
+# /release/steer, built when missing; the criterion bench is
 # built in $STEER_SRC (see lib.sh). Needs python3, jq, taskset, flock,
 # iproute2. Takes the seeds lock; removes the namespace, veth pair and
 # processes on every exit path. Exit status: 0 ok, 1 setup error, 2 missing
@@ -106,7 +106,7 @@ taskset -c 0,1 true 2>/dev/null || seeds_die "needs CPUs 0 and 1 online"
 if [ "$RUN_E2E" = 1 ]; then
 	seeds_require_root
 	seeds_require_tools python3 ip ss getconf
-	ECHO=$(seeds_example echo_server)
+	STEER=$(seeds_steer)
 	GEN=$SEEDS_DIR/udp_flows.py
 	[ -r "$GEN" ] || seeds_die "$GEN missing"
 fi
@@ -154,13 +154,13 @@ run_e2e() {
 	else
 		cpus=0,1
 	fi
-	seeds_log "$tag: echo_server --cpus $cpus --fast-path $fp, $FLOWS flows x $WINDOW, ${SECS}s"
-	seeds_start "$log" "$ECHO" --interface "$NETNS_HOST_IF" --port "$PORT" --cpus "$cpus" \
+	seeds_log "$tag: steer echo --cpus $cpus --fast-path $fp, $FLOWS flows x $WINDOW, ${SECS}s"
+	seeds_start "$log" "$STEER" echo --interface "$NETNS_HOST_IF" --port "$PORT" --cpus "$cpus" \
 		--fast-path "$fp" --sockperf --no-table --stats-json "$W/$tag-final.json"
 	pid=$SEEDS_LAST_PID
 	if ! seeds_wait_ready "$log" "$pid" 60; then
 		grep -v '^libbpf\|^libxdp' "$log" | tail -n 10 >&2
-		seeds_die "$tag: echo_server did not print 'ready' (log above)"
+		seeds_die "$tag: steer echo did not print 'ready' (log above)"
 	fi
 	local c0 c1
 	c0=$(seeds_cpu_ticks "$pid")
@@ -170,7 +170,7 @@ run_e2e() {
 	seeds_wait_exit "$gpid" $((SECS + 20)) || seeds_log "$tag: the generator exited with an error: $(tail -n 2 "$W/$tag-gen.kv" | tr '\n' ' ')"
 	c1=$(seeds_cpu_ticks "$pid")
 	seeds_stop "$pid" 15 || rc=$?
-	[ "$rc" = 0 ] || seeds_log "$tag: echo_server exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
+	[ "$rc" = 0 ] || seeds_log "$tag: steer echo exited with $rc: $(grep -v '^libbpf\|^libxdp' "$log" | tail -n 2 | tr '\n' ' ')"
 	if [ ! -s "$W/$tag-final.json" ] || [ -z "$(seeds_kv "$W/$tag-gen.kv" received)" ]; then
 		seeds_log "$tag: missing numbers (see --keep-logs)"
 		FAILED=1
@@ -235,7 +235,7 @@ print_table() {
 	local tag
 	echo
 	if [ "$RUN_E2E" = 1 ]; then
-		echo "seed 003 (end to end): echo_server --sockperf, $FLOWS local flows x $WINDOW in flight, ${SECS}s per run"
+		echo "seed 003 (end to end): steer echo --sockperf, $FLOWS local flows x $WINDOW in flight, ${SECS}s per run"
 		local fmt="%-6s %-5s %10s %9s %9s %10s %10s %9s %8s\n"
 		# shellcheck disable=SC2059
 		printf "$fmt" layout fast rx "enq/pkt" "fast %" "ring enq" "replies/s" "cpu us/p" drops

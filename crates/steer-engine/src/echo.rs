@@ -78,12 +78,12 @@ impl fmt::Display for NoReply {
 /// after it is cut).
 ///
 /// ```
-/// use steer::echo::{echo_in_place, EchoMode};
-/// use steer::core::packet::build::FrameBuilder;
+/// use steer_engine::echo::{echo_in_place, EchoMode};
+/// use steer_core::packet::build::FrameBuilder;
 /// let (a, b) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
 /// let mut frame = FrameBuilder::udp(a, b, 40000, 7).payload(b"hi").build();
 /// let len = echo_in_place(&mut frame, EchoMode::Plain).unwrap();
-/// let reply = steer::core::packet::parse(&frame[..len]).unwrap().unwrap();
+/// let reply = steer_core::packet::parse(&frame[..len]).unwrap().unwrap();
 /// assert_eq!(reply.ports(&frame).unwrap(), Some((7, 40000)));
 /// ```
 pub fn echo_in_place(frame: &mut [u8], mode: EchoMode) -> Result<usize, NoReply> {

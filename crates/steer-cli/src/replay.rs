@@ -1,4 +1,4 @@
-//! `steer-replay`: replays a trace of flow consumptions through the
+//! `steer replay`: replays a trace of flow consumptions through the
 //! desired-CPU table and prints how many table writes (steering updates) each
 //! rule makes, so one can ask "how many updates would the LLC rule save on my
 //! machine?".
@@ -23,11 +23,10 @@
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, ValueEnum};
+use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::policy::{Policy, RecordOutcome, WriteReason};
@@ -38,20 +37,14 @@ const DEFAULT_TABLE: usize = 4096;
 
 /// Replays a flow-consumption trace through the desired-CPU table and prints
 /// the update counts as JSON.
-#[derive(Debug, Parser)]
-#[command(
-    name = "steer-replay",
-    version,
-    about = "Replays a flow-consumption trace through the desired-CPU table and \
-             prints the update counts as JSON",
-    after_help = "Trace events, one per line, `#` comments:\n  \
+#[derive(Debug, Args)]
+#[command(after_help = "Trace events, one per line, `#` comments:\n  \
         topology <hwloc synthetic spec>   first event, e.g. `topology pack:2 l3:16 core:8 pu:1`\n  \
         table <entries>                   optional, power of two, default 4096, before any `c`\n  \
         c <flow_hash> <cpu> [allowed=<cpulist>]\n                                    \
         a thread on <cpu> consumed the flow (hash: u32, decimal or 0x hex)\n  \
-        off <cpu> | on <cpu>              CPU hotplug"
-)]
-struct Args {
+        off <cpu> | on <cpu>              CPU hotplug")]
+pub struct ReplayArgs {
     /// The update rule to replay under.
     #[arg(long, value_enum, default_value_t = PolicyArg::Llc)]
     policy: PolicyArg,
@@ -357,17 +350,7 @@ fn synthetic_layout(spec: &str) -> Result<Arc<CpuLayout>, String> {
         .map_err(|e| e.to_string())
 }
 
-fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("steer-replay: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let input: Box<dyn Read> = match &args.trace {
         Some(p) if p.as_os_str() != "-" => Box::new(
             std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?,

@@ -14,12 +14,12 @@
 //! - handlers release frames to a spare pool that sockets top up from.
 //!
 //! ```no_run
-//! use steer::engine::{Engine, Verdict};
-//! use steer::xdp::Proto;
-//! # fn main() -> Result<(), steer::engine::EngineError> {
+//! use steer_engine::engine::{Engine, Verdict};
+//! use xdp_io::Proto;
+//! # fn main() -> Result<(), steer_engine::engine::EngineError> {
 //! let engine = Engine::builder("veth0")
 //!     .own(Proto::Udp, 9000)
-//!     .handler(|_cpu| Box::new(|packet: &mut [u8], _ctx: &steer::engine::PacketContext| {
+//!     .handler(|_cpu| Box::new(|packet: &mut [u8], _ctx: &steer_engine::engine::PacketContext| {
 //!         Verdict::Transmit(packet.len()) // an echo that does not even swap addresses
 //!     }))
 //!     .start()?;
@@ -210,10 +210,10 @@ impl EngineBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// let engine = steer::engine::Engine::builder("eth1")
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
     ///     .worker_slice(Some(Duration::from_micros(200)))
     ///     .start()?;
-    /// # Ok::<(), steer::engine::EngineError>(())
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
     /// ```
     pub fn worker_slice(mut self, slice: Option<Duration>) -> Self {
         self.worker_slice = slice;

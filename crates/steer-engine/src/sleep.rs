@@ -19,8 +19,8 @@ const WAKER: Token = Token(usize::MAX);
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use steer::core::wake::Sleeper;
-/// let s = steer::sleep::MioSleeper::new().unwrap();
+/// use steer_core::wake::Sleeper;
+/// let s = steer_engine::sleep::MioSleeper::new().unwrap();
 /// s.wake(); // a wake before the sleep is not lost
 /// let t = Instant::now();
 /// s.sleep(Duration::from_secs(5));

@@ -12,9 +12,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use steer::core::policy::Policy;
-use steer::echo::{echo_in_place, EchoMode};
-use steer::engine::{PacketContext, Verdict};
+use steer_core::policy::Policy;
+use steer_engine::echo::{echo_in_place, EchoMode};
+use steer_engine::engine::{PacketContext, Verdict};
 use support::net::TestNet;
 use support::{assert_accounted, drive_flows, echo_builder, PORT};
 

@@ -1,9 +1,10 @@
-//! `examples/udp_proxy` end to end: clients in a namespace, the proxy on the
+//! `steer proxy` end to end: clients in a namespace, the proxy on the
 //! host end of a 2-queue veth, a kernel UDP echo as the backend on loopback.
 //! Every datagram is answered in order per flow under llc and always, with
 //! the multi-thread and the per-core layouts, switched at start and at run
 //! time (stdin commands). Needs root, as CI runs it.
 
+#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -36,7 +37,8 @@ struct Proxy {
 
 impl Proxy {
     fn start(net: &TestNet, backend: u16, extra: &[&str], json: &std::path::Path) -> Self {
-        let mut child = Command::new(support::examples::example_binary("udp_proxy"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
+            .arg("proxy")
             .args(["--interface", &net.host, "--port", &PORT.to_string()])
             .args(["--backend", &format!("127.0.0.1:{backend}")])
             .args(["--stats-json", json.to_str().unwrap()])
@@ -44,7 +46,7 @@ impl Proxy {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("udp_proxy example built");
+            .expect("steer proxy starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -67,7 +69,7 @@ impl Proxy {
             let line = self
                 .lines
                 .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("udp_proxy never printed {word:?}"));
+                .unwrap_or_else(|_| panic!("steer proxy never printed {word:?}"));
             if line.contains(word) {
                 return line;
             }
@@ -82,7 +84,7 @@ impl Proxy {
     fn quit(mut self) {
         writeln!(self.stdin, "quit").unwrap();
         let status = self.child.wait().unwrap();
-        assert!(status.success(), "udp_proxy exited with {status}");
+        assert!(status.success(), "steer proxy exited with {status}");
     }
 }
 

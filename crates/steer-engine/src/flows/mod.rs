@@ -17,9 +17,9 @@
 //! pinned core: a flow is offered on the CPU whose worker received it).
 //!
 //! ```no_run
-//! use steer::engine::Engine;
-//! use steer::flows::FlowOptions;
-//! use steer::xdp::Proto;
+//! use steer_engine::engine::Engine;
+//! use steer_engine::flows::FlowOptions;
+//! use xdp_io::Proto;
 //! # async fn proxy() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = Engine::builder("veth0")
 //!     .own(Proto::Udp, 5353)

@@ -38,7 +38,7 @@ pub struct PacketContext {
 /// worker's pinned thread.
 ///
 /// ```
-/// use steer::engine::{PacketContext, PacketHandler, Verdict};
+/// use steer_engine::engine::{PacketContext, PacketHandler, Verdict};
 /// struct Counter(u64);
 /// impl PacketHandler for Counter {
 ///     fn handle(&mut self, packet: &mut [u8], _ctx: &PacketContext) -> Verdict {

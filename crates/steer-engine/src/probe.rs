@@ -10,11 +10,11 @@ use topology::thread;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use steer::core::record::Recorder;
-/// use steer::core::table::DesiredCpuTable;
-/// let topo = steer::topology::Topology::live().unwrap();
+/// use steer_core::record::Recorder;
+/// use steer_core::table::DesiredCpuTable;
+/// let topo = topology::Topology::live().unwrap();
 /// let table = Arc::new(DesiredCpuTable::new(4096, topo.nr_cpus()).unwrap());
-/// let mut rec = Recorder::new(table.clone(), topo.layout(), steer::probe::LiveProbe);
+/// let mut rec = Recorder::new(table.clone(), topo.layout(), steer_engine::probe::LiveProbe);
 /// rec.record(0xfeed).unwrap();
 /// assert!(table.lookup(0xfeed).is_some());
 /// ```

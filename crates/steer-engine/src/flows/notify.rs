@@ -22,7 +22,7 @@ use mio::{Registry, Token, Waker};
 /// ```
 /// use std::time::Duration;
 /// let mut poll = mio::Poll::new().unwrap();
-/// let notifier = steer::flows::MioNotifier::new(poll.registry(), mio::Token(0)).unwrap();
+/// let notifier = steer_engine::flows::MioNotifier::new(poll.registry(), mio::Token(0)).unwrap();
 /// // (a flow or listener registered with `notify_mio(&notifier, 7)` does this:)
 /// let mut events = mio::Events::with_capacity(8);
 /// poll.poll(&mut events, Some(Duration::from_millis(1))).unwrap();

@@ -1,4 +1,4 @@
-//! `steer-replay` end to end: the binary on small traces over the seed
+//! `steer replay` end to end: the binary on small traces over the seed
 //! machine (`pack:2 l3:16 core:8 pu:1`: 256 CPUs, 32 LLCs of 8 CPUs each),
 //! exact JSON numbers under both policies, and bad input.
 
@@ -7,18 +7,19 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_steer-replay");
+const BIN: &str = env!("CARGO_BIN_EXE_steer");
 
 /// Runs the binary with `args`, feeding `stdin`.
 fn run(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(BIN)
+        .arg("replay")
         .args(args)
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn steer-replay");
+        .expect("spawn steer replay");
     // The binary may exit (bad flags, bad file) before reading its stdin: a
     // broken pipe is then expected, not a test failure.
     let mut stdin_pipe = child.stdin.take().expect("stdin");
@@ -187,7 +188,7 @@ fn wandering_consumers_llc_saves_intra_llc_updates() {
 #[test]
 fn readme_example_trace() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     let start = readme
         .find("<<'TRACE'\n")
         .expect("README has the example trace")

@@ -11,13 +11,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use steer::core::cpu::CpuSet;
-use steer::core::policy::{Policy, WriteReason};
-use steer::engine::Engine;
-use steer::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
-use steer::xdp::Proto;
+use steer_core::cpu::CpuSet;
+use steer_core::policy::{Policy, WriteReason};
+use steer_engine::engine::Engine;
+use steer_engine::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
 use support::net::TestNet;
 use support::{drive_flows, PORT};
+use xdp_io::Proto;
 
 fn flow_engine(net: &TestNet, policy: Policy, accept: AcceptMode) -> Engine {
     Engine::builder(&net.host)
@@ -99,7 +99,7 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
     for &cpu in &cpus {
         let listener = engine.listener_for(cpu).unwrap();
         threads.push(std::thread::spawn(move || {
-            let _ = steer::topology::thread::pin_current(cpu);
+            let _ = topology::thread::pin_current(cpu);
             let rt = current_thread();
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
@@ -152,7 +152,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
     // on CPU b for the second half. Replies are echoed from each.
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let _ = steer::topology::thread::pin_current(a);
+        let _ = topology::thread::pin_current(a);
         let rt = current_thread();
         let mut flow = rt.block_on(listener.accept()).unwrap();
         for _ in 0..150 {
@@ -161,7 +161,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         }
         tx.send(flow.hash()).unwrap();
         std::thread::spawn(move || {
-            let _ = steer::topology::thread::pin_current(b);
+            let _ = topology::thread::pin_current(b);
             let rt = current_thread();
             for _ in 0..150 {
                 let d = rt.block_on(flow.recv()).unwrap();
@@ -203,11 +203,11 @@ fn under_llc_affinity_a_same_llc_move_is_not_written() {
             // leaving it allowed everywhere (so the affinity rule does not
             // force the write: only the LLC rule decides).
             if i % 10 == 0 {
-                let _ = steer::topology::thread::pin_current(cpus[(i / 10) % cpus.len()]);
-                let _ = steer::topology::thread::set_allowed(&all);
+                let _ = topology::thread::pin_current(cpus[(i / 10) % cpus.len()]);
+                let _ = topology::thread::set_allowed(&all);
             }
             let d = rt.block_on(flow.recv()).unwrap();
-            first.get_or_insert(steer::topology::thread::current_cpu().unwrap());
+            first.get_or_insert(topology::thread::current_cpu().unwrap());
             flow.send(&d).unwrap();
         }
         (flow.hash(), first.unwrap())

@@ -121,7 +121,7 @@ impl EngineStats {
     /// also show per-second rates.
     ///
     /// ```
-    /// # use steer::engine::EngineStats;
+    /// # use steer_engine::engine::EngineStats;
     /// fn show(now: &EngineStats, before: &EngineStats) {
     ///     println!("{}", now.table(Some(before)));
     /// }

@@ -1,13 +1,11 @@
-//! The `topology` example as a user runs it: one JSON object on stdout, or a
+//! `steer topology` as a user runs it: one JSON object on stdout, or a
 //! one-line error and a non-zero exit on bad input.
-
-#[path = "support/examples.rs"]
-mod examples;
 
 use std::process::Command;
 
 fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(examples::example_binary("topology"))
+    let out = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .arg("topology")
         .args(args)
         .output()
         .unwrap();
@@ -41,7 +39,7 @@ fn live_report_lists_the_online_cpus() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["source"], "hwloc");
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let want: steer::core::cpu::CpuSet = online.parse().unwrap();
+    let want: steer_core::cpu::CpuSet = online.parse().unwrap();
     let got: Vec<usize> = serde_json::from_value(v["cpus"].clone()).unwrap();
     assert_eq!(got, want.iter().collect::<Vec<_>>());
 }
@@ -50,7 +48,7 @@ fn live_report_lists_the_online_cpus() {
 fn xml_report() {
     let xml = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/crates/topology/tests/fixtures/two-socket-numa.xml"
+        "/../topology/tests/fixtures/two-socket-numa.xml"
     );
     let (ok, stdout, _) = run(&["--xml", xml]);
     assert!(ok);

@@ -3,20 +3,18 @@
 
 #![allow(dead_code)]
 
-#[path = "../../crates/xdp-io/tests/common/mod.rs"]
+#[path = "../../../xdp-io/tests/common/mod.rs"]
 pub mod net;
-
-pub mod examples;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use net::TestNet;
-use steer::core::policy::Policy;
-use steer::core::runtime::WorkerState;
-use steer::echo::{echo_in_place, EchoMode};
-use steer::engine::{Engine, EngineBuilder, EngineReport, PacketContext, Verdict};
-use steer::xdp::Proto;
+use steer_core::policy::Policy;
+use steer_core::runtime::WorkerState;
+use steer_engine::echo::{echo_in_place, EchoMode};
+use steer_engine::engine::{Engine, EngineBuilder, EngineReport, PacketContext, Verdict};
+use xdp_io::Proto;
 
 /// The UDP port the test engines own.
 pub const PORT: u16 = 7777;

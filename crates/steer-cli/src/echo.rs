@@ -1,0 +1,135 @@
+//! `steer echo`: the L4 UDP echo server on steer. AF_XDP receive,
+//! RPS/RFS-style steering to pinned workers, the reply rewritten in place and
+//! sent from the worker that handled the packet. `--sockperf` answers like
+//! `sockperf server`, so sockperf clients can drive it unchanged.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use steer_engine::echo::{echo_in_place, EchoMode, NoReply};
+use steer_engine::engine::{PacketContext, Verdict};
+use xdp_io::Proto;
+
+use crate::args::EngineArgs;
+
+/// `steer echo` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer echo -i eth1 -p 11111                      answer UDP port 11111 on every CPU\n  \
+    steer echo -i eth1 -p 11111 --cpus 1 --sockperf  one worker on CPU 1, answer sockperf clients\n  \
+    steer echo -i eth1 -p 7 --policy always --stats-json /tmp/echo.json")]
+pub struct EchoArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// UDP port(s) to answer on (repeatable); other traffic goes to the kernel.
+    #[arg(long, short = 'p', required = true)]
+    pub port: Vec<u16>,
+    /// Answer like `sockperf server` (pong requests only, client flag cleared).
+    #[arg(long)]
+    pub sockperf: bool,
+    /// Write the final counters and the frame accounting here on exit.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Do not print the live table.
+    #[arg(long)]
+    pub no_table: bool,
+}
+
+pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
+    let stop = xdp_io::shutdown::install()?;
+    let mode = if args.sockperf {
+        EchoMode::Sockperf
+    } else {
+        EchoMode::Plain
+    };
+    let mut builder = args.engine.builder()?.handler(move |_cpu| {
+        Box::new(
+            move |packet: &mut [u8], _ctx: &PacketContext| match echo_in_place(packet, mode) {
+                Ok(len) => Verdict::Transmit(len),
+                Err(NoReply::NotRequested) => Verdict::Consume,
+                Err(_) => Verdict::Drop,
+            },
+        )
+    });
+    for &p in &args.port {
+        builder = builder.own(Proto::Udp, p);
+    }
+    let engine = builder.start()?;
+    let modes = engine.modes();
+    println!(
+        "steer echo: ready on {} udp port(s) {:?}, xdp {:?}, bind {:?}, policy {}, fast path {}",
+        args.engine.interface,
+        args.port,
+        modes.xdp,
+        modes.bind,
+        args.engine.policy,
+        if args.engine.fast_path.is_on() {
+            "on"
+        } else {
+            "off"
+        },
+    );
+
+    let started = Instant::now();
+    let deadline = args
+        .duration
+        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    let mut previous = engine.stats();
+    let mut next_table = started + Duration::from_secs(1);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next_table {
+            next_table += Duration::from_secs(1);
+            let stats = engine.stats();
+            if !args.no_table {
+                println!("{}\n", stats.table(Some(&previous)));
+            }
+            previous = stats;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let report = engine.stop()?;
+    let t = &report.stats.total;
+    println!(
+        "steer echo: stopped after {:.1} s: rx {} tx {} fast path {} steered {} drops {} (ring {}, tx {}, malformed {}, refused {}), steering updates {}, kernel rx drops {}",
+        report.stats.elapsed.as_secs_f64(),
+        t.core.rx,
+        t.engine.tx,
+        t.core.fast_path,
+        t.core.steered_out,
+        t.drops(),
+        t.core.dropped,
+        t.engine.tx_dropped,
+        t.core.malformed,
+        t.engine.app_dropped,
+        report.stats.steering_updates(),
+        report.kernel.rx_dropped + report.kernel.rx_ring_full,
+    );
+    let balanced = report.census_ok();
+    println!(
+        "steer echo: frames {} of {} back, accounting {}",
+        report.census.free + report.census.fill_ring + report.census.kernel_rx,
+        report.census.total,
+        if balanced { "balanced" } else { "NOT balanced" }
+    );
+    if let Some(path) = &args.stats_json {
+        let json = serde_json::to_string_pretty(&report.to_json_value())?;
+        std::fs::write(path, json + "\n")
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(if balanced {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("steer echo: frame accounting: {:?}", report.census.check());
+        ExitCode::from(2)
+    })
+}

@@ -1,0 +1,98 @@
+//! `steer`: one command for steer's tools.
+//!
+//! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
+//! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
+//! - `steer replay`: how many steering updates a rule makes on a trace;
+//! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
+//! - `steer completions`: shell completions.
+//!
+//! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
+
+mod args;
+mod echo;
+mod logging;
+mod proxy;
+mod replay;
+mod topology;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// steer: userspace RPS/RFS on AF_XDP with LLC-aware flow steering.
+#[derive(Debug, Parser)]
+#[command(
+    name = "steer",
+    version,
+    about,
+    after_help = "Examples:\n  \
+        steer echo -i eth1 -p 11111 --cpus 1          UDP echo on port 11111, one worker on CPU 1\n  \
+        steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
+        steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
+        steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n\n\
+        Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=steer_engine=info) for more."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// UDP echo over AF_XDP with steer's flow steering.
+    Echo(echo::EchoArgs),
+    /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
+    Proxy(proxy::ProxyArgs),
+    /// Replay a flow-consumption trace through the desired-CPU table; print
+    /// the update counts as JSON.
+    Replay(replay::ReplayArgs),
+    /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
+    Topology(topology::TopologyArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Echo(_) => "echo",
+            Self::Proxy(_) => "proxy",
+            Self::Replay(_) => "replay",
+            Self::Topology(_) => "topology",
+            Self::Completions { .. } => "completions",
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    logging::init();
+    let cli = Cli::parse();
+    let name = cli.command.name();
+    let result = match &cli.command {
+        Command::Echo(a) => echo::run(a),
+        Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "steer", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("steer {name}: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

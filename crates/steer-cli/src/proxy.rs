@@ -1,0 +1,304 @@
+//! `steer proxy`: a UDP forwarder on steer. Client datagrams arrive over
+//! AF_XDP, each flow is handed to a tokio task that forwards it to the
+//! backend through a kernel UDP socket and relays the backend's replies back
+//! on the flow.
+//!
+//! Reading a flow records the task's CPU, so steer steers the flow's next
+//! packets to the worker on that CPU (under `--policy llc` only when the
+//! task crossed an LLC). Two task layouts:
+//! - `multi`: one tokio multi-thread runtime (work-stealing; tasks move);
+//! - `per-core`: one current_thread runtime pinned to each worker CPU; a
+//!   flow's task runs on the CPU whose worker received the flow.
+//!
+//! Both are switchable at start (`--policy`, `--runtime`) and at run time by
+//! lines on stdin: `policy llc|always`, `runtime multi|per-core` (new flows
+//! use the new layout), `stats`, `quit`.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use steer_core::cpu::CpuId;
+use steer_core::policy::Policy;
+use steer_engine::flows::{AcceptMode, Flow, FlowOptions};
+use tokio::net::UdpSocket;
+use xdp_io::Proto;
+
+use crate::args::EngineArgs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Layout {
+    /// One multi-thread runtime.
+    Multi,
+    /// One current_thread runtime per worker CPU.
+    PerCore,
+}
+
+impl Layout {
+    fn from_u8(v: u8) -> Self {
+        if v == 1 {
+            Layout::PerCore
+        } else {
+            Layout::Multi
+        }
+    }
+}
+
+/// `steer proxy` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
+    steer proxy -i eth1 -p 7000 --backend 10.0.0.2:53 --runtime per-core --policy always\n\n\
+    Commands on stdin: policy llc|always, runtime multi|per-core, stats, quit")]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The UDP port clients send to.
+    #[arg(long, short = 'p')]
+    pub port: u16,
+    /// The backend to forward to (a kernel UDP service).
+    #[arg(long)]
+    pub backend: SocketAddr,
+    /// Task layout at start.
+    #[arg(long, value_enum, default_value = "multi")]
+    pub runtime: Layout,
+    /// Close a flow idle this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub idle_timeout: f64,
+    /// Stop after this many seconds (default: SIGINT/SIGTERM or `quit`).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Write the final counters here on exit.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+}
+
+/// Forwarding counters.
+#[derive(Default)]
+struct Relayed {
+    to_backend: AtomicU64,
+    to_client: AtomicU64,
+    send_errors: AtomicU64,
+    flows_multi: AtomicU64,
+    flows_per_core: AtomicU64,
+}
+
+pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
+    let stop = xdp_io::shutdown::install()?;
+    let engine = args
+        .engine
+        .builder()?
+        .own(Proto::Udp, args.port)
+        .deliver_flows(FlowOptions {
+            accept: AcceptMode::PerCpu,
+            ..FlowOptions::default()
+        })
+        .start()?;
+    let layout = Arc::new(AtomicU8::new(args.runtime as u8));
+    let relayed = Arc::new(Relayed::default());
+    let idle = Duration::from_secs_f64(args.idle_timeout.max(0.001));
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("proxy-multi")
+        .build()?;
+    let done = Arc::new(AtomicBool::new(false));
+
+    // One acceptor per worker CPU, on a current_thread runtime pinned there.
+    let cpus: Vec<CpuId> = engine.topology().online_cpus().iter().collect();
+    let mut acceptors = Vec::new();
+    for &cpu in &cpus {
+        let listener = engine
+            .listener_for(cpu)
+            .ok_or_else(|| anyhow::anyhow!("no listener for CPU {cpu}"))?;
+        let (layout, relayed, multi) = (
+            Arc::clone(&layout),
+            Arc::clone(&relayed),
+            multi.handle().clone(),
+        );
+        let backend = args.backend;
+        let pin = !args.engine.no_pin;
+        acceptors.push(
+            std::thread::Builder::new()
+                .name(format!("proxy-core{cpu}"))
+                .spawn(move || -> anyhow::Result<()> {
+                    if pin {
+                        let _ = topology::thread::pin_current(cpu);
+                    }
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&rt, async move {
+                        while let Some(flow) = listener.accept().await {
+                            let relayed = Arc::clone(&relayed);
+                            match Layout::from_u8(layout.load(Ordering::Relaxed)) {
+                                Layout::PerCore => {
+                                    relayed.flows_per_core.fetch_add(1, Ordering::Relaxed);
+                                    tokio::task::spawn_local(relay(flow, backend, idle, relayed));
+                                }
+                                Layout::Multi => {
+                                    relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
+                                    multi.spawn(relay(flow, backend, idle, relayed));
+                                }
+                            }
+                        }
+                    });
+                    Ok(())
+                })?,
+        );
+    }
+    println!(
+        "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}",
+        args.engine.interface, args.port, args.backend, args.engine.policy, args.runtime
+    );
+
+    // Control lines on stdin.
+    {
+        let (layout, done) = (Arc::clone(&layout), Arc::clone(&done));
+        let shared = engine.shared().clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["policy", p] => match p.parse::<Policy>() {
+                        Ok(p) => {
+                            shared.desired.policy().set(p);
+                            println!("policy {p}");
+                        }
+                        Err(e) => eprintln!("steer proxy: {e}"),
+                    },
+                    ["runtime", r] => match Layout::from_str(r, true) {
+                        Ok(l) => {
+                            layout.store(l as u8, Ordering::Relaxed);
+                            println!("runtime {l:?}");
+                        }
+                        Err(e) => eprintln!("steer proxy: runtime: {e}"),
+                    },
+                    ["stats"] => {
+                        let d = shared.desired.stats();
+                        println!(
+                            "{{\"desired_table\":{{\"updates\":{},\"suppressed\":{}}},\"stats\":{}}}",
+                            d.updates(),
+                            d.suppressed,
+                            shared.stats.snapshot().to_json()
+                        );
+                    }
+                    ["quit"] => {
+                        done.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    [] => {}
+                    _ => eprintln!(
+                        "udp_proxy: commands: policy llc|always, runtime multi|per-core, stats, quit"
+                    ),
+                }
+            }
+        });
+    }
+
+    let started = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) && !done.load(Ordering::Relaxed) {
+        if args
+            .duration
+            .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let flow_stats = engine.flow_stats().unwrap_or_default();
+    let report = engine.stop()?;
+    for a in acceptors {
+        let _ = a.join();
+    }
+    multi.shutdown_timeout(Duration::from_secs(1));
+    let r = &relayed;
+    // stdout may be gone (a closed pipe) by now: report without panicking.
+    let _ = writeln!(
+        std::io::stdout(),
+        "steer proxy: flows {} (multi {}, per-core {}), to backend {}, to clients {}, send errors {}, steering updates {}, desired writes {} (suppressed {})",
+        flow_stats.accepted,
+        r.flows_multi.load(Ordering::Relaxed),
+        r.flows_per_core.load(Ordering::Relaxed),
+        r.to_backend.load(Ordering::Relaxed),
+        r.to_client.load(Ordering::Relaxed),
+        r.send_errors.load(Ordering::Relaxed),
+        report.stats.steering_updates(),
+        report.stats.desired.updates(),
+        report.stats.desired.suppressed,
+    );
+    if let Some(path) = &args.stats_json {
+        let mut v = report.to_json_value();
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert(
+                "proxy".into(),
+                serde_json::json!({
+                    "flows": flow_stats.accepted,
+                    "accept_drops": flow_stats.accept_drops,
+                    "flows_multi": r.flows_multi.load(Ordering::Relaxed),
+                    "flows_per_core": r.flows_per_core.load(Ordering::Relaxed),
+                    "to_backend": r.to_backend.load(Ordering::Relaxed),
+                    "to_client": r.to_client.load(Ordering::Relaxed),
+                    "send_errors": r.send_errors.load(Ordering::Relaxed),
+                }),
+            );
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")?;
+    }
+    if !report.census_ok() {
+        anyhow::bail!("frame accounting does not balance: {:?}", report.census);
+    }
+    Ok(())
+}
+
+/// Forwards one flow to the backend and its replies back, until the flow
+/// is idle for `idle` or the engine stops.
+async fn relay(mut flow: Flow, backend: SocketAddr, idle: Duration, relayed: Arc<Relayed>) {
+    let local: SocketAddr = if backend.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let Ok(socket) = UdpSocket::bind(local).await else {
+        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if socket.connect(backend).await.is_err() {
+        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let writer = flow.writer();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        tokio::select! {
+            d = tokio::time::timeout(idle, flow.recv()) => match d {
+                Ok(Some(d)) => {
+                    if socket.send(&d).await.is_ok() {
+                        relayed.to_backend.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                // Idle, or the engine stopped: dropping the flow closes it.
+                Ok(None) | Err(_) => break,
+            },
+            n = socket.recv(&mut buf) => match n {
+                Ok(n) => {
+                    if writer.send(&buf[..n]).is_ok() {
+                        relayed.to_client.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        }
+    }
+}

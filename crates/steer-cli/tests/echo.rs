@@ -1,0 +1,99 @@
+//! `steer echo` as a user runs it: one-line errors that say what to do
+//! (unknown interface, missing privileges), and a clean stop on SIGINT and
+//! SIGTERM (every frame back, the program detached, the JSON report
+//! written). Needs root, as CI runs it.
+
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+
+use support::net::TestNet;
+use support::{drive_flows, PORT};
+
+/// `steer echo`'s command line.
+fn steer_echo() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_steer"));
+    cmd.arg("echo");
+    cmd
+}
+
+fn one_line_error(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("steer echo:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn echo_server_errors_say_what_to_do() {
+    let missing = steer_echo()
+        .args(["--interface", "steer-nonesuch0", "--port", "9"])
+        .output()
+        .unwrap();
+    let line = one_line_error(&missing);
+    assert!(
+        line.contains("unknown network interface") && line.contains("ip link show"),
+        "{line}"
+    );
+
+    // The same, without privileges: setpriv drops to nobody with no capabilities.
+    let net = TestNet::new();
+    let unprivileged = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .args([env!("CARGO_BIN_EXE_steer"), "echo"])
+        .args(["--interface", &net.host, "--port", "9"])
+        .output()
+        .unwrap();
+    let line = one_line_error(&unprivileged);
+    assert!(
+        line.contains("missing privileges") && line.contains("run as root"),
+        "{line}"
+    );
+    // Nothing was attached.
+    assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
+}
+
+#[test]
+fn echo_server_stops_cleanly_on_sigint_and_sigterm() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let net = TestNet::new();
+        let json = std::env::temp_dir().join(format!(
+            "steer-echo-signal-{}-{signal}.json",
+            std::process::id()
+        ));
+        let mut child = steer_echo()
+            .args(["--interface", &net.host, "--port", &PORT.to_string()])
+            .args(["--no-table", "--stats-json", json.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(line.contains("ready"), "{line}");
+        assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+        let got = drive_flows(&net, 2, 50, 10);
+        assert!(got.iter().all(|g| g.len() == 50), "{got:?}");
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "signal {signal}: {status}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["frames"]["balanced"], true, "{report:#}");
+        assert_eq!(report["total"]["tx"], 100, "{report:#}");
+        // The program is detached.
+        assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    }
+}

@@ -1,0 +1,23 @@
+//! steer-engine: steer's runtime on an AF_XDP port, and what applications
+//! build on it.
+//!
+//! - [`engine`]: the [`Engine`](engine::Engine) and its builder: the XDP
+//!   program, the UMEM and one socket per rx queue (xdp-io), pinned workers
+//!   running steer-core's dispatchers and rings, the application's packet
+//!   handler, counters, stop with a frame census.
+//! - [`flows`]: flow delivery for proxies, an application built on the
+//!   engine: each UDP flow handed to tokio or mio as a `Flow`, its reads
+//!   recording the reader's CPU (RFS).
+//! - [`echo`]: the L4 UDP echo (a reply rewritten in place), sockperf's rule.
+//! - [`sleep`]: the workers' sleeper (mio: doorbell and socket readiness).
+//! - [`probe`]: the live CPU probe recorders use (current and allowed CPUs).
+//!
+//! The layering, bottom up: `frames` (where UMEM frames live between the
+//! sockets, the spare pool) below `engine`, `engine` below `flows`; nothing
+//! below imports anything above.
+
+pub mod echo;
+pub mod engine;
+pub mod flows;
+pub mod probe;
+pub mod sleep;
