@@ -13,11 +13,17 @@
 //! - [`probe`]: the live CPU probe recorders use (current and allowed CPUs).
 //!
 //! The layering, bottom up: `frames` (where UMEM frames live between the
-//! sockets, the spare pool) below `engine`, `engine` below `flows`; nothing
-//! below imports anything above.
+//! sockets: the spare pool, the rx source, the transmit path) below
+//! `engine`, `engine` below `flows`; nothing below imports anything above.
+//! `unsafe` is denied crate-wide and allowed only in `frames` (the one
+//! place a descriptor becomes a frame again, UMEM reads, prefetch) and in
+//! the scheduling syscalls.
+
+#![deny(unsafe_code)]
 
 pub mod echo;
 pub mod engine;
 pub mod flows;
+mod frames;
 pub mod probe;
 pub mod sleep;

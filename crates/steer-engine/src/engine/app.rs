@@ -3,17 +3,16 @@
 //! frames and stages replies for the worker's transmit path.
 //!
 //! Invariant: every frame handed to the adapter ends on the tx path or back
-//! in the spare pool (through `FramePool::release`), whatever the verdict.
+//! in the spare pool, whatever the verdict.
 
 use std::sync::Arc;
 
 use steer_core::cpu::CpuId;
-use steer_core::dispatch::{FramePool, Handler};
-use xdp_io::{Frame, RawFrame, UmemView};
+use steer_core::dispatch::Handler;
+use xdp_io::{RawFrame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
-use super::frames::UmemPool;
-use super::tx::TxPath;
+use crate::frames::{adopt, TxPath, UmemPool};
 
 /// What to do with a handled packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,9 +79,7 @@ pub(crate) struct WorkerHandler {
 
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
     fn handle(&mut self, desc: RawFrame, pool: &mut UmemPool) {
-        // SAFETY: the runtime hands each descriptor to exactly one handler
-        // call, which owns it from here on (frames module invariant).
-        let mut frame = unsafe { Frame::from_raw(desc) };
+        let mut frame = adopt(desc);
         let app = &mut self.app;
         let ctx = &self.ctx;
         let verdict = self
@@ -96,11 +93,11 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
             }
             Verdict::Consume => {
                 self.local.consumed += 1;
-                pool.release(frame.into_raw());
+                pool.spare.put(frame);
             }
             Verdict::Drop => {
                 self.local.app_dropped += 1;
-                pool.release(frame.into_raw());
+                pool.spare.put(frame);
             }
         }
     }

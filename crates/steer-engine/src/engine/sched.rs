@@ -15,6 +15,8 @@
 //! with `sched_getattr` are written back as they were, and threads under a
 //! real-time or deadline policy are left alone.
 
+#![allow(unsafe_code)] // sched_getattr/sched_setattr: no safe wrapper exists
+
 use std::io;
 use std::time::Duration;
 

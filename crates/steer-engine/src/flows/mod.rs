@@ -53,7 +53,7 @@ use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
 use steer_core::record::Recorder;
 use xdp_io::{Frame, UmemView};
 
-use crate::engine::{lock, SharedSocket, SparePool};
+use crate::frames::{lock, send_or_recycle, SharedSocket, SparePool};
 use crate::probe::LiveProbe;
 
 pub(crate) use deliver::FlowDemux;
@@ -332,9 +332,7 @@ impl Hub {
     pub(crate) fn send(&self, flow: &FlowShared, payload: &[u8]) -> Result<(), SendError> {
         let tx = self.tx.read().unwrap_or_else(PoisonError::into_inner);
         let tx = tx.as_ref().ok_or(SendError::Stopped)?;
-        let raw = tx.spare.take().ok_or(SendError::NoFrames)?;
-        // SAFETY: the spare pool gave `raw` up to us; it becomes a Frame once.
-        let mut frame = unsafe { Frame::from_raw(raw) };
+        let mut frame = tx.spare.take().ok_or(SendError::NoFrames)?;
         tx.umem.set_len(&mut frame, usize::MAX);
         let written = tx
             .umem
@@ -343,7 +341,7 @@ impl Hub {
         let len = match written {
             Ok(len) => len,
             Err(reply::TooLarge) => {
-                tx.spare.put(frame.into_raw());
+                tx.spare.put(frame);
                 return Err(SendError::TooLarge);
             }
         };
@@ -352,20 +350,12 @@ impl Hub {
         let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
         let mut socket = lock(&tx.sockets[index % tx.sockets.len()]);
         // One reusable vector per thread: no allocation per reply.
-        let unsent = SEND_SCRATCH.with(|scratch| {
+        let counts = SEND_SCRATCH.with(|scratch| {
             let mut one = scratch.borrow_mut();
             one.push(frame);
-            let _ = socket.send(&mut one);
-            if !one.is_empty() {
-                socket.complete();
-                let _ = socket.send(&mut one);
-            }
-            one.pop()
+            send_or_recycle(&mut socket, &mut one, &tx.spare)
         });
-        if let Some(unsent) = unsent {
-            for stray in socket.recycle([unsent]) {
-                tx.spare.put(stray.into_raw());
-            }
+        if counts.dropped > 0 {
             return Err(SendError::TxFull);
         }
         flow.sent.fetch_add(1, Ordering::Relaxed);

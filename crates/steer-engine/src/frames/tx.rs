@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use xdp_io::Frame;
+use xdp_io::{Frame, QueueSocket};
 
-use super::frames::{lock, SharedSocket, SparePool};
+use super::{lock, SharedSocket, SparePool};
 
 /// Per-flush outcome, for the worker's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -53,28 +53,38 @@ impl TxPath {
             return TxCounts::default();
         }
         let mut s = lock(&self.socket);
-        let before = self.staged.len();
-        // A failed kick (e.g. EAGAIN) still leaves the frames on the ring:
-        // what left `staged` was queued, whatever `send` returned.
-        let _ = s.send(&mut self.staged);
-        if !self.staged.is_empty() {
-            s.complete();
-            let _ = s.send(&mut self.staged);
-        }
-        let dropped = self.staged.len();
-        let sent = before - dropped;
-        if dropped > 0 {
-            for stray in s.recycle(self.staged.drain(..)) {
-                self.spare.put(stray.into_raw());
-            }
-        }
+        let counts = send_or_recycle(&mut s, &mut self.staged, &self.spare);
         if s.free_frames() > self.high_water {
             self.spare
                 .spill(&mut s, self.high_water / 2, &mut self.scratch);
         }
-        TxCounts {
-            sent: sent as u64,
-            dropped: dropped as u64,
-        }
+        counts
+    }
+}
+
+/// Puts `frames` on `socket`'s tx ring, in order. A full ring gets one
+/// completion pass and a second try; what still does not fit goes back to
+/// the socket's free pool (strays to `spare`) and is counted as dropped.
+/// `frames` is empty afterwards.
+pub(crate) fn send_or_recycle(
+    socket: &mut QueueSocket,
+    frames: &mut Vec<Frame>,
+    spare: &SparePool,
+) -> TxCounts {
+    let before = frames.len();
+    // A failed kick (e.g. EAGAIN) still leaves the frames on the ring:
+    // what left `frames` was queued, whatever `send` returned.
+    let _ = socket.send(frames);
+    if !frames.is_empty() {
+        socket.complete();
+        let _ = socket.send(frames);
+    }
+    let dropped = frames.len();
+    if dropped > 0 {
+        spare.put_all(socket.recycle(frames.drain(..)));
+    }
+    TxCounts {
+        sent: (before - dropped) as u64,
+        dropped: dropped as u64,
     }
 }

@@ -1,0 +1,355 @@
+//! [`EngineBuilder`]: the engine's settings, and [`EngineBuilder::start`],
+//! which opens the port, builds the shared tables, the spare pool and the
+//! workers' parts, and starts the runtime.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
+use steer_core::flow::KeyedHasher;
+use steer_core::policy::Policy;
+use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource};
+use topology::Topology;
+use tracing::info;
+use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
+
+use super::app::HandlerFactory;
+use super::counters::EngineCounters;
+use super::setup::EngineSetup;
+use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
+use crate::flows::{FlowDemux, FlowOptions, Hub};
+use crate::frames::{SharedSocket, SparePool, UmemPool, XskSource};
+use crate::sleep::MioSleeper;
+
+/// `start` checked that exactly one of handler and flow delivery is set.
+fn unreachable_config() -> ! {
+    unreachable!("EngineBuilder::start validated handler xor flows")
+}
+
+/// Settings of an [`Engine`]; see [`Engine::builder`].
+pub struct EngineBuilder {
+    port: PortConfig,
+    runtime: RuntimeConfig,
+    cpus: Option<CpuSet>,
+    topology: Option<Topology>,
+    pin: bool,
+    use_rx_hash: bool,
+    handler: Option<HandlerFactory>,
+    flows: Option<FlowOptions>,
+    rps: Option<RpsMode>,
+    worker_slice: Option<Duration>,
+}
+
+impl std::fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("port", &self.port)
+            .field("runtime", &self.runtime)
+            .field("cpus", &self.cpus)
+            .field("pin", &self.pin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineBuilder {
+    pub(super) fn new(interface: &str) -> Self {
+        Self {
+            port: PortConfig::new(interface),
+            runtime: RuntimeConfig {
+                // Flows sharing a desired-table entry overwrite each other's
+                // CPU under any policy: size it well above the flow count
+                // (the kernel's rps_sock_flow_entries is usually 32768).
+                desired_entries: 65536,
+                ..RuntimeConfig::default()
+            },
+            cpus: None,
+            topology: None,
+            pin: true,
+            use_rx_hash: false,
+            handler: None,
+            flows: None,
+            rps: None,
+            worker_slice: Some(DEFAULT_WORKER_SLICE),
+        }
+    }
+
+    /// Redirects `proto` traffic to `port` to steer (repeatable); everything
+    /// else goes to the kernel.
+    pub fn own(mut self, proto: Proto, port: u16) -> Self {
+        self.port = self.port.own(proto, port);
+        self
+    }
+
+    /// The rx queues to open (default: all of the interface's).
+    pub fn queues(mut self, queues: impl IntoIterator<Item = u32>) -> Self {
+        self.port = self.port.queues(queues);
+        self
+    }
+
+    /// The CPUs to run workers on (default: every online CPU).
+    pub fn cpus(mut self, cpus: CpuSet) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// The topology the LLC rule uses (default: the live machine). A model
+    /// (synthetic, XML) also turns pinning off.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.pin = topology.source().is_live();
+        self.topology = Some(topology);
+        self
+    }
+
+    /// Pin each worker to its CPU (default on with the live topology).
+    pub fn pin_workers(mut self, on: bool) -> Self {
+        self.pin = on;
+        self
+    }
+
+    /// The desired-table update policy at start (switchable at run time).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.runtime.policy = policy;
+        self
+    }
+
+    /// The same-CPU fast path at start (switchable at run time).
+    pub fn fast_path(mut self, on: bool) -> Self {
+        self.runtime.fast_path = on;
+        self
+    }
+
+    /// Where flows without a recorded or pinned CPU run (default: `Local`
+    /// when there are at least as many rx queues as worker CPUs, so a flow
+    /// stays on its rx queue's CPU; `Spread` by flow hash otherwise).
+    pub fn rps(mut self, mode: RpsMode) -> Self {
+        self.rps = Some(mode);
+        self
+    }
+
+    /// The scheduling slice each worker thread asks for (default
+    /// [`DEFAULT_WORKER_SLICE`]; `None`: the kernel's default, 1.4 ms on a
+    /// 2-CPU machine). On Linux >= 6.12 a short slice lets a worker woken
+    /// by packets preempt the task running on its CPU instead of waiting
+    /// for that task's slice to end, which is what keeps latency low when
+    /// workers share CPUs with other busy threads; it does not give the
+    /// worker more CPU time. The kernel clamps it to 100 us .. 100 ms, and
+    /// older kernels ignore it. Threads under a real-time policy are left
+    /// alone.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .worker_slice(Some(Duration::from_micros(200)))
+    ///     .start()?;
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn worker_slice(mut self, slice: Option<Duration>) -> Self {
+        self.worker_slice = slice;
+        self
+    }
+
+    /// Busy-poll (never sleep) instead of sleeping on doorbells and sockets.
+    pub fn busy_poll(mut self, on: bool) -> Self {
+        self.runtime.busy_poll = on;
+        self
+    }
+
+    /// Empty rounds a worker spins before it sleeps (more: fewer wake-ups
+    /// under bursty load, more CPU burnt while idle).
+    pub fn idle_spins(mut self, rounds: u32) -> Self {
+        self.runtime.idle_spins = rounds;
+        self
+    }
+
+    /// Slots of each dispatcher-to-worker ring (a power of two).
+    pub fn ring_capacity(mut self, slots: usize) -> Self {
+        self.runtime.ring_capacity = slots;
+        self
+    }
+
+    /// Entries of the desired-CPU table and buckets of each rx-queue table
+    /// (powers of two).
+    pub fn flow_tables(mut self, desired: usize, per_rx_queue: usize) -> Self {
+        self.runtime.desired_entries = desired;
+        self.runtime.rx_table_entries = per_rx_queue;
+        self
+    }
+
+    /// UMEM frames and the size of each AF_XDP ring.
+    pub fn frames(mut self, frame_count: u32, xsk_ring_size: u32) -> Self {
+        self.port = self.port.frames(frame_count, xsk_ring_size);
+        self
+    }
+
+    /// Packets per poll and per ring drain (the NAPI budget).
+    pub fn batch(mut self, packets: usize) -> Self {
+        self.runtime.batch = packets;
+        self
+    }
+
+    /// XDP attach mode (default: native, falling back to generic).
+    pub fn xdp_mode(mut self, mode: XdpMode) -> Self {
+        self.port = self.port.xdp_mode(mode);
+        self
+    }
+
+    /// AF_XDP bind mode (default: zero-copy, falling back to copy).
+    pub fn bind_mode(mut self, mode: BindMode) -> Self {
+        self.port = self.port.bind_mode(mode);
+        self
+    }
+
+    /// Use the NIC's receive hash instead of hashing in software.
+    pub fn use_rx_hash(mut self, on: bool) -> Self {
+        self.use_rx_hash = on;
+        self
+    }
+
+    /// A flow entry idle this long may expire (its steering state removed).
+    pub fn flow_idle(mut self, idle: Duration) -> Self {
+        self.runtime.flow_idle_ms = idle.as_millis().try_into().unwrap_or(u32::MAX as _);
+        self
+    }
+
+    /// The handler each worker runs, built on the worker's thread.
+    pub fn handler<F>(mut self, factory: F) -> Self
+    where
+        F: Fn(CpuId) -> Box<dyn PacketHandler> + Send + Sync + 'static,
+    {
+        self.handler = Some(Arc::new(factory));
+        self
+    }
+
+    /// Delivers each UDP flow to the application as a [`Flow`](crate::flows::Flow)
+    /// (see [`crate::flows`]) instead of running a packet handler; take the
+    /// listener(s) with [`Engine::listener`] / [`Engine::listener_for`].
+    pub fn deliver_flows(mut self, options: FlowOptions) -> Self {
+        self.flows = Some(options);
+        self
+    }
+
+    /// Opens the port and starts the workers.
+    pub fn start(self) -> Result<Engine, EngineError> {
+        if self.handler.is_some() == self.flows.is_some() {
+            return Err(EngineError::Config(
+                "give exactly one of a packet handler (EngineBuilder::handler) or flow delivery \
+                 (EngineBuilder::deliver_flows)"
+                    .into(),
+            ));
+        }
+        if self.port.owned.is_empty() {
+            return Err(EngineError::Config(
+                "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
+            ));
+        }
+        let topology = match self.topology {
+            Some(t) => t,
+            None => Topology::live()?,
+        };
+        let layout: Arc<CpuLayout> = topology.layout();
+        let cpus = self.cpus.unwrap_or_else(|| topology.online_cpus());
+        let mut cfg = self.runtime;
+        cfg.cpus = cpus;
+        let ring_size = self.port.ring_size as usize;
+
+        let interface = self.port.interface.clone();
+        let mut port = XdpPort::open(self.port)?;
+        let total = port.total_frames() as usize;
+        let sockets: Vec<QueueSocket> = port.take_sockets();
+        cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
+            RpsMode::Local
+        } else {
+            RpsMode::Spread
+        });
+        let umem = sockets[0].umem();
+        let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
+        let sockets: Vec<SharedSocket> = sockets
+            .into_iter()
+            .map(|s| Arc::new(Mutex::new(s)))
+            .collect();
+        // Flow delivery sends replies from spare frames: keep an eighth back.
+        let reserve = if self.flows.is_some() { total / 8 } else { 0 };
+        let spare = Arc::new(SparePool::new(total, reserve));
+        let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
+        let cpu_list: Vec<CpuId> = cpus.iter().collect();
+        let hasher = KeyedHasher::random();
+        let hub = self.flows.map(|options| {
+            Hub::new(
+                options,
+                hasher.clone(),
+                cpu_list.clone(),
+                sockets.clone(),
+                Arc::clone(&spare),
+                umem.clone(),
+            )
+        });
+        let factory: HandlerFactory = match (&hub, self.handler) {
+            (Some(hub), _) => {
+                let hub = Arc::clone(hub);
+                Arc::new(move |_cpu| Box::new(FlowDemux::new(Arc::clone(&hub))))
+            }
+            (None, Some(f)) => f,
+            (None, None) => unreachable_config(),
+        };
+
+        // Each worker sleeps on its doorbell and on the sockets it polls.
+        let mut sleepers = Vec::with_capacity(cpu_list.len());
+        for (j, &cpu) in cpu_list.iter().enumerate() {
+            let sleeper = Arc::new(MioSleeper::new()?);
+            for (i, &fd) in fds.iter().enumerate() {
+                if i % cpu_list.len() == j {
+                    sleeper.watch_readable(fd, i)?;
+                }
+            }
+            sleepers.push((cpu, sleeper));
+        }
+        let setup = Arc::new(EngineSetup {
+            topology: topology.clone(),
+            pin: self.pin,
+            slice: self.worker_slice,
+            hasher,
+            use_rx_hash: self.use_rx_hash,
+            pool: UmemPool {
+                umem: umem.clone(),
+                spare: Arc::clone(&spare),
+                use_rx_hash: self.use_rx_hash,
+            },
+            tx_sockets: sockets.clone(),
+            cpus: cpu_list.clone(),
+            ring_size,
+            factory,
+            counters: Arc::clone(&counters),
+            sleepers,
+        });
+        let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
+            .iter()
+            .map(|s| {
+                Box::new(XskSource::new(Arc::clone(s), Arc::clone(&spare), ring_size))
+                    as Box<dyn RxSource<RawFrame>>
+            })
+            .collect();
+        let runtime = Runtime::start(cfg, layout, setup, sources)?;
+        if let Some(hub) = &hub {
+            hub.set_shared(runtime.shared().clone());
+        }
+        info!(
+            interface = %interface,
+            modes = ?port.modes(),
+            queues = sockets.len(),
+            cpus = %cpus,
+            "steer engine running"
+        );
+        Ok(Engine {
+            runtime: Some(runtime),
+            hub,
+            port,
+            sockets,
+            spare,
+            counters,
+            topology,
+            cpus,
+            started: Instant::now(),
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! [`EngineSetup`]: what steer-core's runtime builds on each worker's own
+//! thread: pinning and scheduling slice, the classifier and hook of each rx
+//! queue, the frame pool, the handler adapter with its transmit path, and
+//! the sleeper that watches the worker's doorbell and sockets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use steer_core::cpu::CpuId;
+use steer_core::flow::{FlowClassifier, KeyedHasher};
+use steer_core::hook::NoopHook;
+use steer_core::runtime::Setup;
+use steer_core::wake::Sleeper;
+use topology::Topology;
+use tracing::{info, warn};
+use xdp_io::RawFrame;
+
+use super::app::{HandlerFactory, PacketContext, WorkerHandler};
+use super::counters::{EngineCounters, WorkerCounts};
+use super::sched;
+use crate::frames::{SharedSocket, TxPath, UmemPool};
+use crate::sleep::MioSleeper;
+
+/// The per-CPU parts the runtime builds on each worker's thread.
+pub(super) struct EngineSetup {
+    pub(super) topology: Topology,
+    pub(super) pin: bool,
+    pub(super) slice: Option<Duration>,
+    pub(super) hasher: KeyedHasher,
+    pub(super) use_rx_hash: bool,
+    pub(super) pool: UmemPool,
+    pub(super) tx_sockets: Vec<SharedSocket>,
+    pub(super) cpus: Vec<CpuId>,
+    pub(super) ring_size: usize,
+    pub(super) factory: HandlerFactory,
+    pub(super) counters: Arc<EngineCounters>,
+    pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
+}
+
+impl Setup<RawFrame> for EngineSetup {
+    type Classifier = FlowClassifier<KeyedHasher>;
+    type Hook = NoopHook;
+    type Pool = UmemPool;
+    type Handler = WorkerHandler;
+
+    fn prepare_thread(&self, cpu: CpuId) {
+        if self.pin {
+            if let Err(e) = self.topology.pin_current_thread(cpu) {
+                warn!(cpu, error = %e, "could not pin a worker; it runs unpinned");
+            }
+        }
+        if let Some(slice) = self.slice {
+            match sched::set_current_slice(slice) {
+                Ok(true) => {}
+                Ok(false) => info!(
+                    cpu,
+                    "worker runs under a real-time policy; slice left alone"
+                ),
+                Err(e) => warn!(cpu, error = %e, "could not set the worker's scheduling slice"),
+            }
+        }
+    }
+
+    fn classifier(&self, _rxq: u32) -> Self::Classifier {
+        FlowClassifier::new(self.hasher.clone()).use_rx_hash(self.use_rx_hash)
+    }
+
+    fn hook(&self, _rxq: u32) -> Self::Hook {
+        NoopHook
+    }
+
+    fn pool(&self, _cpu: CpuId) -> Self::Pool {
+        self.pool.clone()
+    }
+
+    fn handler(&self, cpu: CpuId) -> Self::Handler {
+        let j = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
+        let socket = Arc::clone(&self.tx_sockets[j % self.tx_sockets.len()]);
+        WorkerHandler {
+            app: (self.factory)(cpu),
+            ctx: PacketContext { cpu },
+            umem: self.pool.umem.clone(),
+            tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
+            counters: Arc::clone(&self.counters),
+            local: WorkerCounts::default(),
+        }
+    }
+
+    fn sleeper(&self, cpu: CpuId) -> Box<dyn Sleeper> {
+        match self.sleepers.iter().find(|(c, _)| *c == cpu) {
+            Some((_, s)) => Box::new(SharedSleeper(Arc::clone(s))),
+            None => Box::new(steer_core::wake::ThreadSleeper::current()),
+        }
+    }
+}
+
+pub(super) struct SharedSleeper(Arc<MioSleeper>);
+
+impl Sleeper for SharedSleeper {
+    fn sleep(&self, timeout: Duration) {
+        self.0.sleep(timeout)
+    }
+    fn wake(&self) {
+        self.0.wake()
+    }
+}
