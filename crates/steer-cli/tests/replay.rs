@@ -184,14 +184,15 @@ fn wandering_consumers_llc_saves_intra_llc_updates() {
     assert_eq!(llc["updates"], 200);
 }
 
-/// The trace shown in README.md gives the numbers the README states.
+/// The trace shown in docs/replay.md gives the numbers that page states.
 #[test]
 fn readme_example_trace() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/replay.md"))
+            .unwrap();
     let start = readme
         .find("<<'TRACE'\n")
-        .expect("README has the example trace")
+        .expect("docs/replay.md has the example trace")
         + "<<'TRACE'\n".len();
     let len = readme[start..].find("TRACE\n").unwrap();
     let trace = &readme[start..start + len];
