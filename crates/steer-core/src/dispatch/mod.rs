@@ -3,9 +3,10 @@
 //! (same-CPU fast path) or hand its descriptor to that CPU's ring.
 //!
 //! Per packet (`get_rps_cpu` plus `enqueue_to_backlog`, in userspace):
-//! 1. classify: flow hash and destination port ([`Classifier`]); a malformed
-//!    frame is counted and returned to its pool; a frame with no flow
-//!    (non-IP) is processed on this CPU, like the kernel does without a hash;
+//! 1. classify: flow hash and destination port ([`Classifier`], from
+//!    [`crate::flow`]); a malformed frame is counted and returned to its
+//!    pool; a frame with no flow (non-IP) is processed on this CPU, like the
+//!    kernel does without a hash;
 //! 2. desired CPU: an explicit pin ([`Pins`]) if any, else what the consumer
 //!    recorded in the [`DesiredCpuTable`], else plain RPS (the flow hash
 //!    scaled over the configured CPUs);
@@ -33,6 +34,8 @@ use std::sync::Arc;
 
 pub use flow_limit::FlowLimit;
 pub use pins::{PinReader, Pins};
+// Where they lived before; the classifier is `flow`'s (a lower module).
+pub use crate::flow::{Classifier, FlowInfo, Malformed};
 
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
 use crate::hook::{NoopHook, SteerHook};
@@ -54,35 +57,11 @@ impl<D> QueueHeads for RingHeads<'_, D> {
     }
 }
 
-/// A frame's flow, as the dispatcher needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowInfo {
-    /// The flow hash (non-zero).
-    pub hash: u32,
-    /// The destination port (0 when the protocol has none, or a fragment).
-    pub dst_port: u16,
-}
-
-/// The frame could not be parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed;
-
 /// How many frames ahead of the one being dispatched the dispatcher asks
 /// the pool to [`FramePool::prefetch`]: enough to cover a cache miss with
 /// the work on the frames in between, few enough to stay within the CPU's
 /// outstanding-miss buffers (10 to 12 on current x86 cores).
 pub const PREFETCH_AHEAD: usize = 4;
-
-/// Finds a frame's flow: parse and hash (or use the NIC's receive hash).
-pub trait Classifier {
-    /// `Ok(Some(..))` for a frame with a flow, `Ok(None)` for one without
-    /// (non-IP), `Err(Malformed)` for one that does not parse.
-    fn classify(
-        &mut self,
-        frame: &[u8],
-        rx_hash: Option<u32>,
-    ) -> Result<Option<FlowInfo>, Malformed>;
-}
 
 /// Where frames live and go back to: the UMEM on the AF_XDP path, a vector
 /// of buffers in tests and benches.

@@ -1,6 +1,10 @@
 //! The dispatcher's classifier: a frame in, its flow hash and destination
 //! port out.
 //!
+//! [`Classifier`] is the interface the dispatcher calls, with its answer
+//! ([`FlowInfo`], or [`Malformed`]); any finder of flows can implement it
+//! (the tests and benches use trivial ones).
+//!
 //! [`FlowClassifier`] is [`flow_key`](super::flow_key) then a [`FlowHasher`], with the NIC's
 //! receive hash used instead of hashing when asked. It gives the same result
 //! as `flow_key` followed by the hasher for every frame, errors included;
@@ -10,8 +14,31 @@
 //! `GeneralOutcome`).
 
 use super::{fast, flow_key_general, nonzero, FlowHasher};
-use crate::dispatch::{Classifier, FlowInfo, Malformed};
 use crate::packet::ethernet::ethertype;
+
+/// A frame's flow, as the dispatcher needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowInfo {
+    /// The flow hash (non-zero).
+    pub hash: u32,
+    /// The destination port (0 when the protocol has none, or a fragment).
+    pub dst_port: u16,
+}
+
+/// The frame could not be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+/// Finds a frame's flow: parse and hash (or use the NIC's receive hash).
+pub trait Classifier {
+    /// `Ok(Some(..))` for a frame with a flow, `Ok(None)` for one without
+    /// (non-IP), `Err(Malformed)` for one that does not parse.
+    fn classify(
+        &mut self,
+        frame: &[u8],
+        rx_hash: Option<u32>,
+    ) -> Result<Option<FlowInfo>, Malformed>;
+}
 
 /// The dispatcher's [`Classifier`]: [`flow_key`](super::flow_key) then a [`FlowHasher`]; a
 /// non-zero NIC receive hash is used instead of hashing when present (the

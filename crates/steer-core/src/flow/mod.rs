@@ -13,7 +13,8 @@
 //! "no hash" in the tables): [`KeyedHasher`] (foldhash, random seed per
 //! process) or [`ToeplitzHasher`] (a NIC's RSS hash with a configurable key).
 //! Both have a symmetric mode where the two directions of a flow hash alike.
-//! [`FlowClassifier`] plugs a hasher into the dispatcher.
+//! [`FlowClassifier`] plugs a hasher into the dispatcher, as a [`Classifier`]
+//! (the dispatcher's interface for finding a frame's [`FlowInfo`]).
 //!
 //! ```
 //! use std::net::Ipv4Addr;
@@ -39,7 +40,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::packet::{self, ipv4, ipv6, IpVersion, ParseError};
 
-pub use classify::FlowClassifier;
+pub use classify::{Classifier, FlowClassifier, FlowInfo, Malformed};
 pub use keyed::KeyedHasher;
 pub use toeplitz::{KeyError, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 
