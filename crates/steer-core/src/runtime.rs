@@ -29,7 +29,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::{Classifier, DispatchSwitches, Dispatcher, FramePool, Handler, Pins, Shared};
+use crate::dispatch::{DispatchSwitches, Dispatcher, FramePool, Handler, Pins, Shared};
+use crate::flow::Classifier;
 use crate::hook::SteerHook;
 use crate::policy::Policy;
 use crate::ring::{self, Consumer, Producer};
@@ -214,7 +215,8 @@ struct Common<D, St: Setup<D>> {
 /// ```
 /// use std::sync::{Arc, Mutex};
 /// use steer_core::cpu::{CpuLayout, CpuSet};
-/// use steer_core::dispatch::{Classifier, FlowInfo, FramePool, Malformed};
+/// use steer_core::dispatch::FramePool;
+/// use steer_core::flow::{Classifier, FlowInfo, Malformed};
 /// use steer_core::hook::NoopHook;
 /// use steer_core::runtime::{RxSource, Runtime, RuntimeConfig, Setup};
 ///

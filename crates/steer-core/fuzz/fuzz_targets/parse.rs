@@ -5,9 +5,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
 use steer_core::flow::{
-    flow_key, flow_key_general, FlowClassifier, FlowHasher, KeyedHasher, ToeplitzHasher,
+    flow_key, flow_key_general, Classifier, FlowClassifier, FlowHasher, FlowInfo, KeyedHasher,
+    Malformed, ToeplitzHasher,
 };
 use steer_core::packet::parse;
 

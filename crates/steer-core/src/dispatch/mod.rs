@@ -144,7 +144,8 @@ pub struct Shared {
 /// ```
 /// use std::sync::Arc;
 /// use steer_core::cpu::{CpuLayout, CpuSet};
-/// use steer_core::dispatch::*;
+/// use steer_core::dispatch::{Dispatcher, FramePool, Pins, Shared};
+/// use steer_core::flow::{Classifier, FlowInfo, Malformed};
 /// use steer_core::ring;
 /// use steer_core::stats::Stats;
 /// use steer_core::table::{DesiredCpuTable, RxFlowTable};
