@@ -2,12 +2,13 @@
 //!
 //! A [`Runtime`] owns one worker thread per CPU of its set, pinned through
 //! the caller's [`Setup::prepare_thread`]. Every rx queue ([`RxSource`]) has a
-//! [`Dispatcher`] run by one worker (queue `i` on the `i`-th CPU, round
+//! [`Dispatcher`](crate::dispatch::Dispatcher) run by one worker (queue `i` on the `i`-th CPU, round
 //! robin), and every dispatcher has one SPSC ring to every worker. A worker
 //! loop, like NAPI plus `process_backlog`:
 //! 1. polls its rx queues and dispatches each batch (inline fast path, or to
 //!    the target's ring, ringing its doorbell);
-//! 2. drains each inbound ring with [`Consumer::consume`], at most `batch`
+//! 2. drains each inbound ring with
+//!    [`Consumer::consume`](crate::ring::Consumer::consume), at most `batch`
 //!    packets per ring per round (a full budget with packets left counts a
 //!    `time_squeeze`), so the head advances only after the handler returned;
 //! 3. when idle: maintenance (flow-table expiry, never per packet), then,
@@ -21,68 +22,31 @@
 //!
 //! [`Runtime::stop`] (or drop) asks every worker to finish: each handles
 //! what is queued to it, returns its un-dispatched frames, and exits.
+//!
+//! Where things are: this file holds the settings ([`RuntimeConfig`]), the
+//! errors and [`Runtime`] itself (start, the ring matrix, stop); `source.rs`
+//! the traits the application implements ([`RxSource`], [`Setup`]);
+//! `worker.rs` the worker thread (start-up, the loop, adoption of orphaned rx
+//! queues, finish, panic recovery).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+mod source;
+mod worker;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use source::{RxSource, Setup};
 
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::{DispatchSwitches, Dispatcher, FramePool, Handler, Pins, Shared};
-use crate::flow::Classifier;
-use crate::hook::SteerHook;
+use crate::dispatch::{DispatchSwitches, Pins, Shared};
 use crate::policy::Policy;
-use crate::ring::{self, Consumer, Producer};
-use crate::stats::{LocalStats, Stats, StatsSnapshot};
+use crate::ring::{self, Producer};
+use crate::stats::{Stats, StatsSnapshot};
 use crate::table::{DesiredCpuTable, RxFlowTable, TableError, Tick};
-use crate::wake::{Doorbell, Sleeper, ThreadSleeper};
-
-/// Frames arriving on one rx queue (an AF_XDP socket, a generator).
-pub trait RxSource<D>: Send {
-    /// Writes up to `out.len()` received descriptors to `out`; returns how many.
-    fn poll(&mut self, out: &mut [D]) -> usize;
-    /// Gives back descriptors this source handed out that will never be
-    /// dispatched (shutdown, or a worker that died mid-batch).
-    fn give_back(&mut self, descs: &[D]);
-    /// Whether frames are waiting (checked before an idle worker sleeps;
-    /// `false` when unknown, then the worker wakes on its sleep timeout or
-    /// through a [`Sleeper`] that watches the source).
-    fn has_pending(&self) -> bool {
-        false
-    }
-}
-
-/// What the application plugs into a [`Runtime`]: per-CPU parts built on
-/// the worker's own thread (after pinning), so they can be thread-local.
-pub trait Setup<D>: Send + Sync + 'static {
-    /// Finds flows in frames.
-    type Classifier: Classifier + Send;
-    /// The steering hook of each rx-queue table.
-    type Hook: SteerHook + Send;
-    /// A worker's handle on the frame pool.
-    type Pool: FramePool<D>;
-    /// The packet handler.
-    type Handler: Handler<D, Self::Pool>;
-
-    /// Prepares the calling thread, the worker of `cpu`, before anything
-    /// else runs on it: pinning, scheduling attributes (default: nothing;
-    /// the facade pins through the live topology and sets the workers'
-    /// scheduling slice).
-    fn prepare_thread(&self, _cpu: CpuId) {}
-    /// A classifier for the dispatcher of rx queue `rxq`.
-    fn classifier(&self, rxq: u32) -> Self::Classifier;
-    /// The steering hook of rx queue `rxq`'s table.
-    fn hook(&self, rxq: u32) -> Self::Hook;
-    /// The pool handle of the worker on `cpu`.
-    fn pool(&self, cpu: CpuId) -> Self::Pool;
-    /// The handler of the worker on `cpu`.
-    fn handler(&self, cpu: CpuId) -> Self::Handler;
-    /// How the worker on `cpu` sleeps (default: thread parking).
-    fn sleeper(&self, _cpu: CpuId) -> Box<dyn Sleeper> {
-        Box::new(ThreadSleeper::current())
-    }
-}
+use crate::wake::Doorbell;
+use worker::{Inbound, Part, PartSeed, Startup};
 
 /// Settings of a [`Runtime`].
 #[derive(Debug, Clone)]
@@ -189,14 +153,9 @@ pub enum WorkerState {
     Panicked(String),
 }
 
-struct RxPart<D, C, H: SteerHook, S> {
-    dispatcher: Dispatcher<D, C, H>,
-    source: S,
-}
-
-type Part<D, St> =
-    RxPart<D, <St as Setup<D>>::Classifier, <St as Setup<D>>::Hook, Box<dyn RxSource<D>>>;
-
+/// What the runtime and its workers share. Workers start before it exists
+/// (it needs their doorbells) and take it from a [`CommonSlot`] once
+/// `Runtime::start` has published it.
 struct Common<D, St: Setup<D>> {
     setup: Arc<St>,
     shared: Shared,
@@ -209,6 +168,9 @@ struct Common<D, St: Setup<D>> {
     orphan_count: AtomicUsize,
     bells: Vec<Option<Arc<Doorbell>>>,
 }
+
+/// Where `Runtime::start` publishes [`Common`] for the workers it started.
+type CommonSlot<D, St> = Arc<Mutex<Option<Arc<Common<D, St>>>>>;
 
 /// Running workers. See the module docs.
 ///
@@ -279,12 +241,6 @@ impl<D: Send + 'static, St: Setup<D>> std::fmt::Debug for Runtime<D, St> {
     }
 }
 
-struct Inbound<D> {
-    /// The rx queue whose dispatcher feeds this ring.
-    rxq: usize,
-    consumer: Consumer<D>,
-}
-
 impl<D, St> Runtime<D, St>
 where
     D: Copy + Send + Default + 'static,
@@ -325,8 +281,8 @@ where
         // The ring matrix: producers[rxq][cpu], inbound[cpu] = one per rxq.
         let mut inbound: Vec<Vec<Inbound<D>>> = (0..nr).map(|_| Vec::new()).collect();
         // parts[rxq] = (dispatching CPU, producers to every worker, source)
-        type PartSeed<D> = (CpuId, Vec<Option<Producer<D>>>, Box<dyn RxSource<D>>);
-        let mut parts: Vec<Option<PartSeed<D>>> = Vec::new();
+        type Placed<D> = (CpuId, Vec<Option<Producer<D>>>, Box<dyn RxSource<D>>);
+        let mut parts: Vec<Option<Placed<D>>> = Vec::new();
         for (rxq, source) in sources.into_iter().enumerate() {
             let mut producers: Vec<Option<Producer<D>>> = (0..nr).map(|_| None).collect();
             for &cpu in &cpus {
@@ -346,19 +302,9 @@ where
         let ready = Arc::new(std::sync::Barrier::new(cpus.len() + 1));
         // Workers start before `Common` exists (it needs their doorbells);
         // they pick it up here after the second barrier.
-        type Slot<T> = Arc<Mutex<Option<Arc<T>>>>;
-        let common_slot: Slot<Common<D, St>> = Arc::new(Mutex::new(None));
+        let common_slot: CommonSlot<D, St> = Arc::new(Mutex::new(None));
         for &cpu in &cpus {
-            let my_inbound = std::mem::take(&mut inbound[cpu]);
-            let bell_tx = bell_tx.clone();
-            let setup = setup.clone();
-            let ready = ready.clone();
-            let slot = common_slot.clone();
-            let (part_tx, part_rx) = std::sync::mpsc::channel::<(
-                usize,
-                Vec<Option<Producer<D>>>,
-                Box<dyn RxSource<D>>,
-            )>();
+            let (part_tx, part_rx) = std::sync::mpsc::channel::<PartSeed<D>>();
             for (rxq, seed) in parts.iter_mut().enumerate() {
                 if seed.as_ref().is_some_and(|p| p.0 == cpu) {
                     if let Some((_, producers, source)) = seed.take() {
@@ -367,52 +313,18 @@ where
                 }
             }
             drop(part_tx);
+            let startup = Startup {
+                cpu,
+                setup: setup.clone(),
+                inbound: std::mem::take(&mut inbound[cpu]),
+                parts: part_rx,
+                bell_tx: bell_tx.clone(),
+                ready: ready.clone(),
+                common: common_slot.clone(),
+            };
             let handle = std::thread::Builder::new()
                 .name(format!("steer-worker-{cpu}"))
-                .spawn(move || {
-                    setup.prepare_thread(cpu);
-                    let bell = Doorbell::new(BoxedSleeper(setup.sleeper(cpu)));
-                    let _ = bell_tx.send((cpu, bell.clone()));
-                    drop(bell_tx);
-                    ready.wait(); // all bells known
-                    ready.wait(); // common published
-                    let common = slot.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                    let Some(common) = common else { return };
-                    let rx = part_rx
-                        .into_iter()
-                        .map(|(rxq, producers, source)| {
-                            let rxq = rxq as u32;
-                            let table = RxFlowTable::with_hook(
-                                rxq,
-                                common.cfg.rx_table_entries,
-                                setup.hook(rxq),
-                            )
-                            .unwrap_or_else(|_| unreachable_table());
-                            let mut d = Dispatcher::new(
-                                cpu,
-                                rxq,
-                                setup.classifier(rxq),
-                                table,
-                                producers,
-                                match common.cfg.rps {
-                                    RpsMode::Spread => common.cfg.cpus,
-                                    RpsMode::Local => CpuSet::default(),
-                                },
-                                common.shared.clone(),
-                            );
-                            for (c, b) in common.bells.iter().enumerate() {
-                                if let Some(b) = b {
-                                    d.set_doorbell(c, b.clone());
-                                }
-                            }
-                            RxPart {
-                                dispatcher: d,
-                                source,
-                            }
-                        })
-                        .collect();
-                    Worker::new(cpu, common, my_inbound, rx, bell).run();
-                })
+                .spawn(move || startup.run())
                 .map_err(|_| RuntimeError::BadCpus(cfg.cpus.to_string()))?;
             threads.push((cpu, handle));
         }
@@ -496,303 +408,5 @@ impl<D: Send + 'static, St: Setup<D>> Runtime<D, St> {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         drop(orphans);
-    }
-}
-
-fn unreachable_table() -> ! {
-    // The size was validated in `Runtime::start`.
-    panic!("rx table size validated at start")
-}
-
-/// Worker rounds between reads of the clock (a vDSO call is not free).
-const TICK_EVERY: u32 = 64;
-
-/// How long a stopping worker waits for the others to stop polling.
-const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
-
-struct BoxedSleeper(Box<dyn Sleeper>);
-
-impl Sleeper for BoxedSleeper {
-    fn sleep(&self, timeout: Duration) {
-        self.0.sleep(timeout)
-    }
-    fn wake(&self) {
-        self.0.wake()
-    }
-}
-
-struct Worker<D, St: Setup<D>> {
-    cpu: CpuId,
-    common: Arc<Common<D, St>>,
-    inbound: Vec<Inbound<D>>,
-    rx: Vec<Part<D, St>>,
-    pool: St::Pool,
-    handler: St::Handler,
-    bell: Arc<Doorbell>,
-    buf: Vec<D>,
-    /// Descriptors in `buf` from the last poll, and the rx part being
-    /// dispatched (for recovery when the handler panics mid-batch).
-    polled: usize,
-    dispatching: Option<usize>,
-    local: LocalStats,
-    start: Instant,
-}
-
-impl<D, St> Worker<D, St>
-where
-    D: Copy + Send + Default + 'static,
-    St: Setup<D>,
-{
-    fn new(
-        cpu: CpuId,
-        common: Arc<Common<D, St>>,
-        inbound: Vec<Inbound<D>>,
-        rx: Vec<Part<D, St>>,
-        bell: Arc<Doorbell>,
-    ) -> Self {
-        let pool = common.setup.pool(cpu);
-        let handler = common.setup.handler(cpu);
-        let batch = common.cfg.batch.max(1);
-        Self {
-            cpu,
-            common,
-            inbound,
-            rx,
-            pool,
-            handler,
-            bell,
-            buf: vec![D::default(); batch],
-            polled: 0,
-            dispatching: None,
-            local: LocalStats::default(),
-            start: Instant::now(),
-        }
-    }
-
-    fn run(mut self) {
-        let result = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
-        match result {
-            Ok(()) => {
-                self.finish();
-                self.set_state(WorkerState::Stopped);
-            }
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                self.die(msg);
-            }
-        }
-    }
-
-    fn set_state(&self, state: WorkerState) {
-        let mut states = self
-            .common
-            .states
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = states.iter_mut().find(|(c, _)| *c == self.cpu) {
-            s.1 = state;
-        }
-    }
-
-    fn run_loop(&mut self) {
-        let mut idle_rounds = 0u32;
-        let mut rounds = 0u32;
-        let mut last_tick: Tick = 0;
-        while !self.common.stop.load(Ordering::Relaxed) {
-            if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
-                self.adopt();
-            }
-            let work = self.poll_sources() + self.drain_rings();
-            if work > 0 {
-                self.handler.flush(&mut self.pool);
-            }
-            idle_rounds = if work > 0 {
-                0
-            } else {
-                idle_rounds.saturating_add(1)
-            };
-            // The clock is read every TICK_EVERY rounds, busy or not (flows'
-            // last-used ticks must advance under load too), and on the first
-            // idle round; the tick is written once per millisecond at most.
-            rounds = rounds.wrapping_add(1);
-            let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
-            if tick_round {
-                let now = self.start.elapsed().as_millis() as Tick;
-                if now != last_tick {
-                    last_tick = now;
-                    for part in &mut self.rx {
-                        part.dispatcher.set_tick(now);
-                        // Maintenance off the hot path: only when idle.
-                        if work == 0 {
-                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
-                        }
-                    }
-                }
-            }
-            // Counters change only with work or on a tick (sweeps): idle
-            // rounds leave the shared block alone.
-            if work > 0 || tick_round {
-                if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
-                    block.flush(&mut self.local);
-                }
-            }
-            if work > 0 {
-                continue;
-            }
-            if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
-                let inbound = &self.inbound;
-                let rx = &self.rx;
-                let common = &self.common;
-                self.bell.sleep_unless(
-                    || {
-                        common.stop.load(Ordering::SeqCst)
-                            || common.orphan_count.load(Ordering::SeqCst) > 0
-                            || inbound.iter().any(|i| !i.consumer.is_empty())
-                            || rx.iter().any(|p| p.source.has_pending())
-                    },
-                    self.common.cfg.sleep_timeout,
-                );
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    fn poll_sources(&mut self) -> usize {
-        let mut work = 0;
-        for i in 0..self.rx.len() {
-            let n = self.rx[i].source.poll(&mut self.buf);
-            if n == 0 {
-                continue;
-            }
-            self.polled = n;
-            self.dispatching = Some(i);
-            let part = &mut self.rx[i];
-            part.dispatcher
-                .dispatch(&self.buf[..n], &mut self.pool, &mut self.handler);
-            self.dispatching = None;
-            work += n;
-        }
-        work
-    }
-
-    fn drain_rings(&mut self) -> usize {
-        let batch = self.common.cfg.batch.max(1);
-        let mut work = 0;
-        for inbound in &mut self.inbound {
-            let pool = &mut self.pool;
-            let handler = &mut self.handler;
-            let got = inbound.consumer.consume(batch, |d| handler.handle(d, pool));
-            if got == 0 {
-                continue;
-            }
-            work += got;
-            self.local.processed += got as u64;
-            let local_rxq = self
-                .rx
-                .iter()
-                .any(|p| p.dispatcher.rx_table().rxq() as usize == inbound.rxq);
-            if !local_rxq {
-                self.local.steered_in += got as u64;
-            }
-            if got == batch && !inbound.consumer.is_empty() {
-                self.local.time_squeeze += 1;
-            }
-        }
-        work
-    }
-
-    fn adopt(&mut self) {
-        let mut orphans = self
-            .common
-            .orphans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for mut part in orphans.drain(..) {
-            part.dispatcher.set_own_cpu(self.cpu);
-            self.rx.push(part);
-        }
-        self.common.orphan_count.store(0, Ordering::Relaxed);
-    }
-
-    /// Stop requested: handle what is queued. Two phases, so no frame is
-    /// left in a ring: this worker has stopped polling its rx queues; it keeps
-    /// draining until every running worker has stopped polling too (nothing
-    /// new can enter a ring after that), then drains once more and flushes.
-    fn finish(&mut self) {
-        self.common.quiesced.fetch_add(1, Ordering::SeqCst);
-        let deadline = Instant::now() + QUIESCE_TIMEOUT;
-        loop {
-            self.drain_rings();
-            let running = self
-                .common
-                .states
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .filter(|(_, s)| *s == WorkerState::Running)
-                .count();
-            if self.common.quiesced.load(Ordering::SeqCst) >= running || Instant::now() > deadline {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        while self.drain_rings() > 0 {}
-        self.handler.flush(&mut self.pool);
-        if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
-            block.flush(&mut self.local);
-        }
-    }
-
-    /// The handler panicked: route everything around this worker.
-    fn die(mut self, msg: String) {
-        // Announce first, so whoever sees the frames come back sees why.
-        self.set_state(WorkerState::Panicked(msg));
-        self.common.shared.layout.set_online(self.cpu, false);
-        // The batch being dispatched when the handler panicked: what it had
-        // not reached yet goes back to its source.
-        if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
-            let from = part.dispatcher.taken_in_batch().min(self.polled);
-            part.source.give_back(&self.buf[from..self.polled]);
-        }
-        // What the handler staged before it panicked still goes out, if the
-        // handler can still do that much.
-        let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
-        // Frames still queued to this worker are dropped, not leaked.
-        for inbound in &mut self.inbound {
-            while let Some(d) = inbound.consumer.pop() {
-                self.local.dropped += 1;
-                self.pool.release(d);
-            }
-        }
-        if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
-            block.flush(&mut self.local);
-        }
-        // Abandon our rings (dispatchers route around us), then tell the
-        // dispatchers, which take back anything pushed after the drain above.
-        drop(std::mem::take(&mut self.inbound));
-        self.common
-            .shared
-            .switches
-            .worker_exits
-            .fetch_add(1, Ordering::Release);
-        // Our rx queues go to a surviving worker.
-        let rx = std::mem::take(&mut self.rx);
-        let n = rx.len();
-        if n > 0 {
-            self.common
-                .orphans
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend(rx);
-            self.common.orphan_count.fetch_add(n, Ordering::SeqCst);
-            for bell in self.common.bells.iter().flatten() {
-                bell.ring();
-            }
-        }
     }
 }
