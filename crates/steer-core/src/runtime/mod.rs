@@ -20,6 +20,13 @@
 //! dropped, its rx queues are adopted by a surviving worker, and its rings
 //! are dropped so every dispatcher routes around it. The rest keep running.
 //!
+//! The state the workers share with the application (the desired-CPU
+//! table, the layout, stats, pins and switches: a [`Shared`]) is built
+//! before the start, by
+//! [`RuntimeConfig::shared`], so the application can hand it out (to
+//! recorders, flow delivery) before any packet arrives; [`Runtime::start`]
+//! runs on it. [`Runtime::start_with_layout`] does both in one call.
+//!
 //! [`Runtime::stop`] (or drop) asks every worker to finish: each handles
 //! what is queued to it, returns its un-dispatched frames, and exits.
 //!
@@ -40,11 +47,11 @@ use std::time::Duration;
 pub use source::{RxSource, Setup};
 
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::{DispatchSwitches, Pins, Shared};
+use crate::dispatch::Shared;
 use crate::policy::Policy;
 use crate::ring::{self, Producer};
-use crate::stats::{Stats, StatsSnapshot};
-use crate::table::{DesiredCpuTable, RxFlowTable, TableError, Tick};
+use crate::stats::StatsSnapshot;
+use crate::table::{RxFlowTable, TableError, Tick};
 use crate::wake::Doorbell;
 use worker::{Inbound, Part, PartSeed, Startup};
 
@@ -55,17 +62,21 @@ pub struct RuntimeConfig {
     pub cpus: CpuSet,
     /// Slots of each (dispatcher, worker) ring; a power of two.
     pub ring_capacity: usize,
-    /// Slots of the desired-CPU table; a power of two.
+    /// Slots of the desired-CPU table; a power of two (read by
+    /// [`RuntimeConfig::shared`]).
     pub desired_entries: usize,
     /// Buckets of each rx-queue table; a power of two.
     pub rx_table_entries: usize,
-    /// Starting update policy (switchable at run time).
+    /// Starting update policy, switchable at run time (read by
+    /// [`RuntimeConfig::shared`]).
     pub policy: Policy,
     /// Where flows nobody has recorded a CPU for go.
     pub rps: RpsMode,
-    /// Start with the same-CPU fast path on.
+    /// Start with the same-CPU fast path on (read by
+    /// [`RuntimeConfig::shared`]).
     pub fast_path: bool,
-    /// Start with the per-CPU flow limit on.
+    /// Start with the per-CPU flow limit on (read by
+    /// [`RuntimeConfig::shared`]).
     pub flow_limit: bool,
     /// Never sleep: poll rings and sources continuously.
     pub busy_poll: bool,
@@ -99,6 +110,25 @@ impl Default for RuntimeConfig {
     }
 }
 
+impl RuntimeConfig {
+    /// The state a runtime with these settings shares with the application
+    /// (the desired-CPU table, the layout, stats, pins and switches), built
+    /// before the runtime starts: hand clones to whatever needs the tables
+    /// (recorders, flow delivery), then pass it to [`Runtime::start`].
+    /// The table gets `desired_entries` slots under `policy`, the switches
+    /// `fast_path` and `flow_limit`.
+    pub fn shared(&self, layout: Arc<CpuLayout>) -> Result<Shared, RuntimeError> {
+        let shared =
+            Shared::new(layout, self.desired_entries, self.policy).map_err(RuntimeError::Table)?;
+        let switches = &shared.switches;
+        switches.fast_path.store(self.fast_path, Ordering::Relaxed);
+        switches
+            .flow_limit
+            .store(self.flow_limit, Ordering::Relaxed);
+        Ok(shared)
+    }
+}
+
 /// Where a flow without a recorded (or pinned) CPU is processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RpsMode {
@@ -124,6 +154,17 @@ pub enum RuntimeError {
     BadRingCapacity(usize),
     /// No rx source was given.
     NoSources,
+    /// The shared state's parts are sized for other CPUs than its layout
+    /// (a `Shared` assembled by hand; [`RuntimeConfig::shared`] and
+    /// [`Shared::new`] never do this).
+    SharedMismatch {
+        /// CPUs in the layout.
+        layout: usize,
+        /// CPUs the desired-CPU table was made for.
+        desired: usize,
+        /// CPUs with a counter block.
+        stats: usize,
+    },
 }
 
 impl std::fmt::Display for RuntimeError {
@@ -136,6 +177,15 @@ impl std::fmt::Display for RuntimeError {
             Self::Table(e) => write!(f, "{e}"),
             Self::BadRingCapacity(n) => write!(f, "ring capacity {n} must be a power of two"),
             Self::NoSources => f.write_str("a runtime needs at least one rx source"),
+            Self::SharedMismatch {
+                layout,
+                desired,
+                stats,
+            } => write!(
+                f,
+                "shared state sized for {desired} (table) and {stats} (stats) CPUs, \
+                 but its layout has {layout}: build it with RuntimeConfig::shared"
+            ),
         }
     }
 }
@@ -221,9 +271,13 @@ type CommonSlot<D, St> = Arc<Mutex<Option<Arc<Common<D, St>>>>>;
 ///
 /// let seen = Arc::new(Mutex::new(Vec::new()));
 /// let cfg = RuntimeConfig { cpus: CpuSet::first(1), ..Default::default() };
-/// let layout = Arc::new(CpuLayout::uniform(1, 1).unwrap());
-/// let rt = Runtime::start(cfg, layout, Arc::new(App(seen.clone())),
+/// // The shared state exists before the workers: the tables can be handed
+/// // out (recorders, flow delivery) before the runtime starts.
+/// let shared = cfg.shared(Arc::new(CpuLayout::uniform(1, 1).unwrap())).unwrap();
+/// let desired = shared.desired.clone();
+/// let rt = Runtime::start(cfg, shared, Arc::new(App(seen.clone())),
 ///     vec![Box::new(Once((0..100).collect()))]).unwrap();
+/// assert!(Arc::ptr_eq(&rt.shared().desired, &desired));
 /// while rt.stats().total.processed < 100 { std::thread::yield_now(); }
 /// rt.stop();
 /// assert_eq!(seen.lock().unwrap().len(), 100);
@@ -246,14 +300,17 @@ where
     D: Copy + Send + Default + 'static,
     St: Setup<D>,
 {
-    /// Builds the tables and rings and starts one pinned worker per CPU of
-    /// `cfg.cpus`; rx queue `i` is dispatched by the `i % n`-th worker.
+    /// Builds the rings and starts one pinned worker per CPU of `cfg.cpus`
+    /// on `shared` (from [`RuntimeConfig::shared`], used as it is: its
+    /// table, pins and switches may already hold what the application put
+    /// there); rx queue `i` is dispatched by the `i % n`-th worker.
     pub fn start(
         cfg: RuntimeConfig,
-        layout: Arc<CpuLayout>,
+        shared: Shared,
         setup: Arc<St>,
         sources: Vec<Box<dyn RxSource<D>>>,
     ) -> Result<Self, RuntimeError> {
+        let layout = &shared.layout;
         let cpus: Vec<CpuId> = cfg.cpus.iter().collect();
         if cpus.is_empty() || cpus.iter().any(|&c| !layout.is_online(c)) {
             return Err(RuntimeError::BadCpus(cfg.cpus.to_string()));
@@ -265,18 +322,14 @@ where
             return Err(RuntimeError::BadRingCapacity(cfg.ring_capacity));
         }
         let nr = layout.nr_cpus();
-        let desired = DesiredCpuTable::with_policy(cfg.desired_entries, nr, cfg.policy)
-            .map_err(RuntimeError::Table)?;
-        let switches = DispatchSwitches::default();
-        switches.fast_path.store(cfg.fast_path, Ordering::Relaxed);
-        switches.flow_limit.store(cfg.flow_limit, Ordering::Relaxed);
-        let shared = Shared {
-            desired: Arc::new(desired),
-            layout,
-            stats: Arc::new(Stats::new(nr)),
-            pins: Pins::new(),
-            switches: Arc::new(switches),
-        };
+        let (desired, stats) = (shared.desired.codec().nr_cpus(), shared.stats.nr_cpus());
+        if desired != nr || stats != nr {
+            return Err(RuntimeError::SharedMismatch {
+                layout: nr,
+                desired,
+                stats,
+            });
+        }
 
         // The ring matrix: producers[rxq][cpu], inbound[cpu] = one per rxq.
         let mut inbound: Vec<Vec<Inbound<D>>> = (0..nr).map(|_| Vec::new()).collect();
@@ -347,6 +400,19 @@ where
         *common_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(common.clone());
         ready.wait();
         Ok(Self { common, threads })
+    }
+
+    /// [`Runtime::start`] on fresh shared state for `layout`
+    /// ([`RuntimeConfig::shared`]), for callers that need the tables only
+    /// after the start ([`Runtime::shared`]).
+    pub fn start_with_layout(
+        cfg: RuntimeConfig,
+        layout: Arc<CpuLayout>,
+        setup: Arc<St>,
+        sources: Vec<Box<dyn RxSource<D>>>,
+    ) -> Result<Self, RuntimeError> {
+        let shared = cfg.shared(layout)?;
+        Self::start(cfg, shared, setup, sources)
     }
 
     /// What dispatchers and recorders share: the desired-CPU table (record
