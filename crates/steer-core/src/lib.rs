@@ -16,6 +16,12 @@
 //!
 //! Nothing here needs root, libbpf or hwloc: topology comes in as a
 //! [`cpu::CpuLayout`] built by the caller.
+//!
+//! `unsafe` is denied crate-wide. The one place allowed it is the ring's
+//! slot handling (the slot buffer, the producer, the consumer and the
+//! shared state in [`ring`]), each `unsafe` block with its `// SAFETY:`
+//! argument.
+#![deny(unsafe_code)]
 #![cfg_attr(not(any(test, loom)), deny(clippy::unwrap_used))]
 
 pub mod cpu;
