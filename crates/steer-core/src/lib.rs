@@ -14,6 +14,11 @@
 //! - [`runtime`]: pinned workers, the ring matrix, panic recovery, shutdown.
 //! - [`record`]: the application thread's handle that records where it consumes a flow.
 //!
+//! Types and functions that mirror the kernel's carry its names as doc
+//! aliases, so the documentation's search finds `rps_sock_flow_table`,
+//! `rps_dev_flow_table`, `get_rps_cpu`, `ndo_rx_flow_steer`,
+//! `rps_may_expire_flow`, `softnet_data` and the like.
+//!
 //! Nothing here needs root, libbpf or hwloc: topology comes in as a
 //! [`cpu::CpuLayout`] built by the caller.
 //!

@@ -170,6 +170,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
 
     /// Dispatches one batch. Every descriptor ends in the handler (inline),
     /// in a ring, or back in `pool` (counted).
+    #[doc(alias("get_rps_cpu", "enqueue_to_backlog"))]
     pub fn dispatch<P, F>(&mut self, batch: &[D], pool: &mut P, handler: &mut F)
     where
         P: FramePool<D>,
@@ -364,6 +365,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
 
     /// Background step (idle time, never per packet): expires up to `budget`
     /// idle flow entries (`rps_may_expire_flow`), removing their hook state.
+    #[doc(alias = "rps_may_expire_flow")]
     pub fn sweep(&mut self, idle_timeout: Tick, budget: usize) -> usize {
         let heads = RingHeads(&self.producers);
         self.rx_table

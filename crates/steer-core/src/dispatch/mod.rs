@@ -80,6 +80,7 @@ pub trait Handler<D, P> {
     /// End of a batch (the `xdp_do_flush` point): transmit what was staged.
     /// The runtime calls it after each dispatched rx batch and each ring
     /// drain, and before a worker stops; the default does nothing.
+    #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
 }
 

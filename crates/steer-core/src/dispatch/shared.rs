@@ -26,6 +26,7 @@ pub struct DispatchSwitches {
     /// Run same-CPU packets inline (the fast path).
     pub fast_path: AtomicBool,
     /// Apply the per-CPU flow limit.
+    #[doc(alias = "flow_limit_cpu_bitmap")]
     pub flow_limit: AtomicBool,
     /// Workers that exited after dropping their rings (bumped by the
     /// runtime); a dispatcher that sees it change takes back whatever was

@@ -150,6 +150,7 @@ pub const fn nonzero(h: u32) -> u32 {
 }
 
 /// A flow hash function. Implementations return a non-zero value.
+#[doc(alias = "skb_get_hash")]
 pub trait FlowHasher {
     /// The hash of `key`, never 0.
     fn hash(&self, key: &FlowKey) -> u32;
@@ -175,6 +176,7 @@ pub trait FlowHasher {
 /// assert_eq!(flow_key(&later).unwrap(), Some(k));
 /// ```
 #[inline(always)]
+#[doc(alias = "skb_flow_dissect")]
 pub fn flow_key(frame: &[u8]) -> Result<Option<FlowKey>, ParseError> {
     // One return per untagged shape: inlined into a caller that hashes the
     // key, each return's key is known to be IPv4 or IPv6, and the hash can

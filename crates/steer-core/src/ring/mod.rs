@@ -107,6 +107,7 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// assert!(steer_core::ring::channel::<u32>(1000).is_err());
 /// # Ok::<(), steer_core::ring::CapacityError>(())
 /// ```
+#[doc(alias("input_pkt_queue", "backlog"))]
 pub fn channel<T: Send>(capacity: usize) -> Result<(Producer<T>, Consumer<T>), CapacityError> {
     let error = CapacityError {
         requested: capacity,

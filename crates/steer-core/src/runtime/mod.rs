@@ -71,6 +71,7 @@ pub struct RuntimeConfig {
     /// [`RuntimeConfig::shared`]).
     pub policy: Policy,
     /// Where flows nobody has recorded a CPU for go.
+    #[doc(alias("rps_cpus", "rps_map"))]
     pub rps: RpsMode,
     /// Start with the same-CPU fast path on (read by
     /// [`RuntimeConfig::shared`]).
@@ -81,6 +82,7 @@ pub struct RuntimeConfig {
     /// Never sleep: poll rings and sources continuously.
     pub busy_poll: bool,
     /// Max packets per poll and per ring drain per round (the NAPI budget).
+    #[doc(alias("dev_weight", "netdev_budget"))]
     pub batch: usize,
     /// Empty rounds before an idle worker sleeps.
     pub idle_spins: u32,
@@ -131,6 +133,7 @@ impl RuntimeConfig {
 
 /// Where a flow without a recorded (or pinned) CPU is processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "rps_cpus")]
 pub enum RpsMode {
     /// Spread over all worker CPUs by flow hash (RPS with `rps_cpus` = all):
     /// for fewer rx queues than CPUs.

@@ -36,6 +36,7 @@ impl<H: SteerHook> RxFlowTable<H> {
     ///
     /// Meant for a background or idle step of the owning dispatcher; never
     /// called on the per-packet path.
+    #[doc(alias = "rps_may_expire_flow")]
     pub fn sweep(
         &mut self,
         _layout: &CpuLayout,

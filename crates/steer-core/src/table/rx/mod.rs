@@ -169,6 +169,7 @@ pub struct Steered {
 /// assert_eq!(t.hook().steer_calls(), 2);
 /// ```
 #[derive(Debug)]
+#[doc(alias("rps_dev_flow_table", "rps_dev_flow"))]
 pub struct RxFlowTable<H: SteerHook = NoopHook> {
     // Read-mostly.
     rxq: u32,
@@ -270,6 +271,7 @@ impl<H: SteerHook> RxFlowTable<H> {
     /// (module docs). `now` marks the flow used. Calls the hook when the flow
     /// moves. Never sweeps.
     #[inline]
+    #[doc(alias = "set_rps_cpu")]
     pub fn steer(
         &mut self,
         hash: u32,
