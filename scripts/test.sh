@@ -7,6 +7,7 @@
 #
 #   ci/fmt.sh          cargo fmt --check (workspace and fuzz targets)
 #   ci/clippy.sh       clippy on all targets, warnings denied
+#   ci/doc.sh          cargo doc with RUSTDOCFLAGS=-D warnings
 #   ci/test.sh         unit, integration and doc tests; each bench once
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
 #   ci/loom.sh         loom model checks of the ring
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-all=(fmt clippy test bench-smoke loom)
+all=(fmt clippy doc test bench-smoke loom)
 checks=("${all[@]}")
 if [ $# -gt 0 ]; then
   checks=("$@")
