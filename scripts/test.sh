@@ -11,6 +11,7 @@
 #   ci/test.sh         unit, integration and doc tests; each bench once
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
 #   ci/loom.sh         loom model checks of the ring
+#   ci/fuzz.sh         a minute of the parser's cargo-fuzz target (nightly)
 #
 # Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`
 # runs only the named ones (after setup).
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-all=(fmt clippy doc test bench-smoke loom)
+all=(fmt clippy doc test bench-smoke loom fuzz)
 checks=("${all[@]}")
 if [ $# -gt 0 ]; then
   checks=("$@")
