@@ -12,6 +12,7 @@
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
 #   ci/loom.sh         loom model checks of the ring
 #   ci/fuzz.sh         a minute of the parser's cargo-fuzz target (nightly)
+#   ci/asan.sh         AddressSanitizer over the ring and the UMEM/socket tests (nightly)
 #
 # Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`
 # runs only the named ones (after setup).
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-all=(fmt clippy doc test bench-smoke loom fuzz)
+all=(fmt clippy doc test bench-smoke loom fuzz asan)
 checks=("${all[@]}")
 if [ $# -gt 0 ]; then
   checks=("$@")
