@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use steer::core::cpu::{CpuLayout, CpuSet};
-use steer::core::dispatch::{Classifier, Dispatcher, FlowInfo, FramePool, Malformed, Pins, Shared};
+use steer::core::dispatch::{Dispatcher, FramePool, Pins, Shared};
 use steer::core::flow::{flow_key, FlowClassifier, FlowHasher, KeyedHasher};
+use steer::core::flow::{Classifier, FlowInfo, Malformed};
 use steer::core::hook::{FilterId, FlowMove, HookError, SteerHook};
 use steer::core::packet::build::FrameBuilder;
 use steer::core::policy::Policy;

@@ -36,9 +36,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use steer::core::cpu::{CpuLayout, CpuSet};
-use steer::core::dispatch::Classifier;
 use steer::core::flow::{
-    flow_key, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher,
+    flow_key, Classifier, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher,
 };
 use steer::core::packet::build::FrameBuilder;
 use steer::core::packet::ethernet::ethertype;

@@ -1,48 +1,44 @@
 #!/usr/bin/env bash
-# Installs what is needed and runs the whole test suite, as root (the AF_XDP
-# tests build veth pairs in network namespaces of their own). Fails on the
-# first failing check. This is what .ci/run calls.
+# Installs what is needed and runs every check, as root (the AF_XDP tests
+# build veth pairs in network namespaces of their own). This is what .ci/run
+# calls. Each check is its own script under ci/, run with `bash` (so a lost
+# execute bit cannot skip one) in this order; the first failure stops the run.
+# Each prints how long it took.
+#
+#   ci/fmt.sh          cargo fmt --check (workspace and fuzz targets)
+#   ci/clippy.sh       clippy on all targets, warnings denied
+#   ci/doc.sh          cargo doc with RUSTDOCFLAGS=-D warnings
+#   ci/test.sh         unit, integration and doc tests; each bench once
+#   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
+#   ci/loom.sh         loom model checks of the ring
+#   ci/fuzz.sh         a minute of the parser's cargo-fuzz target (nightly)
+#   ci/asan.sh         AddressSanitizer over the ring and the UMEM/socket tests (nightly)
+#
+# Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`
+# runs only the named ones (after setup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-step() { printf '\n=== %s\n' "$*"; }
-
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy --all-targets -D warnings"
-cargo clippy --workspace --all-targets -- -D warnings
-
-step "cargo test (unit, integration, doc tests; builds the examples the tests run)"
-cargo test --workspace
-
-step "cargo test --benches (each bench once, so they keep working)"
-cargo test --workspace --benches
-
-step "bench scripts: sockperf output parser self-test, shell syntax"
-bash benches/compare-kernel.sh --self-test
-for f in scripts/*.sh benches/*.sh benches/seeds/*.sh; do
-  [ -e "$f" ] && bash -n "$f"
-done
-
-step "bench scripts: quick smoke runs (kernel comparison, seed reproductions)"
-# A 2 s window is too short for the goals; these runs check that each script
-# still drives its binaries end to end and finds every number it reports
-# (exit 2 otherwise). They run the debug `steer` command `cargo test` just built
-# (numbers are not checked here; a release build would double CI's time);
-# the criterion parts need the bench profile.
-export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
-cargo bench --no-default-features --bench table --bench dispatch --no-run
-bash benches/compare-kernel.sh --quick
-for f in benches/seeds/seed*.sh; do
-  bash "$f" --quick
-done
-
-if [ -x scripts/loom.sh ]; then
-  step "loom model checks of the lock-free ring"
-  scripts/loom.sh
+all=(fmt clippy doc test bench-smoke loom fuzz asan)
+checks=("${all[@]}")
+if [ $# -gt 0 ]; then
+  checks=("$@")
 fi
+for c in "${checks[@]}"; do
+  if [ ! -f "ci/$c.sh" ]; then
+    echo "test.sh: no check ci/$c.sh (the checks: ${all[*]})" >&2
+    exit 2
+  fi
+done
+
+total=$SECONDS
+for c in "${checks[@]}"; do
+  printf '\n=== ci/%s.sh\n' "$c"
+  start=$SECONDS
+  bash "ci/$c.sh"
+  printf '=== ci/%s.sh: ok in %d s\n' "$c" $((SECONDS - start))
+done
 echo
-echo "all checks passed"
+echo "all checks passed in $((SECONDS - total)) s"

@@ -69,9 +69,11 @@ impl std::error::Error for HookError {}
 
 /// Called by an rx-queue flow table when it moves a flow, and by its sweep
 /// when an idle flow's state expires.
+#[doc(alias = "ndo_rx_flow_steer")]
 pub trait SteerHook {
     /// Steer `mv.hash` towards `mv.to`. Returns the filter now in force for
     /// the bucket, `Ok(None)` when the hook keeps no state.
+    #[doc(alias = "ndo_rx_flow_steer")]
     fn steer(&mut self, mv: &FlowMove) -> Result<Option<FilterId>, HookError>;
 
     /// Drop the state `filter` of bucket `bucket` of rx queue `rxq` (the flow

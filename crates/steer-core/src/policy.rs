@@ -98,6 +98,7 @@ impl std::str::FromStr for Policy {
 /// assert_eq!(switch.get(), Policy::LlcAffinity);
 /// ```
 #[derive(Debug, Default)]
+#[doc(alias = "rps_feat_llc_affinity")]
 pub struct PolicySwitch(AtomicU8);
 
 impl PolicySwitch {

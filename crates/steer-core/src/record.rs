@@ -45,6 +45,7 @@ pub trait CpuProbe {
 /// assert!(rec.record(0x1234).unwrap().wrote());
 /// assert_eq!(table.lookup(0x1234), Some(2));
 /// ```
+#[doc(alias("sock_rps_record_flow", "rps_record_sock_flow"))]
 pub struct Recorder<P: CpuProbe> {
     desired: Arc<DesiredCpuTable>,
     layout: Arc<CpuLayout>,

@@ -25,6 +25,7 @@ macro_rules! counters {
 
         /// One CPU's shared counters (see [`LocalStats`] for their meaning).
         #[derive(Debug, Default)]
+        #[doc(alias = "softnet_data")]
         pub struct CpuStats {
             $( $name: AtomicU64, )+
         }
@@ -101,6 +102,7 @@ counters! {
 /// assert!(snap.to_json().contains("\"processed\":3"));
 /// ```
 #[derive(Debug)]
+#[doc(alias = "softnet_stat")]
 pub struct Stats {
     cpus: Box<[CachePadded<CpuStats>]>,
 }
@@ -144,6 +146,7 @@ impl Stats {
 
 /// A point-in-time copy of the counters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[doc(alias = "softnet_stat")]
 pub struct StatsSnapshot {
     /// `(cpu, counters)` for every CPU.
     pub per_cpu: Vec<(CpuId, LocalStats)>,

@@ -84,6 +84,7 @@ impl Doorbell {
     /// Dispatcher side, after queuing: wakes the worker if it is asleep or
     /// falling asleep. Returns whether it woke it.
     #[inline]
+    #[doc(alias("net_rps_send_ipi", "rps_trigger_softirq"))]
     pub fn ring(&self) -> bool {
         if self.sleeping.load(Ordering::SeqCst) {
             self.sleeper.wake();

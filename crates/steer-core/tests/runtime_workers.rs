@@ -14,7 +14,7 @@ use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{Runtime, RuntimeConfig, RxSource, Setup, WorkerState};
+use steer_core::runtime::{Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState};
 use steer_core::wake::{Sleeper, ThreadSleeper};
 
 /// A sleeper the test's feed can wake too (as an AF_XDP worker's event loop
@@ -181,7 +181,7 @@ fn order_and_accounting_under_concurrent_migration() {
         });
         let feeds = [Feed::default(), Feed::default()];
         let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap()); // two LLCs: every move crosses
-        let rt = Runtime::start(
+        let rt = Runtime::start_with_layout(
             RuntimeConfig {
                 policy,
                 ..config(ring)
@@ -257,7 +257,7 @@ fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
     });
     let feeds = [Feed::default(), Feed::default()];
     let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
-    let rt = Runtime::start(
+    let rt = Runtime::start_with_layout(
         config(256),
         layout.clone(),
         app,
@@ -316,7 +316,7 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
         cpu0_sleeper: Some(cpu0.clone()),
     });
     let feeds = [Feed::default(), Feed::default()];
-    let rt = Runtime::start(
+    let rt = Runtime::start_with_layout(
         RuntimeConfig {
             sleep_timeout: Duration::from_secs(30),
             idle_spins: 4,
@@ -355,4 +355,92 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
         "CPU 1 handled them: {per_cpu:?}"
     );
     rt.stop();
+}
+
+/// The shared state is built before the start: pins and consumer records
+/// made then steer the very first packets, and the runtime runs on that
+/// state itself (not a copy).
+#[test]
+fn shared_state_built_before_start_steers_from_the_first_packet() {
+    let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
+    let cfg = config(256);
+    let shared = cfg.shared(layout.clone()).unwrap();
+    // Plain RPS (hash scaled over CPUs 0 and 1) would put `a` on CPU 0 and
+    // `b` on CPU 1; the pin and the record made before the start send them
+    // the other way.
+    let rps = |f: u32| ((u64::from(flow_hash(f)) * 2) >> 32) as usize;
+    let a = (0..).find(|&f| rps(f) == 0).unwrap();
+    let b = (0..).find(|&f| rps(f) == 1).unwrap();
+    shared.pins.pin_flow(flow_hash(a), 1);
+    shared
+        .desired
+        .record(flow_hash(b), 0, &CpuSet::first(2), &layout)
+        .unwrap();
+
+    // Three packets of `a` for each of `b`, so swapped CPUs show.
+    let packets = 200u32;
+    let flow_of = |i: u32| if i % 4 == 0 { b } else { a };
+    let bytes = (0..packets).map(|i| common::frame(flow_of(i), i)).collect();
+    let frames = Arc::new(Frames {
+        bytes,
+        released: AtomicUsize::new(0),
+    });
+    let feed = Feed::default();
+    feed.0.lock().unwrap().extend(0..packets as usize);
+    let app = Arc::new(App {
+        frames: frames.clone(),
+        log: Default::default(),
+        poison: None,
+        cpu0_sleeper: None,
+    });
+    let stats = shared.stats.clone();
+    let pins = shared.pins.clone();
+    // One rx queue, dispatched on CPU 0.
+    let rt = Runtime::start(cfg, shared, app, vec![Box::new(feed)]).unwrap();
+    assert!(Arc::ptr_eq(&rt.shared().pins, &pins));
+    assert!(Arc::ptr_eq(&rt.shared().stats, &stats));
+    wait_for("packets handled", Duration::from_secs(10), || {
+        frames.released.load(Ordering::Relaxed) == packets as usize
+    });
+    rt.stop();
+    let snap = stats.snapshot();
+    let of_a = (0..packets).filter(|&i| flow_of(i) == a).count() as u64;
+    let of_b = u64::from(packets) - of_a;
+    assert_eq!((of_a, of_b), (150, 50));
+    assert_eq!(snap.per_cpu[1].1.processed, of_a, "a on CPU 1: {snap:?}");
+    assert_eq!(snap.per_cpu[0].1.processed, of_b, "b on CPU 0: {snap:?}");
+    assert_eq!(
+        snap.per_cpu[0].1.steered_out, of_a,
+        "a left CPU 0: {snap:?}"
+    );
+}
+
+/// A `Shared` assembled by hand with parts sized for other CPUs than its
+/// layout is refused with a typed error, before any worker starts.
+#[test]
+fn shared_state_sized_for_other_cpus_is_refused() {
+    let cfg = config(256);
+    let shared = steer_core::dispatch::Shared {
+        stats: Arc::new(steer_core::stats::Stats::new(1)),
+        ..cfg
+            .shared(Arc::new(CpuLayout::uniform(2, 1).unwrap()))
+            .unwrap()
+    };
+    let (frames, _) = frames(2, 2);
+    let app = Arc::new(App {
+        frames,
+        log: Default::default(),
+        poison: None,
+        cpu0_sleeper: None,
+    });
+    let err = Runtime::start(cfg, shared, app, vec![Box::new(Feed::default())]).unwrap_err();
+    assert_eq!(
+        err,
+        RuntimeError::SharedMismatch {
+            layout: 2,
+            desired: 2,
+            stats: 1
+        }
+    );
+    assert!(err.to_string().contains("RuntimeConfig::shared"), "{err}");
 }

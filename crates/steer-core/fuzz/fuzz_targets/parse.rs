@@ -5,9 +5,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
 use steer_core::flow::{
-    flow_key, flow_key_general, FlowClassifier, FlowHasher, KeyedHasher, ToeplitzHasher,
+    flow_key, flow_key_general, Classifier, FlowClassifier, FlowHasher, FlowInfo, KeyedHasher,
+    Malformed, ToeplitzHasher,
 };
 use steer_core::packet::parse;
 
@@ -34,9 +34,15 @@ fuzz_target!(|data: &[u8]| {
 fn fast_paths_agree(data: &[u8]) {
     let general = flow_key_general(data);
     assert_eq!(flow_key(data), general);
-    for h in [KeyedHasher::with_seed(1), KeyedHasher::with_seed(1).symmetric(true)] {
+    for h in [
+        KeyedHasher::with_seed(1),
+        KeyedHasher::with_seed(1).symmetric(true),
+    ] {
         let want = match general {
-            Ok(Some(k)) => Ok(Some(FlowInfo { hash: h.hash(&k), dst_port: k.dst_port() })),
+            Ok(Some(k)) => Ok(Some(FlowInfo {
+                hash: h.hash(&k),
+                dst_port: k.dst_port(),
+            })),
             Ok(None) => Ok(None),
             Err(_) => Err(Malformed),
         };

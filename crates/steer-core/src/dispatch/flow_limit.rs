@@ -12,6 +12,7 @@ const BUCKETS: usize = 1024;
 
 /// Flow-limit state for one target CPU.
 #[derive(Debug, Clone)]
+#[doc(alias("sd_flow_limit", "flow_limit"))]
 pub struct FlowLimit {
     history: [u16; HISTORY],
     pos: usize,
@@ -32,6 +33,7 @@ impl FlowLimit {
     /// Notes a packet of flow `hash` headed for this CPU, whose queue is
     /// `fill` full out of `capacity`; returns true if it must be dropped.
     #[inline]
+    #[doc(alias = "skb_flow_limit")]
     pub fn over_limit(&mut self, hash: u32, fill: usize, capacity: usize) -> bool {
         if fill <= capacity / 2 {
             return false;

@@ -3,15 +3,17 @@
 //! (same-CPU fast path) or hand its descriptor to that CPU's ring.
 //!
 //! Per packet (`get_rps_cpu` plus `enqueue_to_backlog`, in userspace):
-//! 1. classify: flow hash and destination port ([`Classifier`]); a malformed
-//!    frame is counted and returned to its pool; a frame with no flow
-//!    (non-IP) is processed on this CPU, like the kernel does without a hash;
+//! 1. classify: flow hash and destination port ([`Classifier`], from
+//!    [`crate::flow`]); a malformed frame is counted and returned to its
+//!    pool; a frame with no flow (non-IP) is processed on this CPU, like the
+//!    kernel does without a hash;
 //! 2. desired CPU: an explicit pin ([`Pins`]) if any, else what the consumer
-//!    recorded in the [`DesiredCpuTable`], else plain RPS (the flow hash
-//!    scaled over the configured CPUs);
-//! 3. the rx-queue table ([`RxFlowTable`]) moves the flow there only when its
-//!    old CPU is gone or has processed the flow's last queued packet
-//!    (`last_qtail`), calling the steering hook on a move;
+//!    recorded in the [`DesiredCpuTable`](crate::table::DesiredCpuTable),
+//!    else plain RPS (the flow hash scaled over the configured CPUs);
+//! 3. the rx-queue table ([`RxFlowTable`](crate::table::RxFlowTable)) moves
+//!    the flow there only when its old CPU is gone or has processed the
+//!    flow's last queued packet (`last_qtail`), calling the steering hook on
+//!    a move;
 //! 4. **fast path**: the CPU is this dispatcher's own and no earlier packet of
 //!    the flow is still in this CPU's ring: run the handler inline (seed 003,
 //!    with its review's ordering fix); otherwise push the descriptor to the
@@ -24,65 +26,31 @@
 //! moves while they sit in another's); every frame handed to
 //! [`Dispatcher::dispatch`] ends in exactly one of: the handler, a ring, or
 //! the pool (counted as `dropped`, `flow_limit_drops` or `malformed`).
+//!
+//! Where things are: the [`Dispatcher`] itself (`dispatcher.rs`); what the
+//! dispatchers share with the rest of the engine, [`Shared`] and its
+//! [`DispatchSwitches`] (`shared.rs`); explicit [`Pins`]; the per-CPU
+//! [`FlowLimit`]. The interfaces a dispatcher works through are here:
+//! [`FramePool`] (where frames live) and [`Handler`] (the user's code), with
+//! the [`Classifier`] from [`crate::flow`].
 
+mod dispatcher;
 mod flow_limit;
 mod pins;
+mod shared;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-
+pub use dispatcher::Dispatcher;
 pub use flow_limit::FlowLimit;
 pub use pins::{PinReader, Pins};
-
-use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::hook::{NoopHook, SteerHook};
-use crate::ring::{Producer, PushError};
-use crate::stats::{LocalStats, Stats};
-use crate::table::{DesiredCpuTable, QueueHeads, RxFlowTable, SteerAction, Tick};
-use crate::wake::Doorbell;
-
-/// Each CPU's queue head as the rx-queue table sees it: the consumer's
-/// dequeue count of this dispatcher's ring to that CPU, `None` when there is
-/// no ring or its worker is gone.
-struct RingHeads<'a, D>(&'a [Option<Producer<D>>]);
-
-impl<D> QueueHeads for RingHeads<'_, D> {
-    #[inline]
-    fn dequeued(&self, cpu: CpuId) -> Option<u64> {
-        let p = self.0.get(cpu)?.as_ref()?;
-        (!p.is_abandoned()).then(|| p.dequeued())
-    }
-}
-
-/// A frame's flow, as the dispatcher needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowInfo {
-    /// The flow hash (non-zero).
-    pub hash: u32,
-    /// The destination port (0 when the protocol has none, or a fragment).
-    pub dst_port: u16,
-}
-
-/// The frame could not be parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed;
+pub use shared::{DispatchSwitches, Shared};
+// Where they lived before; the classifier is `flow`'s (a lower module).
+pub use crate::flow::{Classifier, FlowInfo, Malformed};
 
 /// How many frames ahead of the one being dispatched the dispatcher asks
 /// the pool to [`FramePool::prefetch`]: enough to cover a cache miss with
 /// the work on the frames in between, few enough to stay within the CPU's
 /// outstanding-miss buffers (10 to 12 on current x86 cores).
 pub const PREFETCH_AHEAD: usize = 4;
-
-/// Finds a frame's flow: parse and hash (or use the NIC's receive hash).
-pub trait Classifier {
-    /// `Ok(Some(..))` for a frame with a flow, `Ok(None)` for one without
-    /// (non-IP), `Err(Malformed)` for one that does not parse.
-    fn classify(
-        &mut self,
-        frame: &[u8],
-        rx_hash: Option<u32>,
-    ) -> Result<Option<FlowInfo>, Malformed>;
-}
 
 /// Where frames live and go back to: the UMEM on the AF_XDP path, a vector
 /// of buffers in tests and benches.
@@ -112,6 +80,7 @@ pub trait Handler<D, P> {
     /// End of a batch (the `xdp_do_flush` point): transmit what was staged.
     /// The runtime calls it after each dispatched rx batch and each ring
     /// drain, and before a worker stops; the default does nothing.
+    #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
 }
 
@@ -119,386 +88,5 @@ impl<D, P, F: FnMut(D, &mut P)> Handler<D, P> for F {
     #[inline]
     fn handle(&mut self, desc: D, pool: &mut P) {
         self(desc, pool)
-    }
-}
-
-/// Dispatcher settings that can change at run time, shared with the engine.
-#[derive(Debug)]
-pub struct DispatchSwitches {
-    /// Run same-CPU packets inline (the fast path).
-    pub fast_path: AtomicBool,
-    /// Apply the per-CPU flow limit.
-    pub flow_limit: AtomicBool,
-    /// Workers that exited after dropping their rings (bumped by the
-    /// runtime); a dispatcher that sees it change takes back whatever was
-    /// left in rings without a consumer.
-    pub worker_exits: AtomicU64,
-}
-
-impl Default for DispatchSwitches {
-    fn default() -> Self {
-        Self {
-            fast_path: AtomicBool::new(true),
-            flow_limit: AtomicBool::new(false),
-            worker_exits: AtomicU64::new(0),
-        }
-    }
-}
-
-/// What a dispatcher shares with the rest of the engine.
-#[derive(Debug, Clone)]
-pub struct Shared {
-    /// The desired-CPU table the consumers record into.
-    pub desired: Arc<DesiredCpuTable>,
-    /// Which CPU is behind which LLC, and which are online.
-    pub layout: Arc<CpuLayout>,
-    /// Per-CPU counters.
-    pub stats: Arc<Stats>,
-    /// Explicit flow and port pins.
-    pub pins: Arc<Pins>,
-    /// Run-time switches.
-    pub switches: Arc<DispatchSwitches>,
-}
-
-/// One rx queue's dispatcher, running on CPU `own_cpu`.
-///
-/// ```
-/// use std::sync::Arc;
-/// use steer_core::cpu::{CpuLayout, CpuSet};
-/// use steer_core::dispatch::*;
-/// use steer_core::ring;
-/// use steer_core::stats::Stats;
-/// use steer_core::table::{DesiredCpuTable, RxFlowTable};
-///
-/// // Frames are indices into a Vec; their first byte is the flow hash.
-/// struct Pool(Vec<Vec<u8>>, Vec<usize>);
-/// impl FramePool<usize> for Pool {
-///     fn frame(&self, d: &usize) -> &[u8] { &self.0[*d] }
-///     fn release(&mut self, d: usize) { self.1.push(d) }
-/// }
-/// struct FirstByte;
-/// impl Classifier for FirstByte {
-///     fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
-///         Ok(Some(FlowInfo { hash: u32::from(*f.first().ok_or(Malformed)?) + 1, dst_port: 0 }))
-///     }
-/// }
-///
-/// let shared = Shared {
-///     desired: Arc::new(DesiredCpuTable::new(1024, 2).unwrap()),
-///     layout: Arc::new(CpuLayout::uniform(2, 2).unwrap()),
-///     stats: Arc::new(Stats::new(2)),
-///     pins: Pins::new(),
-///     switches: Default::default(),
-/// };
-/// let (p0, _c0) = ring::channel(64).unwrap();
-/// let (p1, mut c1) = ring::channel(64).unwrap();
-/// let mut d = Dispatcher::new(0, 0, FirstByte, RxFlowTable::new(0, 256).unwrap(),
-///     vec![Some(p0), Some(p1)], CpuSet::first(2), shared.clone());
-/// // Flow 7's consumer runs on CPU 1.
-/// shared.desired.record(8, 1, &CpuSet::first(2), &shared.layout).unwrap();
-/// let mut pool = Pool(vec![vec![7], vec![7]], vec![]);
-/// let mut inline = Vec::new();
-/// d.dispatch(&[0, 1], &mut pool, &mut |desc, _: &mut Pool| inline.push(desc));
-/// assert!(inline.is_empty());
-/// assert_eq!(c1.pop_batch(&mut [0; 4]), 2); // both went to CPU 1's ring
-/// ```
-pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
-    own_cpu: CpuId,
-    classifier: C,
-    rx_table: RxFlowTable<H>,
-    producers: Vec<Option<Producer<D>>>,
-    doorbells: Vec<Option<Arc<Doorbell>>>,
-    rps_cpus: Vec<CpuId>,
-    pins: PinReader,
-    flow_limits: Vec<FlowLimit>,
-    shared: Shared,
-    local: LocalStats,
-    rung: CpuSet,
-    /// `DispatchSwitches::worker_exits` as last seen.
-    seen_worker_exits: u64,
-    now: Tick,
-    /// Descriptors of the current batch already dispatched (for recovery
-    /// when a handler panics mid-batch).
-    done_in_batch: usize,
-}
-
-impl<D, C, H> std::fmt::Debug for Dispatcher<D, C, H>
-where
-    H: SteerHook,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dispatcher")
-            .field("own_cpu", &self.own_cpu)
-            .field("rxq", &self.rx_table.rxq())
-            .field("rps_cpus", &self.rps_cpus)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
-    /// A dispatcher on CPU `own_cpu` for rx queue `rxq`'s table `rx_table`,
-    /// with `producers[cpu]` the ring to each worker CPU (`None`: no worker
-    /// there) and `rps_cpus` the CPUs flows without a desire are spread over.
-    pub fn new(
-        own_cpu: CpuId,
-        _rxq: u32,
-        classifier: C,
-        rx_table: RxFlowTable<H>,
-        producers: Vec<Option<Producer<D>>>,
-        rps_cpus: CpuSet,
-        shared: Shared,
-    ) -> Self {
-        let nr = producers.len();
-        let rps_cpus: Vec<CpuId> = rps_cpus
-            .iter()
-            .filter(|&c| c < nr && producers[c].is_some())
-            .collect();
-        Self {
-            own_cpu,
-            classifier,
-            rx_table,
-            doorbells: vec![None; nr],
-            flow_limits: vec![FlowLimit::default(); nr],
-            producers,
-            rps_cpus,
-            pins: shared.pins.reader(),
-            shared,
-            local: LocalStats::default(),
-            rung: CpuSet::new(),
-            seen_worker_exits: 0,
-            now: 0,
-            done_in_batch: 0,
-        }
-    }
-
-    /// Sets the bell to ring after queuing packets for `cpu`.
-    pub fn set_doorbell(&mut self, cpu: CpuId, bell: Arc<Doorbell>) {
-        if let Some(slot) = self.doorbells.get_mut(cpu) {
-            *slot = Some(bell);
-        }
-    }
-
-    /// The CPU this dispatcher runs on.
-    pub fn own_cpu(&self) -> CpuId {
-        self.own_cpu
-    }
-
-    /// Moves the dispatcher to another CPU (its worker died and another
-    /// adopted its rx queue).
-    pub fn set_own_cpu(&mut self, cpu: CpuId) {
-        self.own_cpu = cpu;
-    }
-
-    /// The rx-queue flow table (for stats and tests).
-    pub fn rx_table(&self) -> &RxFlowTable<H> {
-        &self.rx_table
-    }
-
-    /// Sets the coarse clock used for flow idleness (e.g. milliseconds).
-    pub fn set_tick(&mut self, now: Tick) {
-        self.now = now;
-    }
-
-    /// Dispatches one batch. Every descriptor ends in the handler (inline),
-    /// in a ring, or back in `pool` (counted).
-    pub fn dispatch<P, F>(&mut self, batch: &[D], pool: &mut P, handler: &mut F)
-    where
-        P: FramePool<D>,
-        F: Handler<D, P> + ?Sized,
-    {
-        self.pins.refresh();
-        let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
-        let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
-        self.local.rx += batch.len() as u64;
-        for desc in batch.iter().take(PREFETCH_AHEAD) {
-            pool.prefetch(desc);
-        }
-        for (i, &desc) in batch.iter().enumerate() {
-            if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-                pool.prefetch(ahead);
-            }
-            self.done_in_batch = i + 1;
-            self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
-        }
-        // Frames pushed to a worker that died around our liveness check
-        // would be stranded in its ring: take them back (counted as
-        // dropped). Rings pushed to in this batch may have lost their
-        // consumer meanwhile; after a worker exit, any ring may hold some.
-        let exits = self.shared.switches.worker_exits.load(Ordering::Acquire);
-        if exits != self.seen_worker_exits {
-            self.seen_worker_exits = exits;
-            self.reclaim_from_abandoned_rings(pool, CpuSet::first(self.producers.len()));
-        } else {
-            self.reclaim_from_abandoned_rings(pool, self.rung);
-        }
-        self.finish_batch();
-    }
-
-    fn reclaim_from_abandoned_rings<P: FramePool<D>>(&mut self, pool: &mut P, cpus: CpuSet) {
-        for cpu in cpus.iter() {
-            if let Some(p) = self.producers.get_mut(cpu).and_then(Option::as_mut) {
-                let local = &mut self.local;
-                p.reclaim_abandoned(|d| {
-                    local.dropped += 1;
-                    pool.release(d);
-                });
-            }
-        }
-    }
-
-    /// How many descriptors of the last batch were taken by
-    /// [`Dispatcher::dispatch`]. After a handler panicked inside it, the
-    /// descriptors from this index on were never touched and are still the
-    /// caller's to return to the pool (the one that panicked is lost with
-    /// the handler).
-    pub fn taken_in_batch(&self) -> usize {
-        self.done_in_batch
-    }
-
-    #[inline]
-    fn dispatch_one<P, F>(
-        &mut self,
-        desc: D,
-        pool: &mut P,
-        handler: &mut F,
-        fast_path: bool,
-        flow_limit: bool,
-    ) where
-        P: FramePool<D>,
-        F: Handler<D, P> + ?Sized,
-    {
-        let info = match self
-            .classifier
-            .classify(pool.frame(&desc), pool.rx_hash(&desc))
-        {
-            Ok(Some(info)) if info.hash != 0 => info,
-            Ok(_) => {
-                // No flow: nothing to keep in order, process here.
-                self.local.no_flow += 1;
-                self.run_inline(desc, pool, handler);
-                return;
-            }
-            Err(Malformed) => {
-                self.local.malformed += 1;
-                pool.release(desc);
-                return;
-            }
-        };
-        // A pin or a learned desire naming a CPU with no live worker is
-        // passed over for plain RPS, so the flow still lands somewhere.
-        let desired = self
-            .pins
-            .lookup(info.hash, info.dst_port)
-            .or_else(|| self.shared.desired.lookup(info.hash))
-            .filter(|&c| self.is_usable(c))
-            .or_else(|| self.rps_cpu(info.hash));
-        let heads = RingHeads(&self.producers);
-        let steered =
-            self.rx_table
-                .steer(info.hash, desired, &self.shared.layout, &heads, self.now);
-        match steered.action {
-            SteerAction::Moved { .. } => self.local.hook_calls += 1,
-            SteerAction::HeldBack { .. } => self.local.held_back += 1,
-            SteerAction::Stayed | SteerAction::NoTarget => {}
-        }
-        let Some(cpu) = steered.cpu else {
-            // No usable CPU at all (every worker gone): process here.
-            self.run_inline(desc, pool, handler);
-            return;
-        };
-        if cpu == self.own_cpu && fast_path && !self.rx_table.has_queued(steered.bucket, &heads) {
-            self.local.fast_path += 1;
-            self.run_inline(desc, pool, handler);
-            return;
-        }
-        let Some(producer) = self.producers.get_mut(cpu).and_then(Option::as_mut) else {
-            self.run_inline(desc, pool, handler);
-            return;
-        };
-        if flow_limit {
-            let fill = producer.capacity() - producer.free_len();
-            if let Some(fl) = self.flow_limits.get_mut(cpu) {
-                if fl.over_limit(info.hash, fill, producer.capacity()) {
-                    self.local.flow_limit_drops += 1;
-                    pool.release(desc);
-                    return;
-                }
-            }
-        }
-        match producer.push(desc) {
-            Ok(()) => {
-                self.rx_table
-                    .note_enqueued(steered.bucket, producer.enqueued());
-                if cpu == self.own_cpu {
-                    self.local.queued_local += 1;
-                } else {
-                    self.local.steered_out += 1;
-                }
-                self.rung.insert(cpu);
-            }
-            Err(PushError::Full(desc)) => {
-                self.local.dropped += 1;
-                pool.release(desc);
-            }
-        }
-    }
-
-    #[inline]
-    fn run_inline<P, F>(&mut self, desc: D, pool: &mut P, handler: &mut F)
-    where
-        F: Handler<D, P> + ?Sized,
-    {
-        self.local.processed += 1;
-        handler.handle(desc, pool);
-    }
-
-    /// Plain RPS: the flow hash scaled over the configured CPUs that still
-    /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
-    /// no RPS CPU configured or left, the flow stays on this dispatcher's
-    /// CPU (the kernel's empty `rps_cpus`: RSS only).
-    #[inline]
-    fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
-        let n = self.rps_cpus.len();
-        if n > 0 {
-            let start = ((u64::from(hash) * n as u64) >> 32) as usize;
-            let spread = (0..n)
-                .map(|i| self.rps_cpus[(start + i) % n])
-                .find(|&c| self.is_usable(c));
-            if spread.is_some() {
-                return spread;
-            }
-        }
-        Some(self.own_cpu).filter(|&c| self.is_usable(c))
-    }
-
-    #[inline]
-    fn is_usable(&self, cpu: CpuId) -> bool {
-        self.shared.layout.is_online(cpu)
-            && self
-                .producers
-                .get(cpu)
-                .and_then(Option::as_ref)
-                .is_some_and(|p| !p.is_abandoned())
-    }
-
-    fn finish_batch(&mut self) {
-        for cpu in self.rung.iter() {
-            if let Some(bell) = self.doorbells.get(cpu).and_then(Option::as_ref) {
-                bell.ring();
-            }
-        }
-        self.rung = CpuSet::new();
-        if let Some(block) = self.shared.stats.cpu(self.own_cpu) {
-            block.flush(&mut self.local);
-        }
-    }
-
-    /// Background step (idle time, never per packet): expires up to `budget`
-    /// idle flow entries (`rps_may_expire_flow`), removing their hook state.
-    pub fn sweep(&mut self, idle_timeout: Tick, budget: usize) -> usize {
-        let heads = RingHeads(&self.producers);
-        self.rx_table
-            .sweep(&self.shared.layout, &heads, self.now, idle_timeout, budget)
-            .expired
     }
 }

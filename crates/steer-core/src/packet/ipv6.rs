@@ -6,14 +6,15 @@
 //! buffer`; jumbograms are not supported). After it succeeds no accessor
 //! panics. [`walk_ext_headers`] follows hop-by-hop, routing,
 //! destination-options and fragment headers, at most
-//! [`super::MAX_IPV6_EXT_HEADERS`] of them, and stops at the fragment header
+//! [`MAX_IPV6_EXT_HEADERS`] of them, and stops at the fragment header
 //! (what follows a fragment header is fragmentable data).
 
 use std::net::Ipv6Addr;
 
-use super::ip_proto;
-use super::layers::{Fragment, MAX_IPV6_EXT_HEADERS};
-use super::{be16, put_be16, Layer, ParseError};
+use super::{be16, ip_proto, put_be16, Fragment, Layer, ParseError};
+
+/// At most this many IPv6 extension headers are followed.
+pub const MAX_IPV6_EXT_HEADERS: usize = 8;
 
 /// Byte ranges of the fixed IPv6 header.
 pub mod field {

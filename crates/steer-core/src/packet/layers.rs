@@ -10,13 +10,10 @@ use std::ops::Range;
 
 use super::ethernet::{ethertype, EthernetFrame, VlanTag, HEADER_LEN as ETH_LEN, VLAN_TAG_LEN};
 use super::ipv6::{walk_ext_headers, HEADER_LEN as IPV6_LEN};
-use super::{ip_proto, Ipv4Packet, Ipv6Packet, Layer, ParseError, TcpPacket, UdpPacket};
+use super::{ip_proto, Fragment, Ipv4Packet, Ipv6Packet, Layer, ParseError, TcpPacket, UdpPacket};
 
 /// At most this many VLAN tags (QinQ: an 802.1ad tag then an 802.1Q tag).
 pub const MAX_VLAN_TAGS: usize = 2;
-
-/// At most this many IPv6 extension headers are followed.
-pub const MAX_IPV6_EXT_HEADERS: usize = 8;
 
 /// The IP version of a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,15 +22,6 @@ pub enum IpVersion {
     V4,
     /// IPv6.
     V6,
-}
-
-/// Which fragment of a datagram a packet is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fragment {
-    /// Offset 0 (the L4 header is present).
-    First,
-    /// Offset above 0 (no L4 header).
-    Later,
 }
 
 /// Where a frame's layers are.

@@ -56,8 +56,8 @@ use std::fmt;
 
 pub use ethernet::{EthernetFrame, VlanTag};
 pub use ipv4::Ipv4Packet;
-pub use ipv6::Ipv6Packet;
-pub use layers::{parse, Fragment, IpVersion, Layers, MAX_IPV6_EXT_HEADERS, MAX_VLAN_TAGS};
+pub use ipv6::{Ipv6Packet, MAX_IPV6_EXT_HEADERS};
+pub use layers::{parse, IpVersion, Layers, MAX_VLAN_TAGS};
 pub use tcp::TcpPacket;
 pub use udp::UdpPacket;
 
@@ -94,6 +94,15 @@ pub mod ip_proto {
     pub const fn has_ports(proto: u8) -> bool {
         matches!(proto, TCP | UDP | DCCP | SCTP | UDPLITE)
     }
+}
+
+/// Which fragment of a datagram a packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fragment {
+    /// Offset 0 (the L4 header is present).
+    First,
+    /// Offset above 0 (no L4 header).
+    Later,
 }
 
 /// The layer a [`ParseError`] is about.

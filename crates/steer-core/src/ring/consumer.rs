@@ -93,6 +93,7 @@ impl<T> Consumer<T> {
     /// "handled", which is what RFS's `last_qtail` needs. If `handle`
     /// panics, the items already passed to it count as dequeued (they were
     /// moved out) and the rest stay in the ring.
+    #[doc(alias = "process_backlog")]
     pub fn consume<F: FnMut(T)>(&mut self, max: usize, mut handle: F) -> usize {
         let avail = self.available(max as u64);
         // `avail <= capacity`, so the min fits a usize.
@@ -135,12 +136,14 @@ impl<T> Consumer<T> {
 
     /// Items ever enqueued (the ring's `tail`), by a fresh `Acquire` load.
     #[inline]
+    #[doc(alias = "input_queue_tail")]
     pub fn enqueued(&self) -> u64 {
         self.shared.tail.load(Ordering::Acquire)
     }
 
     /// Items ever dequeued (the ring's `head`); exact on this side.
     #[inline]
+    #[doc(alias = "input_queue_head")]
     pub fn dequeued(&self) -> u64 {
         self.head
     }

@@ -1,4 +1,4 @@
-//! loom model checks of the ring (run by `scripts/loom.sh`): every
+//! loom model checks of the ring (run by `ci/loom.sh`): every
 //! interleaving of the two halves' atomics, up to `LOOM_MAX_PREEMPTIONS`,
 //! with loom's `UnsafeCell` flagging any slot access not ordered by the
 //! head/tail acquire/release pairs. Tiny capacities (1, 2) and a few items

@@ -65,13 +65,21 @@
 //! assert_eq!(tx.free_len(), 4);
 //! ```
 
+// `unsafe` is denied crate-wide; these modules are allowed it because the
+// slots are a raw allocation that the two halves hand over to each other
+// (`slots` owns the raw pointers; `producer` and `consumer` call its unsafe
+// accessors under the head/tail protocol; the loom tests read loom cells).
+#[allow(unsafe_code)]
 mod consumer;
 mod error;
+#[allow(unsafe_code)]
 mod producer;
+#[allow(unsafe_code)]
 mod slots;
 mod sync;
 
 #[cfg(all(test, loom))]
+#[allow(unsafe_code)]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -99,6 +107,7 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// assert!(steer_core::ring::channel::<u32>(1000).is_err());
 /// # Ok::<(), steer_core::ring::CapacityError>(())
 /// ```
+#[doc(alias("input_pkt_queue", "backlog"))]
 pub fn channel<T: Send>(capacity: usize) -> Result<(Producer<T>, Consumer<T>), CapacityError> {
     let error = CapacityError {
         requested: capacity,
@@ -144,8 +153,11 @@ impl<T> Shared<T> {
 // the producer's thread to the consumer's, which needs `T: Send` (and
 // nothing more, since no `&T` is ever shared between the threads).
 // (`Send` is automatic: `Slots<T>` is `Send` for `T: Send`.)
+#[allow(unsafe_code)]
 unsafe impl<T: Send> Sync for Shared<T> {}
 
+// Drops the values still in the ring: an unsafe read of initialised slots.
+#[allow(unsafe_code)]
 impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
         if !std::mem::needs_drop::<T>() {

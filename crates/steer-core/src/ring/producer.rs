@@ -103,6 +103,7 @@ impl<T> Producer<T> {
     /// Record it after pushing a flow's packet to get that packet's
     /// `last_qtail`, then test it with [`Producer::has_dequeued`].
     #[inline]
+    #[doc(alias = "input_queue_tail")]
     pub fn enqueued(&self) -> u64 {
         self.tail
     }
@@ -112,6 +113,7 @@ impl<T> Producer<T> {
     /// Never ahead of the consumer; see the module docs for what a value
     /// `>= X` guarantees about the items below position `X`.
     #[inline]
+    #[doc(alias = "input_queue_head")]
     pub fn dequeued(&self) -> u64 {
         self.shared.head.load(Ordering::Acquire)
     }

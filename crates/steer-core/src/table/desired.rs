@@ -118,6 +118,7 @@ pub struct SlotCodec {
 
 impl SlotCodec {
     /// The empty marker: no CPU recorded.
+    #[doc(alias = "RPS_NO_CPU")]
     pub const EMPTY: u32 = u32::MAX;
 
     /// A codec for CPU ids `0..nr_cpus`.
@@ -134,6 +135,7 @@ impl SlotCodec {
 
     /// The mask of the CPU bits of an entry.
     #[inline]
+    #[doc(alias = "rps_cpu_mask")]
     pub fn cpu_mask(&self) -> u32 {
         self.cpu_mask
     }
@@ -233,6 +235,7 @@ impl RecordStats {
 /// assert_eq!(table.stats().updates(), 2);
 /// ```
 #[derive(Debug)]
+#[doc(alias("rps_sock_flow_table", "sock_flow_table"))]
 pub struct DesiredCpuTable {
     // Read-mostly header: every lookup reads these.
     codec: SlotCodec,
@@ -319,6 +322,7 @@ impl DesiredCpuTable {
     /// the flow's entry if the current policy says so (see
     /// [`crate::policy::decide`]) and say what happened.
     #[inline]
+    #[doc(alias = "rps_record_sock_flow")]
     pub fn record(
         &self,
         hash: u32,

@@ -3,8 +3,8 @@
 //! used or not, given or not) next to what the full parser and the hasher
 //! say it must give. Shared by the property tests and the fuzz-seed replay.
 
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed};
 use steer_core::flow::{flow_key_general, FlowClassifier, FlowHasher, KeyedHasher};
+use steer_core::flow::{Classifier, FlowInfo, Malformed};
 
 pub type Classified = Result<Option<FlowInfo>, Malformed>;
 

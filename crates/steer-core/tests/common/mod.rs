@@ -12,7 +12,8 @@ pub mod classify;
 use std::sync::Arc;
 
 use steer_core::cpu::CpuLayout;
-use steer_core::dispatch::{Classifier, FlowInfo, Malformed, Pins, Shared};
+use steer_core::dispatch::{Pins, Shared};
+use steer_core::flow::{Classifier, FlowInfo, Malformed};
 use steer_core::stats::Stats;
 use steer_core::table::DesiredCpuTable;
 

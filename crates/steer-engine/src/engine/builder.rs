@@ -329,7 +329,7 @@ impl EngineBuilder {
                     as Box<dyn RxSource<RawFrame>>
             })
             .collect();
-        let runtime = Runtime::start(cfg, layout, setup, sources)?;
+        let runtime = Runtime::start_with_layout(cfg, layout, setup, sources)?;
         if let Some(hub) = &hub {
             hub.set_shared(runtime.shared().clone());
         }

@@ -3,7 +3,7 @@
 //! `try_recv` from a mio loop) and a [`FlowWriter`] it replies with.
 //!
 //! How it fits RFS: the engine's workers hand each packet to a per-worker
-//! demultiplexer ([`deliver`]), which copies the payload into the flow's
+//! demultiplexer (`deliver`), which copies the payload into the flow's
 //! bounded queue and wakes its reader. Reading a datagram records the
 //! reading thread's CPU for the flow through the update rule (LLC affinity
 //! by default), so the dispatcher steers the flow's next packets to the

@@ -36,26 +36,29 @@
 //! # Expiry
 //!
 //! Entries whose flow has been idle for a timeout and has nothing left queued
-//! are expired by [`RxFlowTable::sweep`] (the `rps_may_expire_flow` analog),
-//! which removes their hook state. The sweep is meant for the dispatcher's
-//! idle step, does a bounded slice of the table per call, and never runs from
-//! [`RxFlowTable::steer`].
+//! are expired by [`RxFlowTable::sweep`] (the `rps_may_expire_flow` analog,
+//! in `expiry.rs`), which removes their hook state. The sweep is meant for
+//! the dispatcher's idle step, does a bounded slice of the table per call,
+//! and never runs from [`RxFlowTable::steer`].
 //!
 //! # Cache discipline
 //!
 //! Buckets are 16 bytes of hot data (4 per cache line); filter ids, touched
 //! only on moves and expiry, live apart. The last-used tick is written at
 //! most once per tick (checked before writing). The counters, read by
-//! monitoring threads, sit on their own padded line behind an `Arc`.
+//! monitoring threads, sit on their own padded line behind an `Arc`
+//! ([`RxFlowCounters`], in `counters.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+mod counters;
+mod expiry;
 
-use crossbeam_utils::CachePadded;
+pub use counters::{RxFlowCounters, RxFlowStats};
+pub use expiry::SweepReport;
 
 use crate::cpu::{CpuId, CpuLayout};
 use crate::hook::{FilterId, FlowMove, NoopHook, SteerHook};
 use crate::table::desired::{TableError, MAX_ENTRIES};
+use counters::bump;
 
 /// Coarse time for the last-used marks and expiry, supplied by the caller
 /// (e.g. milliseconds or a loop counter). Compared with wrapping arithmetic,
@@ -136,71 +139,6 @@ pub struct Steered {
     pub action: SteerAction,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    moves: AtomicU64,
-    held_back: AtomicU64,
-    hook_calls: AtomicU64,
-    hook_errors: AtomicU64,
-    expired: AtomicU64,
-    hook_removes: AtomicU64,
-}
-
-/// Single-writer increment: the owning dispatcher is the only writer, so a
-/// load and a store replace a locked read-modify-write.
-#[inline]
-fn bump(c: &AtomicU64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-}
-
-/// A snapshot of an rx-queue table's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RxFlowStats {
-    /// Flows moved to a new CPU (including first placements).
-    pub moves: u64,
-    /// Moves held back because packets were still queued on the old CPU.
-    pub held_back: u64,
-    /// Calls to [`SteerHook::steer`].
-    pub hook_calls: u64,
-    /// Of those, calls that failed.
-    pub hook_errors: u64,
-    /// Entries expired by the sweep.
-    pub expired: u64,
-    /// Calls to [`SteerHook::remove`].
-    pub hook_removes: u64,
-}
-
-/// A shared, read-only view of an rx-queue table's counters for monitoring
-/// threads.
-#[derive(Debug, Clone)]
-pub struct RxFlowCounters(Arc<CachePadded<Counters>>);
-
-impl RxFlowCounters {
-    /// A snapshot of the counters.
-    pub fn snapshot(&self) -> RxFlowStats {
-        let c = &self.0;
-        RxFlowStats {
-            moves: c.moves.load(Ordering::Relaxed),
-            held_back: c.held_back.load(Ordering::Relaxed),
-            hook_calls: c.hook_calls.load(Ordering::Relaxed),
-            hook_errors: c.hook_errors.load(Ordering::Relaxed),
-            expired: c.expired.load(Ordering::Relaxed),
-            hook_removes: c.hook_removes.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// What one [`RxFlowTable::sweep`] call did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepReport {
-    /// Buckets looked at.
-    pub scanned: usize,
-    /// Entries expired.
-    pub expired: usize,
-    /// Hook states removed.
-    pub removed: usize,
-}
-
 /// The per-rx-queue flow table (`rps_dev_flow_table`), owned by one
 /// dispatcher.
 ///
@@ -231,6 +169,7 @@ pub struct SweepReport {
 /// assert_eq!(t.hook().steer_calls(), 2);
 /// ```
 #[derive(Debug)]
+#[doc(alias("rps_dev_flow_table", "rps_dev_flow"))]
 pub struct RxFlowTable<H: SteerHook = NoopHook> {
     // Read-mostly.
     rxq: u32,
@@ -266,7 +205,7 @@ impl<H: SteerHook> RxFlowTable<H> {
             filters: vec![None; entries].into_boxed_slice(),
             sweep_cursor: 0,
             hook,
-            counters: RxFlowCounters(Arc::new(CachePadded::new(Counters::default()))),
+            counters: RxFlowCounters::new(),
         })
     }
 
@@ -332,6 +271,7 @@ impl<H: SteerHook> RxFlowTable<H> {
     /// (module docs). `now` marks the flow used. Calls the hook when the flow
     /// moves. Never sweeps.
     #[inline]
+    #[doc(alias = "set_rps_cpu")]
     pub fn steer(
         &mut self,
         hash: u32,
@@ -466,56 +406,6 @@ impl<H: SteerHook> RxFlowTable<H> {
                 .is_some_and(|head| head < b.last_qtail),
             None => false,
         }
-    }
-
-    /// Expires idle entries in the next `budget` buckets (round-robin over
-    /// calls): an entry expires when its flow has not been seen for
-    /// `idle_timeout` ticks and nothing of it is still queued (or its CPU's
-    /// queue is gone); an offline CPU still draining the flow keeps it. Its
-    /// hook state is removed through the hook and the bucket is emptied, so
-    /// the flow's next packet is placed afresh. `_layout` is unused (kept so
-    /// callers need not change).
-    ///
-    /// Meant for a background or idle step of the owning dispatcher; never
-    /// called on the per-packet path.
-    pub fn sweep(
-        &mut self,
-        _layout: &CpuLayout,
-        heads: &impl QueueHeads,
-        now: Tick,
-        idle_timeout: Tick,
-        budget: usize,
-    ) -> SweepReport {
-        let mut report = SweepReport::default();
-        let len = self.buckets.len();
-        for _ in 0..budget.min(len) {
-            let i = self.sweep_cursor;
-            self.sweep_cursor = (i + 1) & self.mask;
-            report.scanned += 1;
-            let Some(b) = self.buckets.get_mut(i) else {
-                continue;
-            };
-            let Some(cpu) = b.cpu() else { continue };
-            if now.wrapping_sub(b.last_used) < idle_timeout {
-                continue;
-            }
-            // Like `steer`, judge an offline CPU by its queue: while it still
-            // holds packets of the flow, forgetting the entry would let the
-            // next packet be placed elsewhere and overtake them.
-            let drained = heads.dequeued(cpu).is_none_or(|head| head >= b.last_qtail);
-            if !drained {
-                continue;
-            }
-            *b = Bucket::EMPTY;
-            report.expired += 1;
-            bump(&self.counters.0.expired);
-            if let Some(filter) = self.filters.get_mut(i).and_then(Option::take) {
-                self.hook.remove(self.rxq, i, filter);
-                report.removed += 1;
-                bump(&self.counters.0.hook_removes);
-            }
-        }
-        report
     }
 }
 

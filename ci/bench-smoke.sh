@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The benchmark scripts still work end to end: the sockperf output parser's
+# self-test, shell syntax of every script, then quick runs of the kernel
+# comparison and of each seed reproduction.
+#
+# A 2 s window is too short for the goals; the quick runs check that each
+# script still drives its binaries and finds every number it reports (exit 2
+# otherwise). They run the debug `steer` command (numbers are not checked here; a
+# release build would double CI's time); the criterion parts need the bench
+# profile. Run as root (namespaces, XDP).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash benches/compare-kernel.sh --self-test
+for f in ci/*.sh scripts/*.sh benches/*.sh benches/seeds/*.sh; do
+  [ -e "$f" ] && bash -n "$f"
+done
+
+# Already built by ci/test.sh; a no-op then.
+cargo build -p steer-cli
+export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
+cargo bench --no-default-features --bench table --bench dispatch --no-run
+bash benches/compare-kernel.sh --quick
+for f in benches/seeds/seed*.sh; do
+  bash "$f" --quick
+done

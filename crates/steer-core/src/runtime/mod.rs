@@ -1,0 +1,481 @@
+//! Pinned workers, one per configured CPU, and the ring matrix between them.
+//!
+//! A [`Runtime`] owns one worker thread per CPU of its set, pinned through
+//! the caller's [`Setup::prepare_thread`]. Every rx queue ([`RxSource`]) has a
+//! [`Dispatcher`](crate::dispatch::Dispatcher) run by one worker (queue `i` on the `i`-th CPU, round
+//! robin), and every dispatcher has one SPSC ring to every worker. A worker
+//! loop, like NAPI plus `process_backlog`:
+//! 1. polls its rx queues and dispatches each batch (inline fast path, or to
+//!    the target's ring, ringing its doorbell);
+//! 2. drains each inbound ring with
+//!    [`Consumer::consume`](crate::ring::Consumer::consume), at most `batch`
+//!    packets per ring per round (a full budget with packets left counts a
+//!    `time_squeeze`), so the head advances only after the handler returned;
+//! 3. when idle: maintenance (flow-table expiry, never per packet), then,
+//!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
+//!
+//! A worker whose handler panics is detected: its CPU is marked offline (the
+//! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
+//! the frames still queued to it are returned to the pool and counted as
+//! dropped, its rx queues are adopted by a surviving worker, and its rings
+//! are dropped so every dispatcher routes around it. The rest keep running.
+//!
+//! The state the workers share with the application (the desired-CPU
+//! table, the layout, stats, pins and switches: a [`Shared`]) is built
+//! before the start, by
+//! [`RuntimeConfig::shared`], so the application can hand it out (to
+//! recorders, flow delivery) before any packet arrives; [`Runtime::start`]
+//! runs on it. [`Runtime::start_with_layout`] does both in one call.
+//!
+//! [`Runtime::stop`] (or drop) asks every worker to finish: each handles
+//! what is queued to it, returns its un-dispatched frames, and exits.
+//!
+//! Where things are: this file holds the settings ([`RuntimeConfig`]), the
+//! errors and [`Runtime`] itself (start, the ring matrix, stop); `source.rs`
+//! the traits the application implements ([`RxSource`], [`Setup`]);
+//! `worker.rs` the worker thread (start-up, the loop, adoption of orphaned rx
+//! queues, finish, panic recovery).
+
+mod source;
+mod worker;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use source::{RxSource, Setup};
+
+use crate::cpu::{CpuId, CpuLayout, CpuSet};
+use crate::dispatch::Shared;
+use crate::policy::Policy;
+use crate::ring::{self, Producer};
+use crate::stats::StatsSnapshot;
+use crate::table::{RxFlowTable, TableError, Tick};
+use crate::wake::Doorbell;
+use worker::{Inbound, Part, PartSeed, Startup};
+
+/// Settings of a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// CPUs to run workers on.
+    pub cpus: CpuSet,
+    /// Slots of each (dispatcher, worker) ring; a power of two.
+    pub ring_capacity: usize,
+    /// Slots of the desired-CPU table; a power of two (read by
+    /// [`RuntimeConfig::shared`]).
+    pub desired_entries: usize,
+    /// Buckets of each rx-queue table; a power of two.
+    pub rx_table_entries: usize,
+    /// Starting update policy, switchable at run time (read by
+    /// [`RuntimeConfig::shared`]).
+    pub policy: Policy,
+    /// Where flows nobody has recorded a CPU for go.
+    #[doc(alias("rps_cpus", "rps_map"))]
+    pub rps: RpsMode,
+    /// Start with the same-CPU fast path on (read by
+    /// [`RuntimeConfig::shared`]).
+    pub fast_path: bool,
+    /// Start with the per-CPU flow limit on (read by
+    /// [`RuntimeConfig::shared`]).
+    pub flow_limit: bool,
+    /// Never sleep: poll rings and sources continuously.
+    pub busy_poll: bool,
+    /// Max packets per poll and per ring drain per round (the NAPI budget).
+    #[doc(alias("dev_weight", "netdev_budget"))]
+    pub batch: usize,
+    /// Empty rounds before an idle worker sleeps.
+    pub idle_spins: u32,
+    /// Longest sleep (a safety net; a doorbell wakes sooner).
+    pub sleep_timeout: Duration,
+    /// A flow entry idle this long (milliseconds) may expire.
+    pub flow_idle_ms: Tick,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cpus: CpuSet::first(1),
+            ring_capacity: 1024,
+            desired_entries: 4096,
+            rx_table_entries: 1024,
+            policy: Policy::LlcAffinity,
+            rps: RpsMode::Spread,
+            fast_path: true,
+            flow_limit: false,
+            busy_poll: false,
+            batch: 64,
+            idle_spins: 64,
+            sleep_timeout: Duration::from_millis(10),
+            flow_idle_ms: 10_000,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The state a runtime with these settings shares with the application
+    /// (the desired-CPU table, the layout, stats, pins and switches), built
+    /// before the runtime starts: hand clones to whatever needs the tables
+    /// (recorders, flow delivery), then pass it to [`Runtime::start`].
+    /// The table gets `desired_entries` slots under `policy`, the switches
+    /// `fast_path` and `flow_limit`.
+    pub fn shared(&self, layout: Arc<CpuLayout>) -> Result<Shared, RuntimeError> {
+        let shared =
+            Shared::new(layout, self.desired_entries, self.policy).map_err(RuntimeError::Table)?;
+        let switches = &shared.switches;
+        switches.fast_path.store(self.fast_path, Ordering::Relaxed);
+        switches
+            .flow_limit
+            .store(self.flow_limit, Ordering::Relaxed);
+        Ok(shared)
+    }
+}
+
+/// Where a flow without a recorded (or pinned) CPU is processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "rps_cpus")]
+pub enum RpsMode {
+    /// Spread over all worker CPUs by flow hash (RPS with `rps_cpus` = all):
+    /// for fewer rx queues than CPUs.
+    #[default]
+    Spread,
+    /// On the CPU of the rx queue's dispatcher (RPS off, RSS only): with an
+    /// rx queue per CPU this saves the ring hop; learned and pinned CPUs
+    /// still apply.
+    Local,
+}
+
+/// Why a [`Runtime`] could not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// No CPU to run on, or one outside the layout or offline (the set, in
+    /// kernel list format).
+    BadCpus(String),
+    /// A table size was refused.
+    Table(TableError),
+    /// The ring capacity is not a power of two.
+    BadRingCapacity(usize),
+    /// No rx source was given.
+    NoSources,
+    /// The shared state's parts are sized for other CPUs than its layout
+    /// (a `Shared` assembled by hand; [`RuntimeConfig::shared`] and
+    /// [`Shared::new`] never do this).
+    SharedMismatch {
+        /// CPUs in the layout.
+        layout: usize,
+        /// CPUs the desired-CPU table was made for.
+        desired: usize,
+        /// CPUs with a counter block.
+        stats: usize,
+    },
+}
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BadCpus(set) => write!(
+                f,
+                "worker CPUs [{set}] must be non-empty, online and inside the CPU layout"
+            ),
+            Self::Table(e) => write!(f, "{e}"),
+            Self::BadRingCapacity(n) => write!(f, "ring capacity {n} must be a power of two"),
+            Self::NoSources => f.write_str("a runtime needs at least one rx source"),
+            Self::SharedMismatch {
+                layout,
+                desired,
+                stats,
+            } => write!(
+                f,
+                "shared state sized for {desired} (table) and {stats} (stats) CPUs, \
+                 but its layout has {layout}: build it with RuntimeConfig::shared"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// How a worker ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Still running.
+    Running,
+    /// Stopped on request.
+    Stopped,
+    /// Its handler panicked with this message; its work moved elsewhere.
+    Panicked(String),
+}
+
+/// What the runtime and its workers share. Workers start before it exists
+/// (it needs their doorbells) and take it from a [`CommonSlot`] once
+/// `Runtime::start` has published it.
+struct Common<D, St: Setup<D>> {
+    setup: Arc<St>,
+    shared: Shared,
+    cfg: RuntimeConfig,
+    stop: AtomicBool,
+    /// Workers that stopped polling their rx queues (see `Worker::finish`).
+    quiesced: AtomicUsize,
+    states: Mutex<Vec<(CpuId, WorkerState)>>,
+    orphans: Mutex<Vec<Part<D, St>>>,
+    orphan_count: AtomicUsize,
+    bells: Vec<Option<Arc<Doorbell>>>,
+}
+
+/// Where `Runtime::start` publishes [`Common`] for the workers it started.
+type CommonSlot<D, St> = Arc<Mutex<Option<Arc<Common<D, St>>>>>;
+
+/// Running workers. See the module docs.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use steer_core::cpu::{CpuLayout, CpuSet};
+/// use steer_core::dispatch::FramePool;
+/// use steer_core::flow::{Classifier, FlowInfo, Malformed};
+/// use steer_core::hook::NoopHook;
+/// use steer_core::runtime::{RxSource, Runtime, RuntimeConfig, Setup};
+///
+/// // Descriptors are u32 flow ids; the "frame" is the id's bytes.
+/// struct Ids(Vec<[u8; 4]>);
+/// impl FramePool<u32> for Ids {
+///     fn frame(&self, d: &u32) -> &[u8] { &self.0[*d as usize] }
+///     fn release(&mut self, _: u32) {}
+/// }
+/// struct ById;
+/// impl Classifier for ById {
+///     fn classify(&mut self, f: &[u8], _: Option<u32>) -> Result<Option<FlowInfo>, Malformed> {
+///         Ok(Some(FlowInfo { hash: u32::from_le_bytes(f.try_into().map_err(|_| Malformed)?) | 1, dst_port: 0 }))
+///     }
+/// }
+/// struct Once(Vec<u32>);
+/// impl RxSource<u32> for Once {
+///     fn poll(&mut self, out: &mut [u32]) -> usize {
+///         let n = self.0.len().min(out.len());
+///         out[..n].copy_from_slice(&self.0[..n]);
+///         self.0.drain(..n);
+///         n
+///     }
+///     fn give_back(&mut self, _: &[u32]) {}
+/// }
+/// struct App(Arc<Mutex<Vec<u32>>>);
+/// impl Setup<u32> for App {
+///     type Classifier = ById;
+///     type Hook = NoopHook;
+///     type Pool = Ids;
+///     type Handler = Box<dyn FnMut(u32, &mut Ids) + Send>;
+///     fn classifier(&self, _: u32) -> ById { ById }
+///     fn hook(&self, _: u32) -> NoopHook { NoopHook }
+///     fn pool(&self, _: usize) -> Ids { Ids((0..100u32).map(u32::to_le_bytes).collect()) }
+///     fn handler(&self, _: usize) -> Self::Handler {
+///         let seen = self.0.clone();
+///         Box::new(move |d, _: &mut Ids| seen.lock().unwrap().push(d))
+///     }
+/// }
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let cfg = RuntimeConfig { cpus: CpuSet::first(1), ..Default::default() };
+/// // The shared state exists before the workers: the tables can be handed
+/// // out (recorders, flow delivery) before the runtime starts.
+/// let shared = cfg.shared(Arc::new(CpuLayout::uniform(1, 1).unwrap())).unwrap();
+/// let desired = shared.desired.clone();
+/// let rt = Runtime::start(cfg, shared, Arc::new(App(seen.clone())),
+///     vec![Box::new(Once((0..100).collect()))]).unwrap();
+/// assert!(Arc::ptr_eq(&rt.shared().desired, &desired));
+/// while rt.stats().total.processed < 100 { std::thread::yield_now(); }
+/// rt.stop();
+/// assert_eq!(seen.lock().unwrap().len(), 100);
+/// ```
+pub struct Runtime<D: Send + 'static, St: Setup<D>> {
+    common: Arc<Common<D, St>>,
+    threads: Vec<(CpuId, JoinHandle<()>)>,
+}
+
+impl<D: Send + 'static, St: Setup<D>> std::fmt::Debug for Runtime<D, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("cpus", &self.common.cfg.cpus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D, St> Runtime<D, St>
+where
+    D: Copy + Send + Default + 'static,
+    St: Setup<D>,
+{
+    /// Builds the rings and starts one pinned worker per CPU of `cfg.cpus`
+    /// on `shared` (from [`RuntimeConfig::shared`], used as it is: its
+    /// table, pins and switches may already hold what the application put
+    /// there); rx queue `i` is dispatched by the `i % n`-th worker.
+    pub fn start(
+        cfg: RuntimeConfig,
+        shared: Shared,
+        setup: Arc<St>,
+        sources: Vec<Box<dyn RxSource<D>>>,
+    ) -> Result<Self, RuntimeError> {
+        let layout = &shared.layout;
+        let cpus: Vec<CpuId> = cfg.cpus.iter().collect();
+        if cpus.is_empty() || cpus.iter().any(|&c| !layout.is_online(c)) {
+            return Err(RuntimeError::BadCpus(cfg.cpus.to_string()));
+        }
+        if sources.is_empty() {
+            return Err(RuntimeError::NoSources);
+        }
+        if !cfg.ring_capacity.is_power_of_two() {
+            return Err(RuntimeError::BadRingCapacity(cfg.ring_capacity));
+        }
+        let nr = layout.nr_cpus();
+        let (desired, stats) = (shared.desired.codec().nr_cpus(), shared.stats.nr_cpus());
+        if desired != nr || stats != nr {
+            return Err(RuntimeError::SharedMismatch {
+                layout: nr,
+                desired,
+                stats,
+            });
+        }
+
+        // The ring matrix: producers[rxq][cpu], inbound[cpu] = one per rxq.
+        let mut inbound: Vec<Vec<Inbound<D>>> = (0..nr).map(|_| Vec::new()).collect();
+        // parts[rxq] = (dispatching CPU, producers to every worker, source)
+        type Placed<D> = (CpuId, Vec<Option<Producer<D>>>, Box<dyn RxSource<D>>);
+        let mut parts: Vec<Option<Placed<D>>> = Vec::new();
+        for (rxq, source) in sources.into_iter().enumerate() {
+            let mut producers: Vec<Option<Producer<D>>> = (0..nr).map(|_| None).collect();
+            for &cpu in &cpus {
+                let (p, c) = ring::channel(cfg.ring_capacity)
+                    .map_err(|_| RuntimeError::BadRingCapacity(cfg.ring_capacity))?;
+                producers[cpu] = Some(p);
+                inbound[cpu].push(Inbound { rxq, consumer: c });
+            }
+            parts.push(Some((cpus[rxq % cpus.len()], producers, source)));
+        }
+        // Probe the rx-table size once so workers cannot fail on it.
+        RxFlowTable::new(0, cfg.rx_table_entries).map_err(RuntimeError::Table)?;
+
+        let (bell_tx, bell_rx) = std::sync::mpsc::channel::<(CpuId, Arc<Doorbell>)>();
+        let mut bells: Vec<Option<Arc<Doorbell>>> = vec![None; nr];
+        let mut threads = Vec::new();
+        let ready = Arc::new(std::sync::Barrier::new(cpus.len() + 1));
+        // Workers start before `Common` exists (it needs their doorbells);
+        // they pick it up here after the second barrier.
+        let common_slot: CommonSlot<D, St> = Arc::new(Mutex::new(None));
+        for &cpu in &cpus {
+            let (part_tx, part_rx) = std::sync::mpsc::channel::<PartSeed<D>>();
+            for (rxq, seed) in parts.iter_mut().enumerate() {
+                if seed.as_ref().is_some_and(|p| p.0 == cpu) {
+                    if let Some((_, producers, source)) = seed.take() {
+                        let _ = part_tx.send((rxq, producers, source));
+                    }
+                }
+            }
+            drop(part_tx);
+            let startup = Startup {
+                cpu,
+                setup: setup.clone(),
+                inbound: std::mem::take(&mut inbound[cpu]),
+                parts: part_rx,
+                bell_tx: bell_tx.clone(),
+                ready: ready.clone(),
+                common: common_slot.clone(),
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("steer-worker-{cpu}"))
+                .spawn(move || startup.run())
+                .map_err(|_| RuntimeError::BadCpus(cfg.cpus.to_string()))?;
+            threads.push((cpu, handle));
+        }
+        drop(bell_tx);
+        ready.wait();
+        for (cpu, bell) in bell_rx.iter() {
+            bells[cpu] = Some(bell);
+        }
+        let common = Arc::new(Common {
+            setup,
+            shared,
+            states: Mutex::new(cpus.iter().map(|&c| (c, WorkerState::Running)).collect()),
+            cfg,
+            stop: AtomicBool::new(false),
+            quiesced: AtomicUsize::new(0),
+            orphans: Mutex::new(Vec::new()),
+            orphan_count: AtomicUsize::new(0),
+            bells,
+        });
+        *common_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(common.clone());
+        ready.wait();
+        Ok(Self { common, threads })
+    }
+
+    /// [`Runtime::start`] on fresh shared state for `layout`
+    /// ([`RuntimeConfig::shared`]), for callers that need the tables only
+    /// after the start ([`Runtime::shared`]).
+    pub fn start_with_layout(
+        cfg: RuntimeConfig,
+        layout: Arc<CpuLayout>,
+        setup: Arc<St>,
+        sources: Vec<Box<dyn RxSource<D>>>,
+    ) -> Result<Self, RuntimeError> {
+        let shared = cfg.shared(layout)?;
+        Self::start(cfg, shared, setup, sources)
+    }
+
+    /// What dispatchers and recorders share: the desired-CPU table (record
+    /// consumption into it), the layout, stats, pins and switches.
+    pub fn shared(&self) -> &Shared {
+        &self.common.shared
+    }
+
+    /// The setup the runtime was started with.
+    pub fn setup(&self) -> &Arc<St> {
+        &self.common.setup
+    }
+
+    /// Per-CPU counters now.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.common.shared.stats.snapshot()
+    }
+
+    /// Each worker's state.
+    pub fn worker_states(&self) -> Vec<(CpuId, WorkerState)> {
+        self.common
+            .states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops every worker: each handles what is queued to it and exits.
+    /// Returns the final worker states.
+    pub fn stop(mut self) -> Vec<(CpuId, WorkerState)> {
+        self.shutdown();
+        self.worker_states()
+    }
+}
+
+impl<D: Send + 'static, St: Setup<D>> Drop for Runtime<D, St> {
+    fn drop(&mut self) {
+        // A no-op after `stop` (no threads left to join).
+        self.shutdown();
+    }
+}
+
+impl<D: Send + 'static, St: Setup<D>> Runtime<D, St> {
+    fn shutdown(&mut self) {
+        self.common.stop.store(true, Ordering::SeqCst);
+        for bell in self.common.bells.iter().flatten() {
+            bell.ring();
+        }
+        for (_, t) in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // Rx queues orphaned by a panicked worker with nobody left to adopt
+        // them: dropping them drops their sources.
+        let orphans = std::mem::take(
+            &mut *self
+                .common
+                .orphans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        drop(orphans);
+    }
+}

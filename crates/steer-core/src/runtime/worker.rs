@@ -1,0 +1,426 @@
+//! The worker: one pinned thread per CPU of the runtime, like NAPI plus
+//! `process_backlog` (see the [`runtime`](super) module docs for the loop).
+//!
+//! - Start ([`Startup::run`]): prepare the thread (pinning), announce the
+//!   worker's doorbell, wait until `Runtime::start` has published the shared
+//!   state, build the dispatchers of the rx queues it starts with.
+//! - Run: poll its rx queues and dispatch, drain its inbound rings (the head
+//!   advances only after the handler returned), tick the flow tables' clock
+//!   and expire idle flows when idle, sleep on its doorbell.
+//! - Adoption: rx queues left by a worker that died are taken over by
+//!   whichever survivor sees them first.
+//! - Finish (stop requested): drain until every running worker has stopped
+//!   polling, so no frame is left in a ring, then flush.
+//! - Panic recovery ([`Worker::run`] catches the unwind): the CPU is marked
+//!   offline, the batch being dispatched goes back to its source, frames
+//!   queued to the worker return to the pool (counted as dropped), its rings
+//!   are abandoned so dispatchers route around it, and its rx queues are
+//!   handed to the survivors.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Barrier, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
+use crate::cpu::{CpuId, CpuSet};
+use crate::dispatch::{Dispatcher, FramePool, Handler};
+use crate::hook::SteerHook;
+use crate::ring::{Consumer, Producer};
+use crate::stats::LocalStats;
+use crate::table::{RxFlowTable, Tick};
+use crate::wake::{Doorbell, Sleeper};
+
+/// An rx queue and its dispatcher, as a worker runs them.
+pub(super) struct RxPart<D, C, H: SteerHook, S> {
+    dispatcher: Dispatcher<D, C, H>,
+    source: S,
+}
+
+/// The [`RxPart`] of a [`Setup`].
+pub(super) type Part<D, St> =
+    RxPart<D, <St as Setup<D>>::Classifier, <St as Setup<D>>::Hook, Box<dyn RxSource<D>>>;
+
+/// A ring from one rx queue's dispatcher to this worker.
+pub(super) struct Inbound<D> {
+    /// The rx queue whose dispatcher feeds this ring.
+    pub(super) rxq: usize,
+    pub(super) consumer: Consumer<D>,
+}
+
+/// An rx queue a worker starts with: its index, the producers of its
+/// dispatcher's rings to every worker, and its source.
+pub(super) type PartSeed<D> = (usize, Vec<Option<Producer<D>>>, Box<dyn RxSource<D>>);
+
+/// Everything a worker thread starts from, moved into it by
+/// `Runtime::start`.
+pub(super) struct Startup<D, St: Setup<D>> {
+    pub(super) cpu: CpuId,
+    pub(super) setup: Arc<St>,
+    /// The rings from every rx queue's dispatcher to this worker.
+    pub(super) inbound: Vec<Inbound<D>>,
+    /// The rx queues this worker dispatches.
+    pub(super) parts: Receiver<PartSeed<D>>,
+    /// Where the worker announces its doorbell.
+    pub(super) bell_tx: Sender<(CpuId, Arc<Doorbell>)>,
+    /// Passed twice: all doorbells known, then `Common` published.
+    pub(super) ready: Arc<Barrier>,
+    pub(super) common: CommonSlot<D, St>,
+}
+
+impl<D, St> Startup<D, St>
+where
+    D: Copy + Send + Default + 'static,
+    St: Setup<D>,
+{
+    /// The worker thread's body.
+    pub(super) fn run(self) {
+        let Self {
+            cpu,
+            setup,
+            inbound,
+            parts,
+            bell_tx,
+            ready,
+            common: slot,
+        } = self;
+        setup.prepare_thread(cpu);
+        let bell = Doorbell::new(BoxedSleeper(setup.sleeper(cpu)));
+        let _ = bell_tx.send((cpu, bell.clone()));
+        drop(bell_tx);
+        ready.wait(); // all bells known
+        ready.wait(); // common published
+        let common = slot.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let Some(common) = common else { return };
+        let rx = parts
+            .into_iter()
+            .map(|(rxq, producers, source)| {
+                let rxq = rxq as u32;
+                let table =
+                    RxFlowTable::with_hook(rxq, common.cfg.rx_table_entries, setup.hook(rxq))
+                        .unwrap_or_else(|_| unreachable_table());
+                let mut d = Dispatcher::new(
+                    cpu,
+                    rxq,
+                    setup.classifier(rxq),
+                    table,
+                    producers,
+                    match common.cfg.rps {
+                        RpsMode::Spread => common.cfg.cpus,
+                        RpsMode::Local => CpuSet::default(),
+                    },
+                    common.shared.clone(),
+                );
+                for (c, b) in common.bells.iter().enumerate() {
+                    if let Some(b) = b {
+                        d.set_doorbell(c, b.clone());
+                    }
+                }
+                RxPart {
+                    dispatcher: d,
+                    source,
+                }
+            })
+            .collect();
+        Worker::new(cpu, common, inbound, rx, bell).run();
+    }
+}
+
+fn unreachable_table() -> ! {
+    // The size was validated in `Runtime::start`.
+    panic!("rx table size validated at start")
+}
+
+/// Worker rounds between reads of the clock (a vDSO call is not free).
+const TICK_EVERY: u32 = 64;
+
+/// How long a stopping worker waits for the others to stop polling.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct BoxedSleeper(Box<dyn Sleeper>);
+
+impl Sleeper for BoxedSleeper {
+    fn sleep(&self, timeout: Duration) {
+        self.0.sleep(timeout)
+    }
+    fn wake(&self) {
+        self.0.wake()
+    }
+}
+
+struct Worker<D, St: Setup<D>> {
+    cpu: CpuId,
+    common: Arc<Common<D, St>>,
+    inbound: Vec<Inbound<D>>,
+    rx: Vec<Part<D, St>>,
+    pool: St::Pool,
+    handler: St::Handler,
+    bell: Arc<Doorbell>,
+    buf: Vec<D>,
+    /// Descriptors in `buf` from the last poll, and the rx part being
+    /// dispatched (for recovery when the handler panics mid-batch).
+    polled: usize,
+    dispatching: Option<usize>,
+    local: LocalStats,
+    start: Instant,
+}
+
+impl<D, St> Worker<D, St>
+where
+    D: Copy + Send + Default + 'static,
+    St: Setup<D>,
+{
+    fn new(
+        cpu: CpuId,
+        common: Arc<Common<D, St>>,
+        inbound: Vec<Inbound<D>>,
+        rx: Vec<Part<D, St>>,
+        bell: Arc<Doorbell>,
+    ) -> Self {
+        let pool = common.setup.pool(cpu);
+        let handler = common.setup.handler(cpu);
+        let batch = common.cfg.batch.max(1);
+        Self {
+            cpu,
+            common,
+            inbound,
+            rx,
+            pool,
+            handler,
+            bell,
+            buf: vec![D::default(); batch],
+            polled: 0,
+            dispatching: None,
+            local: LocalStats::default(),
+            start: Instant::now(),
+        }
+    }
+
+    fn run(mut self) {
+        let result = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
+        match result {
+            Ok(()) => {
+                self.finish();
+                self.set_state(WorkerState::Stopped);
+            }
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                self.die(msg);
+            }
+        }
+    }
+
+    fn set_state(&self, state: WorkerState) {
+        let mut states = self
+            .common
+            .states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = states.iter_mut().find(|(c, _)| *c == self.cpu) {
+            s.1 = state;
+        }
+    }
+
+    fn run_loop(&mut self) {
+        let mut idle_rounds = 0u32;
+        let mut rounds = 0u32;
+        let mut last_tick: Tick = 0;
+        while !self.common.stop.load(Ordering::Relaxed) {
+            if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
+                self.adopt();
+            }
+            let work = self.poll_sources() + self.drain_rings();
+            if work > 0 {
+                self.handler.flush(&mut self.pool);
+            }
+            idle_rounds = if work > 0 {
+                0
+            } else {
+                idle_rounds.saturating_add(1)
+            };
+            // The clock is read every TICK_EVERY rounds, busy or not (flows'
+            // last-used ticks must advance under load too), and on the first
+            // idle round; the tick is written once per millisecond at most.
+            rounds = rounds.wrapping_add(1);
+            let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
+            if tick_round {
+                let now = self.start.elapsed().as_millis() as Tick;
+                if now != last_tick {
+                    last_tick = now;
+                    for part in &mut self.rx {
+                        part.dispatcher.set_tick(now);
+                        // Maintenance off the hot path: only when idle.
+                        if work == 0 {
+                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
+                        }
+                    }
+                }
+            }
+            // Counters change only with work or on a tick (sweeps): idle
+            // rounds leave the shared block alone.
+            if work > 0 || tick_round {
+                if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+                    block.flush(&mut self.local);
+                }
+            }
+            if work > 0 {
+                continue;
+            }
+            if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
+                let inbound = &self.inbound;
+                let rx = &self.rx;
+                let common = &self.common;
+                self.bell.sleep_unless(
+                    || {
+                        common.stop.load(Ordering::SeqCst)
+                            || common.orphan_count.load(Ordering::SeqCst) > 0
+                            || inbound.iter().any(|i| !i.consumer.is_empty())
+                            || rx.iter().any(|p| p.source.has_pending())
+                    },
+                    self.common.cfg.sleep_timeout,
+                );
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn poll_sources(&mut self) -> usize {
+        let mut work = 0;
+        for i in 0..self.rx.len() {
+            let n = self.rx[i].source.poll(&mut self.buf);
+            if n == 0 {
+                continue;
+            }
+            self.polled = n;
+            self.dispatching = Some(i);
+            let part = &mut self.rx[i];
+            part.dispatcher
+                .dispatch(&self.buf[..n], &mut self.pool, &mut self.handler);
+            self.dispatching = None;
+            work += n;
+        }
+        work
+    }
+
+    fn drain_rings(&mut self) -> usize {
+        let batch = self.common.cfg.batch.max(1);
+        let mut work = 0;
+        for inbound in &mut self.inbound {
+            let pool = &mut self.pool;
+            let handler = &mut self.handler;
+            let got = inbound.consumer.consume(batch, |d| handler.handle(d, pool));
+            if got == 0 {
+                continue;
+            }
+            work += got;
+            self.local.processed += got as u64;
+            let local_rxq = self
+                .rx
+                .iter()
+                .any(|p| p.dispatcher.rx_table().rxq() as usize == inbound.rxq);
+            if !local_rxq {
+                self.local.steered_in += got as u64;
+            }
+            if got == batch && !inbound.consumer.is_empty() {
+                self.local.time_squeeze += 1;
+            }
+        }
+        work
+    }
+
+    fn adopt(&mut self) {
+        let mut orphans = self
+            .common
+            .orphans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for mut part in orphans.drain(..) {
+            part.dispatcher.set_own_cpu(self.cpu);
+            self.rx.push(part);
+        }
+        self.common.orphan_count.store(0, Ordering::Relaxed);
+    }
+
+    /// Stop requested: handle what is queued. Two phases, so no frame is
+    /// left in a ring: this worker has stopped polling its rx queues; it keeps
+    /// draining until every running worker has stopped polling too (nothing
+    /// new can enter a ring after that), then drains once more and flushes.
+    fn finish(&mut self) {
+        self.common.quiesced.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + QUIESCE_TIMEOUT;
+        loop {
+            self.drain_rings();
+            let running = self
+                .common
+                .states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(_, s)| *s == WorkerState::Running)
+                .count();
+            if self.common.quiesced.load(Ordering::SeqCst) >= running || Instant::now() > deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        while self.drain_rings() > 0 {}
+        self.handler.flush(&mut self.pool);
+        if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+            block.flush(&mut self.local);
+        }
+    }
+
+    /// The handler panicked: route everything around this worker.
+    fn die(mut self, msg: String) {
+        // Announce first, so whoever sees the frames come back sees why.
+        self.set_state(WorkerState::Panicked(msg));
+        self.common.shared.layout.set_online(self.cpu, false);
+        // The batch being dispatched when the handler panicked: what it had
+        // not reached yet goes back to its source.
+        if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
+            let from = part.dispatcher.taken_in_batch().min(self.polled);
+            part.source.give_back(&self.buf[from..self.polled]);
+        }
+        // What the handler staged before it panicked still goes out, if the
+        // handler can still do that much.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
+        // Frames still queued to this worker are dropped, not leaked.
+        for inbound in &mut self.inbound {
+            while let Some(d) = inbound.consumer.pop() {
+                self.local.dropped += 1;
+                self.pool.release(d);
+            }
+        }
+        if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+            block.flush(&mut self.local);
+        }
+        // Abandon our rings (dispatchers route around us), then tell the
+        // dispatchers, which take back anything pushed after the drain above.
+        drop(std::mem::take(&mut self.inbound));
+        self.common
+            .shared
+            .switches
+            .worker_exits
+            .fetch_add(1, Ordering::Release);
+        // Our rx queues go to a surviving worker.
+        let rx = std::mem::take(&mut self.rx);
+        let n = rx.len();
+        if n > 0 {
+            self.common
+                .orphans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(rx);
+            self.common.orphan_count.fetch_add(n, Ordering::SeqCst);
+            for bell in self.common.bells.iter().flatten() {
+                bell.ring();
+            }
+        }
+    }
+}
