@@ -26,14 +26,17 @@ pub mod program;
 pub mod readiness;
 /// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
 pub mod shutdown;
-/// One AF_XDP socket per rx queue and the `Frame` token.
+/// One AF_XDP socket per rx queue: its rings and statistics.
 pub mod socket;
 mod sys;
+/// The UMEM: the `Frame` token, its `Copy` form and reading/rewriting frames.
+pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
 pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
 pub use program::{attached_programs, FlowKey, OwnedAction, ProgramStats, SteerProgram};
-pub use socket::{Frame, QueueSocket, RawFrame, RxMeta, SocketStats, UmemView};
+pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
+pub use umem::{Frame, RawFrame, RxMeta, UmemView};

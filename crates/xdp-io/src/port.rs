@@ -5,17 +5,7 @@
 //! frames evenly between the sockets' free pools. Dropping it detaches the
 //! program.
 
-use std::{
-    ffi::CString,
-    num::NonZeroU32,
-    os::fd::AsRawFd,
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    },
-    thread,
-    time::Duration,
-};
+use std::{ffi::CString, num::NonZeroU32, os::fd::AsRawFd, sync::Arc, thread, time::Duration};
 
 use tracing::{info, warn};
 use xsk_rs::config::{
@@ -28,11 +18,10 @@ use crate::{
     config::{ActiveModes, BindMode, PortConfig, Proto},
     error::{Result, XdpError},
     program::{ProgramStats, SteerProgram},
-    socket::{QueueSocket, UmemView},
+    socket::QueueSocket,
     sys,
+    umem::UmemView,
 };
-
-static NEXT_UMEM_ID: AtomicU32 = AtomicU32::new(1);
 
 /// The AF_XDP data path on one interface: the attached steer program, the
 /// shared UMEM and one socket per rx queue.
@@ -119,11 +108,7 @@ impl XdpPort {
             }
             Err(e) => return Err(umem_err(e)),
         };
-        let mem = UmemView {
-            umem: umem.clone(),
-            id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
-            frame_size: config.frame_size as usize,
-        };
+        let mem = UmemView::new(umem.clone(), config.frame_size as usize);
 
         let iface = Interface::new(
             CString::new(name.clone())

@@ -5,7 +5,7 @@
 
 use std::{io, ops::ControlFlow};
 
-use crate::socket::{Frame, QueueSocket};
+use crate::{socket::QueueSocket, umem::Frame};
 
 #[cfg(feature = "mio")]
 impl mio::event::Source for QueueSocket {
