@@ -14,12 +14,16 @@ use std::{
     io,
     os::fd::{AsRawFd, RawFd},
     sync::Arc,
+    thread,
+    time::Duration,
 };
 
-use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue};
+use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, QueueSize, SocketConfig};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::{
     accounting::{Ledger, RingCensus},
+    config::BindMode,
     sys,
     umem::{Frame, RxMeta, UmemView},
 };
@@ -420,5 +424,57 @@ pub struct SocketStats {
 impl AsRawFd for QueueSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.rx.fd().as_raw_fd()
+    }
+}
+
+/// The rings `Socket::new` returns: tx, rx, and the fill and completion
+/// rings when the socket is the first on its (interface, queue) for this UMEM.
+pub(crate) type Queues = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
+
+/// Creates the AF_XDP socket of `queue` on `iface` over `umem` with rings of
+/// `ring` entries: one `Socket::new` with INHIBIT_PROG_LOAD (the steer
+/// program, not libxdp's default one, redirects to it), retried for a moment
+/// on EBUSY (a queue just released).
+pub(crate) fn create_socket(
+    umem: &Umem,
+    iface: &Interface,
+    queue: u32,
+    ring: QueueSize,
+    bind: BindMode,
+    need_wakeup: bool,
+) -> io::Result<Queues> {
+    let mut flags = match bind {
+        BindMode::Copy => BindFlags::XDP_COPY,
+        BindMode::Auto | BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
+    };
+    if need_wakeup {
+        flags |= BindFlags::XDP_USE_NEED_WAKEUP;
+    }
+    let config = SocketConfig::builder()
+        .rx_queue_size(ring)
+        .tx_queue_size(ring)
+        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+        .bind_flags(flags)
+        .build();
+    let mut attempt = 0;
+    loop {
+        // SAFETY: every socket is created with INHIBIT_PROG_LOAD (the steer
+        // program is ours), and each (interface, queue) is bound once per UMEM.
+        match unsafe { Socket::new(config, umem, iface, queue) } {
+            Ok(q) => return Ok(q),
+            Err(e) => {
+                let io = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<io::Error>())
+                    .and_then(|s| s.raw_os_error())
+                    .map(io::Error::from_raw_os_error)
+                    .unwrap_or_else(|| io::Error::other(e.to_string()));
+                if io.raw_os_error() == Some(libc::EBUSY) && attempt < 50 {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                return Err(io);
+            }
+        }
     }
 }
