@@ -402,6 +402,25 @@ impl QueueSocket {
     pub fn counters(&self) -> crate::accounting::LedgerSnapshot {
         self.ledger.snapshot()
     }
+
+    /// Registers the socket with the current tokio runtime for `interest`
+    /// (see [`crate::readiness::async_fd`]); on failure the socket is handed
+    /// back inside the error.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn into_async_fd(
+        self,
+        interest: tokio::io::Interest,
+    ) -> Result<
+        tokio::io::unix::AsyncFd<QueueSocket>,
+        Box<tokio::io::unix::AsyncFdRegisterError<QueueSocket>>,
+    > {
+        // SAFETY: the fd `as_raw_fd` returns is the rx ring's socket, opened
+        // when the socket was created and closed only when the QueueSocket is
+        // dropped; it never changes. The AsyncFd owns the QueueSocket, so the
+        // fd stays open and the same for the AsyncFd's whole life.
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(self, interest) }
+            .map_err(Box::new)
+    }
 }
 
 /// `XDP_STATISTICS` of one socket.
