@@ -5,6 +5,7 @@
 //! - `caps`: the capabilities XDP and AF_XDP need.
 //! - `cpus`: the possible CPUs (per-CPU map values).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
+//! - `signal`: signal handlers (`sigaction`).
 
 /// Calls a libc function, mapping a -1 return to `io::Error::last_os_error`.
 macro_rules! syscall {
@@ -23,8 +24,12 @@ macro_rules! syscall {
 mod caps;
 mod cpus;
 mod net;
+mod signal;
 
 pub use caps::check_privileges;
 pub(crate) use cpus::possible_cpus;
 pub(crate) use net::{ethtool, kick_rx, kick_tx, set_busy_poll};
 pub use net::{ifindex, rx_queue_count};
+pub(crate) use signal::install_handler;
+#[cfg(test)]
+pub(crate) use signal::raise;
