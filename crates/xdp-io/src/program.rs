@@ -1,25 +1,22 @@
-//! The steer XDP program (`bpf/steer_xdp.c`): embedded object, loading and
-//! attaching through libxdp, its maps (sockets, owned ports, flow steering,
-//! statistics), detection of a program left by a crashed run, and detaching
-//! on drop.
+//! The steer XDP program (`bpf/steer_xdp.c`): embedded object, attaching
+//! with fallbacks (device-bound native, native, generic), its maps (sockets,
+//! owned ports, flow steering, settings, statistics) with their keys in the
+//! byte layout of bpf/steer_xdp.h, detection of a program left by a crashed
+//! run, and detaching on drop. The libxdp/libbpf calls themselves are in
+//! `sys::libxdp`; this module is safe Rust.
 //!
 //! Invariant: while a [`SteerProgram`] exists its program is attached to its
-//! interface and its map file descriptors are valid; `Drop` detaches it and
-//! frees the libxdp/libbpf objects exactly once.
+//! interface and its maps exist; `Drop` detaches it, and the libxdp/libbpf
+//! objects are freed exactly once right after.
 
-use std::{
-    ffi::{c_void, CStr, CString},
-    io,
-    os::fd::RawFd,
-    ptr,
-};
+use std::{io, os::fd::RawFd};
 
-use libxdp_sys as xdp;
 use tracing::{debug, info, warn};
 
 use crate::{
     config::{Proto, XdpMode},
     error::{Result, XdpError},
+    sys::libxdp::{AttachMode, BpfObject, Map, Multiprog, XdpProgram},
 };
 
 /// The compiled program (clang -O2 -g -target bpf, see build.rs).
@@ -34,26 +31,38 @@ pub const PROGRAM_NAME: &str = "steer_xdp";
 /// metadata kfuncs to the device's implementation.
 const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 
+/// The program's maps (names in bpf/steer_xdp.c).
+const XSKS_MAP: &str = "xsks_map";
+const OWNED_PORTS: &str = "owned_ports";
+const FLOW_SOCKS: &str = "flow_socks";
+const STATS: &str = "stats";
+const SETTINGS: &str = "settings";
+
 /// Mirrors `struct steer_port_key` in bpf/steer_xdp.h.
-#[repr(C)]
 #[derive(Clone, Copy)]
 struct PortKey {
     proto: u8,
-    pad: u8,
-    port_be: u16,
+    port: u16,
+}
+
+impl PortKey {
+    /// The key's bytes as the map stores them (`proto`, `pad`, `port` in
+    /// network byte order).
+    fn to_bytes(self) -> [u8; 4] {
+        let [hi, lo] = self.port.to_be_bytes();
+        [self.proto, 0, hi, lo]
+    }
 }
 
 /// A flow as the program's `flow_socks` map keys it (mirrors `struct steer_flow_key`).
-#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     saddr: [u8; 16],
     daddr: [u8; 16],
-    sport_be: u16,
-    dport_be: u16,
+    sport: u16,
+    dport: u16,
     proto: u8,
     family: u8,
-    pad: [u8; 2],
 }
 
 impl FlowKey {
@@ -62,11 +71,10 @@ impl FlowKey {
         let mut key = FlowKey {
             saddr: [0; 16],
             daddr: [0; 16],
-            sport_be: src.port().to_be(),
-            dport_be: dst.port().to_be(),
+            sport: src.port(),
+            dport: dst.port(),
             proto: proto.number(),
             family: 4,
-            pad: [0; 2],
         };
         match (src.ip(), dst.ip()) {
             (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
@@ -80,6 +88,19 @@ impl FlowKey {
             }
         }
         key
+    }
+
+    /// The key's bytes in the layout of `struct steer_flow_key` (ports in
+    /// network byte order).
+    fn to_bytes(self) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        b[..16].copy_from_slice(&self.saddr);
+        b[16..32].copy_from_slice(&self.daddr);
+        b[32..34].copy_from_slice(&self.sport.to_be_bytes());
+        b[34..36].copy_from_slice(&self.dport.to_be_bytes());
+        b[36] = self.proto;
+        b[37] = self.family;
+        b
     }
 }
 
@@ -119,48 +140,12 @@ pub enum OwnedAction {
 /// An attached steer XDP program and its maps.
 #[derive(Debug)]
 pub struct SteerProgram {
-    obj: *mut xdp::bpf_object,
-    prog: *mut xdp::xdp_program,
+    prog: XdpProgram,
     ifindex: u32,
     interface: String,
     mode: XdpMode,
     dev_bound: bool,
-    xsks_fd: RawFd,
-    ports_fd: RawFd,
-    flows_fd: RawFd,
-    stats_fd: RawFd,
-    settings_fd: RawFd,
     steering_calls: u64,
-}
-
-// SAFETY: the libxdp/libbpf objects are owned exclusively by this value (no
-// other Rust handle aliases them) and libbpf/libxdp keep no thread-affine
-// state, so moving the owner to another thread is sound.
-unsafe impl Send for SteerProgram {}
-
-/// Converts a libxdp/libbpf pointer return into an error when it is NULL or an
-/// encoded error pointer.
-fn check_ptr<T>(p: *mut T, context: &'static str) -> Result<*mut T> {
-    // SAFETY: libxdp_get_error only inspects the pointer value.
-    let err = unsafe { xdp::libxdp_get_error(p as *const c_void) };
-    if p.is_null() || err != 0 {
-        let errno = if err != 0 {
-            -(err as i32)
-        } else {
-            io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL)
-        };
-        return Err(XdpError::Program {
-            context,
-            source: io::Error::from_raw_os_error(errno.abs()),
-        });
-    }
-    Ok(p)
-}
-
-fn c_str(s: &str) -> CString {
-    CString::new(s).unwrap_or_default()
 }
 
 /// A program found attached to an interface.
@@ -179,77 +164,58 @@ pub fn attached_programs(ifindex: u32) -> Vec<AttachedProgram> {
     let Ok(idx) = i32::try_from(ifindex) else {
         return Vec::new();
     };
-    // SAFETY: plain query; the result is checked and closed below.
-    let mp = unsafe { xdp::xdp_multiprog__get_from_ifindex(idx) };
-    // SAFETY: libxdp_get_error only inspects the pointer value.
-    if mp.is_null() || unsafe { xdp::libxdp_get_error(mp as *const c_void) } != 0 {
+    let Some(mp) = Multiprog::on_interface(idx) else {
         return Vec::new();
+    };
+    let legacy = mp.is_legacy();
+    let describe = |p: crate::sys::libxdp::ProgramRef<'_>| AttachedProgram {
+        name: p.name().to_string_lossy().into_owned(),
+        id: p.id(),
+        dispatched: !legacy,
+    };
+    if legacy {
+        mp.main_program().map(describe).into_iter().collect()
+    } else {
+        mp.programs().map(describe).collect()
     }
-    let mut out = Vec::new();
-    // SAFETY: `mp` is a valid multiprog until closed at the end of this block;
-    // program pointers it returns live as long as `mp`.
-    unsafe {
-        let legacy = xdp::xdp_multiprog__is_legacy(mp);
-        let describe = |p: *mut xdp::xdp_program| AttachedProgram {
-            name: CStr::from_ptr(xdp::xdp_program__name(p))
-                .to_string_lossy()
-                .into_owned(),
-            id: xdp::xdp_program__id(p),
-            dispatched: !legacy,
-        };
-        if legacy {
-            let p = xdp::xdp_multiprog__main_prog(mp);
-            if !p.is_null() {
-                out.push(describe(p));
-            }
-        } else {
-            let mut p = xdp::xdp_multiprog__next_prog(ptr::null(), mp);
-            while !p.is_null() {
-                out.push(describe(p));
-                p = xdp::xdp_multiprog__next_prog(p, mp);
-            }
-        }
-        xdp::xdp_multiprog__close(mp);
-    }
-    out
 }
 
 /// Detaches every steer program from `ifindex` (and, for a lone legacy
 /// program, only when it is steer's).
 fn detach_stale(ifindex: u32) -> Result<()> {
     let idx = i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
-    // SAFETY: plain query; the result is checked and closed below.
-    let mp = unsafe { xdp::xdp_multiprog__get_from_ifindex(idx) };
-    // SAFETY: libxdp_get_error only inspects the pointer value.
-    if mp.is_null() || unsafe { xdp::libxdp_get_error(mp as *const c_void) } != 0 {
+    let Some(mp) = Multiprog::on_interface(idx) else {
         return Ok(());
-    }
-    // SAFETY: `mp` is valid until closed; its program pointers live as long as it.
-    let rc = unsafe {
-        let mut rc = 0;
-        if xdp::xdp_multiprog__is_legacy(mp) {
-            rc = xdp::xdp_multiprog__detach(mp);
-        } else {
-            let mode = xdp::xdp_multiprog__attach_mode(mp);
-            let mut p = xdp::xdp_multiprog__next_prog(ptr::null(), mp);
-            while !p.is_null() {
-                let name = CStr::from_ptr(xdp::xdp_program__name(p));
-                if name.to_bytes() == PROGRAM_NAME.as_bytes() {
-                    rc = xdp::xdp_program__detach(p, idx, mode, 0);
-                }
-                p = xdp::xdp_multiprog__next_prog(p, mp);
+    };
+    let detached = if mp.is_legacy() {
+        mp.detach()
+    } else {
+        let mode = mp.attach_mode();
+        let mut last = Ok(());
+        for p in mp.programs() {
+            if p.name().to_bytes() == PROGRAM_NAME.as_bytes() {
+                last = p.detach(idx, mode);
             }
         }
-        xdp::xdp_multiprog__close(mp);
-        rc
+        last
     };
-    if rc < 0 {
-        return Err(XdpError::Program {
-            context: "detaching the stale program",
-            source: io::Error::from_raw_os_error(-rc),
-        });
+    detached.map_err(|source| XdpError::Program {
+        context: "detaching the stale program",
+        source,
+    })
+}
+
+/// libxdp's attach mode for `mode` (`Auto` attaches natively).
+fn attach_mode(mode: XdpMode) -> AttachMode {
+    match mode {
+        XdpMode::Generic => AttachMode::SKB,
+        _ => AttachMode::NATIVE,
     }
-    Ok(())
+}
+
+/// An `XdpError::Program` for a failed step.
+fn program_err(context: &'static str) -> impl FnOnce(io::Error) -> XdpError {
+    move |source| XdpError::Program { context, source }
 }
 
 impl SteerProgram {
@@ -348,139 +314,86 @@ impl SteerProgram {
     }
 
     fn try_attach(interface: &str, ifindex: u32, mode: XdpMode, dev_bound: bool) -> Result<Self> {
-        let object = if dev_bound { OBJECT_RXHASH } else { OBJECT };
-        // SAFETY: the object is a static byte slice; libbpf copies what it
-        // needs; null options select the defaults.
-        let obj =
-            unsafe { xdp::bpf_object__open_mem(object.as_ptr().cast(), object.len(), ptr::null()) };
-        let obj = check_ptr(obj, "opening the embedded object")?;
-        // From here `obj` is closed on every path (by `guard` or by `Self::drop`).
-        let mut this = SteerProgram {
-            obj,
-            prog: ptr::null_mut(),
+        let image = if dev_bound { OBJECT_RXHASH } else { OBJECT };
+        let mut obj =
+            BpfObject::open_mem(image).map_err(program_err("opening the embedded object"))?;
+        if dev_bound {
+            obj.bind_program(PROGRAM_NAME, ifindex, BPF_F_XDP_DEV_BOUND_ONLY)
+                .map_err(program_err("finding the program"))?;
+        }
+        // From here the object is closed on every path (by XdpProgram's drop).
+        let mut prog = XdpProgram::from_object(obj, "xdp")
+            .map_err(program_err("creating the libxdp program"))?;
+        let idx =
+            i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
+        // Not attached on error: dropping `prog` closes it without a detach.
+        prog.attach(idx, attach_mode(mode))
+            .map_err(program_err("attaching"))?;
+        let this = SteerProgram {
+            prog,
             ifindex,
             interface: interface.into(),
             mode,
             dev_bound,
-            xsks_fd: -1,
-            ports_fd: -1,
-            flows_fd: -1,
-            stats_fd: -1,
-            settings_fd: -1,
             steering_calls: 0,
         };
-        if dev_bound {
-            let fname = c_str(PROGRAM_NAME);
-            // SAFETY: `obj` is a valid, not yet loaded object.
-            let bp = unsafe { xdp::bpf_object__find_program_by_name(obj, fname.as_ptr()) };
-            if bp.is_null() {
-                return Err(XdpError::Program {
-                    context: "finding the program",
-                    source: io::Error::from_raw_os_error(libc::ENOENT),
-                });
-            }
-            // SAFETY: `bp` belongs to the not yet loaded `obj`.
-            unsafe {
-                xdp::bpf_program__set_ifindex(bp, ifindex);
-                xdp::bpf_program__set_flags(bp, BPF_F_XDP_DEV_BOUND_ONLY);
-            }
+        // Attached: from here `this` detaches on every path (by its drop).
+        for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS] {
+            this.map(name)?;
         }
-        let section = c_str("xdp");
-        // SAFETY: `obj` is valid; libxdp keeps a reference that we release in drop
-        // (xdp_program__close does not close an external object).
-        let prog = unsafe { xdp::xdp_program__from_bpf_obj(obj, section.as_ptr()) };
-        this.prog = check_ptr(prog, "creating the libxdp program")?;
-        let xmode = match mode {
-            XdpMode::Generic => xdp::xdp_attach_mode_XDP_MODE_SKB,
-            _ => xdp::xdp_attach_mode_XDP_MODE_NATIVE,
-        };
-        let idx =
-            i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
-        // SAFETY: `prog` is valid; attaching loads `obj` into the kernel.
-        let rc = unsafe { xdp::xdp_program__attach(this.prog, idx, xmode, 0) };
-        if rc < 0 {
-            // Not attached: make drop skip the detach.
-            this.ifindex = 0;
-            return Err(XdpError::Program {
-                context: "attaching",
-                source: io::Error::from_raw_os_error(-rc),
-            });
-        }
-        this.xsks_fd = this.map_fd("xsks_map")?;
-        this.ports_fd = this.map_fd("owned_ports")?;
-        this.flows_fd = this.map_fd("flow_socks")?;
-        this.stats_fd = this.map_fd("stats")?;
-        this.settings_fd = this.map_fd("settings")?;
         Ok(this)
     }
 
-    fn map_fd(&self, name: &str) -> Result<RawFd> {
-        let c = c_str(name);
-        // SAFETY: `obj` is a loaded object; the name is NUL-terminated.
-        let fd = unsafe { xdp::bpf_object__find_map_fd_by_name(self.obj, c.as_ptr()) };
-        if fd < 0 {
-            return Err(XdpError::Program {
-                context: "finding a map",
-                source: io::Error::from_raw_os_error(-fd),
-            });
-        }
-        Ok(fd)
+    /// The program's map `name` (present since `try_attach` checked it).
+    fn map(&self, name: &str) -> Result<Map<'_>> {
+        self.prog.map(name).map_err(program_err("finding a map"))
     }
 
-    /// `bpf_map_update_elem` with typed key and value.
-    fn update<K, V>(
-        fd: RawFd,
-        key: &K,
-        value: &V,
-        map: &'static str,
+    /// Sets `key` to `value` in map `name`.
+    fn update(
+        &self,
+        name: &'static str,
+        key: &[u8],
+        value: &[u8],
         hint: &'static str,
     ) -> Result<()> {
-        // SAFETY: key and value are plain `repr(C)`/integer values whose sizes
-        // match the map definition in steer_xdp.c; both outlive the call.
-        let rc = unsafe {
-            xdp::bpf_map_update_elem(fd, (key as *const K).cast(), (value as *const V).cast(), 0)
-        };
-        if rc < 0 {
-            return Err(XdpError::Map {
-                map,
-                source: io::Error::from_raw_os_error(-rc),
+        self.map(name)?
+            .update(key, value)
+            .map_err(|source| XdpError::Map {
+                map: name,
+                source,
                 hint,
-            });
-        }
-        Ok(())
+            })
     }
 
-    /// `bpf_map_delete_elem`; a missing key is not an error.
-    fn delete<K>(fd: RawFd, key: &K, map: &'static str) -> Result<()> {
-        // SAFETY: the key's size matches the map definition; it outlives the call.
-        let rc = unsafe { xdp::bpf_map_delete_elem(fd, (key as *const K).cast()) };
-        if rc < 0 && rc != -libc::ENOENT {
-            return Err(XdpError::Map {
-                map,
-                source: io::Error::from_raw_os_error(-rc),
+    /// Removes `key` from map `name`; a missing key is not an error.
+    fn delete(&self, name: &'static str, key: &[u8]) -> Result<()> {
+        match self.map(name)?.delete(key) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(XdpError::Map {
+                map: name,
+                source: e,
                 hint: "check `bpftool map`",
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Starts (or stops) redirecting traffic to `port` of `proto`.
     pub fn set_owned(&mut self, proto: Proto, port: u16, owned: bool) -> Result<()> {
         let key = PortKey {
             proto: proto.number(),
-            pad: 0,
-            port_be: port.to_be(),
-        };
+            port,
+        }
+        .to_bytes();
         if owned {
-            Self::update(
-                self.ports_fd,
+            self.update(
+                OWNED_PORTS,
                 &key,
-                &1u32,
-                "owned_ports",
+                &1u32.to_ne_bytes(),
                 "at most 256 owned ports",
             )
         } else {
-            Self::delete(self.ports_fd, &key, "owned_ports")
+            self.delete(OWNED_PORTS, &key)
         }
     }
 
@@ -491,11 +404,10 @@ impl SteerProgram {
             OwnedAction::Redirect => 0,
             OwnedAction::Drop => 1,
         };
-        Self::update(
-            self.settings_fd,
-            &0u32,
-            &value,
-            "settings",
+        self.update(
+            SETTINGS,
+            &0u32.to_ne_bytes(),
+            &value.to_ne_bytes(),
             "check `bpftool map`",
         )
     }
@@ -503,18 +415,17 @@ impl SteerProgram {
     /// Puts the AF_XDP socket `fd` at `index` of the socket map (the rx queue index).
     pub fn register_socket(&mut self, index: u32, fd: RawFd) -> Result<()> {
         let value = u32::try_from(fd).map_err(|_| XdpError::Config("negative socket fd".into()))?;
-        Self::update(
-            self.xsks_fd,
-            &index,
-            &value,
-            "xsks_map",
+        self.update(
+            XSKS_MAP,
+            &index.to_ne_bytes(),
+            &value.to_ne_bytes(),
             "the index must be below 256",
         )
     }
 
     /// Removes the socket at `index` of the socket map.
     pub fn unregister_socket(&mut self, index: u32) -> Result<()> {
-        Self::delete(self.xsks_fd, &index, "xsks_map")
+        self.delete(XSKS_MAP, &index.to_ne_bytes())
     }
 
     /// Steers `flow` to the socket at `socket_index` of the socket map (the
@@ -523,11 +434,10 @@ impl SteerProgram {
     /// Each call is one steering-hook call (counted in [`Self::steering_calls`]).
     pub fn steer_flow(&mut self, flow: &FlowKey, socket_index: u32) -> Result<()> {
         self.steering_calls += 1;
-        Self::update(
-            self.flows_fd,
-            flow,
-            &socket_index,
-            "flow_socks",
+        self.update(
+            FLOW_SOCKS,
+            &flow.to_bytes(),
+            &socket_index.to_ne_bytes(),
             "at most 65536 steered flows: remove idle ones",
         )
     }
@@ -535,7 +445,7 @@ impl SteerProgram {
     /// Forgets the steering entry of `flow` (counted as a steering-hook call).
     pub fn unsteer_flow(&mut self, flow: &FlowKey) -> Result<()> {
         self.steering_calls += 1;
-        Self::delete(self.flows_fd, flow, "flow_socks")
+        self.delete(FLOW_SOCKS, &flow.to_bytes())
     }
 
     /// Map writes made through [`Self::steer_flow`] and [`Self::unsteer_flow`].
@@ -547,28 +457,24 @@ impl SteerProgram {
     pub fn stats(&self) -> Result<ProgramStats> {
         let ncpu = crate::sys::possible_cpus()
             .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
+        let stats = self.map(STATS)?;
         let mut sum = [0u64; 6];
-        let mut vals = vec![0u64; ncpu];
+        // A per-CPU array lookup writes one 8-byte value (the value size
+        // rounded up to 8) per possible CPU.
+        let mut vals = vec![0u8; ncpu * 8];
         for (i, slot) in sum.iter_mut().enumerate() {
             let key = i as u32;
-            // SAFETY: a per-CPU array lookup writes one 8-byte value (the
-            // value size rounded up to 8) per possible CPU: `vals` holds
-            // exactly that many.
-            let rc = unsafe {
-                xdp::bpf_map_lookup_elem(
-                    self.stats_fd,
-                    (&key as *const u32).cast(),
-                    vals.as_mut_ptr().cast(),
-                )
-            };
-            if rc < 0 {
-                return Err(XdpError::Map {
-                    map: "stats",
-                    source: io::Error::from_raw_os_error(-rc),
+            stats
+                .lookup(&key.to_ne_bytes(), &mut vals)
+                .map_err(|source| XdpError::Map {
+                    map: STATS,
+                    source,
                     hint: "check `bpftool map`",
-                });
-            }
-            *slot = vals.iter().sum();
+                })?;
+            *slot = vals
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .sum();
         }
         Ok(ProgramStats {
             redirected: sum[0],
@@ -592,8 +498,7 @@ impl SteerProgram {
 
     /// The kernel's id of the program.
     pub fn id(&self) -> u32 {
-        // SAFETY: `prog` is valid while `self` lives.
-        unsafe { xdp::xdp_program__id(self.prog) }
+        self.prog.id()
     }
 
     /// The interface it is attached to.
@@ -604,25 +509,70 @@ impl SteerProgram {
 
 impl Drop for SteerProgram {
     fn drop(&mut self) {
-        // SAFETY: `prog` and `obj` are owned by `self` and freed exactly once
-        // here; detach only runs when attach succeeded (ifindex != 0).
-        unsafe {
-            if !self.prog.is_null() {
-                if self.ifindex != 0 {
-                    let xmode = match self.mode {
-                        XdpMode::Generic => xdp::xdp_attach_mode_XDP_MODE_SKB,
-                        _ => xdp::xdp_attach_mode_XDP_MODE_NATIVE,
-                    };
-                    let rc = xdp::xdp_program__detach(self.prog, self.ifindex as i32, xmode, 0);
-                    if rc < 0 {
-                        warn!(interface = %self.interface, error = %io::Error::from_raw_os_error(-rc), "detaching the steer XDP program failed");
-                    } else {
-                        debug!(interface = %self.interface, "steer XDP program detached");
-                    }
-                }
-                xdp::xdp_program__close(self.prog);
+        // A SteerProgram exists only attached; the libxdp/libbpf objects are
+        // freed right after, by `prog`'s drop.
+        match self
+            .prog
+            .detach(self.ifindex as i32, attach_mode(self.mode))
+        {
+            Err(e) => {
+                warn!(interface = %self.interface, error = %e, "detaching the steer XDP program failed");
             }
-            xdp::bpf_object__close(self.obj);
+            Ok(()) => debug!(interface = %self.interface, "steer XDP program detached"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_key_bytes_follow_steer_port_key() {
+        let key = PortKey {
+            proto: Proto::Udp.number(),
+            port: 9000,
+        };
+        assert_eq!(key.to_bytes(), [17, 0, 0x23, 0x28]);
+    }
+
+    #[test]
+    fn flow_key_bytes_follow_steer_flow_key() {
+        let v4 = FlowKey::new(
+            Proto::Udp,
+            "192.0.2.2:40000".parse().unwrap(),
+            "192.0.2.1:9000".parse().unwrap(),
+        )
+        .to_bytes();
+        let mut want = [0u8; 40];
+        want[..4].copy_from_slice(&[192, 0, 2, 2]);
+        want[16..20].copy_from_slice(&[192, 0, 2, 1]);
+        want[32..34].copy_from_slice(&40000u16.to_be_bytes());
+        want[34..36].copy_from_slice(&9000u16.to_be_bytes());
+        want[36] = 17;
+        want[37] = 4;
+        assert_eq!(v4, want);
+
+        let v6 = FlowKey::new(
+            Proto::Tcp,
+            "[2001:db8::2]:1".parse().unwrap(),
+            "[2001:db8::1]:2".parse().unwrap(),
+        )
+        .to_bytes();
+        assert_eq!(
+            v6[..16],
+            "2001:db8::2"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        );
+        assert_eq!(
+            v6[16..32],
+            "2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        );
+        assert_eq!(v6[32..], [0, 1, 0, 2, 6, 6, 0, 0]);
     }
 }

@@ -1,9 +1,11 @@
-//! The OS boundary that xsk-rs and libxdp do not cover, mio style: the rest
-//! of the crate sees only the safe functions re-exported here. System calls
+//! The OS boundary, mio style: the system calls xsk-rs does not make and
+//! the libxdp/libbpf FFI. The rest of the crate sees only the safe
+//! functions and owners re-exported here or in `libxdp`. System calls
 //! go through one `syscall!` macro that turns -1 into `io::Error`.
 //!
 //! - `caps`: the capabilities XDP and AF_XDP need.
 //! - `cpus`: the possible CPUs (per-CPU map values).
+//! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
 //! - `signal`: signal handlers (`sigaction`).
 
@@ -23,6 +25,7 @@ macro_rules! syscall {
 
 mod caps;
 mod cpus;
+pub(crate) mod libxdp;
 mod net;
 mod signal;
 
