@@ -7,6 +7,12 @@
 //! application owns until it sends or recycles them; [`FrameCensus`] checks
 //! that every frame is in exactly one place. Everything else (ARP, ICMP,
 //! ports steer does not own) is passed to the kernel.
+//!
+//! `unsafe` is fenced: denied at this root and allowed only in [`umem`]
+//! (frame memory), [`socket`] (the rings) and the private `sys` modules that
+//! make system calls and libxdp/libbpf calls. Every unsafe block there says
+//! why it is sound.
+#![deny(unsafe_code)]
 
 /// Frame accounting: per-socket place counters and the census check.
 pub mod accounting;
@@ -27,9 +33,12 @@ pub mod readiness;
 /// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
 pub mod shutdown;
 /// One AF_XDP socket per rx queue: its rings and statistics.
+#[allow(unsafe_code)]
 pub mod socket;
+/// The OS boundary: system calls and the libxdp/libbpf FFI behind safe functions.
 mod sys;
 /// The UMEM: the `Frame` token, its `Copy` form and reading/rewriting frames.
+#[allow(unsafe_code)]
 pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};

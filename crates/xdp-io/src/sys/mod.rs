@@ -25,8 +25,11 @@ macro_rules! syscall {
 
 mod caps;
 mod cpus;
+#[allow(unsafe_code)]
 pub(crate) mod libxdp;
+#[allow(unsafe_code)]
 mod net;
+#[allow(unsafe_code)]
 mod signal;
 
 pub use caps::check_privileges;
