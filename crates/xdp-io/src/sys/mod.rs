@@ -34,7 +34,7 @@ mod signal;
 
 pub use caps::check_privileges;
 pub(crate) use cpus::possible_cpus;
-pub(crate) use net::{ethtool, kick_rx, kick_tx, set_busy_poll};
+pub(crate) use net::{ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN};
 pub use net::{ifindex, rx_queue_count};
 pub(crate) use signal::install_handler;
 #[cfg(test)]

@@ -53,12 +53,32 @@ fn ethtool_rx_channels(name: &str) -> Option<u32> {
     // rx_count, tx_count, other_count, combined_count.
     let mut ch = [0u32; 9];
     ch[0] = ETHTOOL_GCHANNELS;
-    ethtool(name, ch.as_mut_ptr().cast()).ok()?;
+    // SAFETY: `ch` is a whole struct ethtool_channels (nine u32s), all that
+    // ETHTOOL_GCHANNELS reads and writes.
+    unsafe { ethtool(name, ch.as_mut_ptr().cast()) }.ok()?;
     Some(ch[5] + ch[8])
 }
 
+/// The size of `struct ethtool_rxnfc` (with its `ethtool_rx_flow_spec`, no
+/// `rule_locs`) on x86_64 and aarch64.
+pub(crate) const ETHTOOL_RXNFC_LEN: usize = 192;
+
+/// A `SIOCETHTOOL` ioctl with a `struct ethtool_rxnfc` command (the ntuple
+/// rule commands `ETHTOOL_SRXCLSRL{INS,DEL}`), given as its bytes.
+pub(crate) fn ethtool_rxnfc(name: &str, nfc: &mut [u8; ETHTOOL_RXNFC_LEN]) -> io::Result<()> {
+    // SAFETY: `nfc` is a whole struct ethtool_rxnfc, all the kernel reads
+    // and writes for the rule commands (they use no rule_locs); the kernel
+    // copies it in and out, so its alignment does not matter.
+    unsafe { ethtool(name, nfc.as_mut_ptr().cast()) }
+}
+
 /// A `SIOCETHTOOL` ioctl on `name` with the command structure at `data`.
-pub(crate) fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
+///
+/// # Safety
+/// `data` must point to a command structure (its first u32 the command)
+/// valid for reads and writes of as many bytes as the kernel's handler of
+/// that command copies in and out, and live for the call.
+unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
     const SIOCETHTOOL: libc::c_ulong = 0x8946;
     if name.len() >= libc::IF_NAMESIZE {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
