@@ -45,7 +45,7 @@ pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
 pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
-pub use program::{attached_programs, FlowKey, OwnedAction, ProgramStats, SteerProgram};
+pub use program::{attached_programs, FlowMapKey, OwnedAction, ProgramStats, SteerProgram};
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
 pub use umem::{Frame, RawFrame, RxMeta, UmemView};

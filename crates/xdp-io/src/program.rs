@@ -54,9 +54,12 @@ impl PortKey {
     }
 }
 
-/// A flow as the program's `flow_socks` map keys it (mirrors `struct steer_flow_key`).
+/// The key of the program's flow-steering map (`flow_socks`, mirrors `struct
+/// steer_flow_key`): a flow as the XDP program sees it, the 5-tuple of a
+/// UDP or TCP packet. Not to be confused with `steer_core::flow::FlowKey`,
+/// the flow identity the dispatcher hashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FlowKey {
+pub struct FlowMapKey {
     saddr: [u8; 16],
     daddr: [u8; 16],
     sport: u16,
@@ -65,10 +68,10 @@ pub struct FlowKey {
     family: u8,
 }
 
-impl FlowKey {
+impl FlowMapKey {
     /// The flow `src:sport -> dst:dport` of `proto` as the receiver sees it.
     pub fn new(proto: Proto, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> Self {
-        let mut key = FlowKey {
+        let mut key = FlowMapKey {
             saddr: [0; 16],
             daddr: [0; 16],
             sport: src.port(),
@@ -432,7 +435,7 @@ impl SteerProgram {
     /// ARFS analog inside XDP). The kernel delivers only to a socket bound to
     /// the queue the frame arrived on, so the chosen socket must share it.
     /// Each call is one steering-hook call (counted in [`Self::steering_calls`]).
-    pub fn steer_flow(&mut self, flow: &FlowKey, socket_index: u32) -> Result<()> {
+    pub fn steer_flow(&mut self, flow: &FlowMapKey, socket_index: u32) -> Result<()> {
         self.steering_calls += 1;
         self.update(
             FLOW_SOCKS,
@@ -443,7 +446,7 @@ impl SteerProgram {
     }
 
     /// Forgets the steering entry of `flow` (counted as a steering-hook call).
-    pub fn unsteer_flow(&mut self, flow: &FlowKey) -> Result<()> {
+    pub fn unsteer_flow(&mut self, flow: &FlowMapKey) -> Result<()> {
         self.steering_calls += 1;
         self.delete(FLOW_SOCKS, &flow.to_bytes())
     }
@@ -538,7 +541,7 @@ mod tests {
 
     #[test]
     fn flow_key_bytes_follow_steer_flow_key() {
-        let v4 = FlowKey::new(
+        let v4 = FlowMapKey::new(
             Proto::Udp,
             "192.0.2.2:40000".parse().unwrap(),
             "192.0.2.1:9000".parse().unwrap(),
@@ -553,7 +556,7 @@ mod tests {
         want[37] = 4;
         assert_eq!(v4, want);
 
-        let v6 = FlowKey::new(
+        let v6 = FlowMapKey::new(
             Proto::Tcp,
             "[2001:db8::2]:1".parse().unwrap(),
             "[2001:db8::1]:2".parse().unwrap(),

@@ -12,8 +12,8 @@ use std::{
 
 use common::TestNet;
 use xdp_io::{
-    attached_programs, packet, BindMode, FlowKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
-    XdpMode, XdpPort,
+    attached_programs, packet, BindMode, FlowMapKey, Frame, PortConfig, Proto, QueueSocket,
+    XdpError, XdpMode, XdpPort,
 };
 
 const PORT: u16 = 9000;
@@ -365,7 +365,7 @@ fn flow_map_steers_inside_xdp() {
     let dst = SocketAddr::new(net.host_v4.into(), PORT);
     // Steer this one flow to socket-map slot 200, where no socket sits: the
     // program falls back to XDP_PASS, so the kernel socket gets it.
-    let flow = FlowKey::new(Proto::Udp, src, dst);
+    let flow = FlowMapKey::new(Proto::Udp, src, dst);
     port.program().steer_flow(&flow, 200).unwrap();
     // One sender socket for both sends: a rebind of the same port can race
     // with fork+exec in parallel tests holding the old fd for a moment.
