@@ -2,7 +2,8 @@
 //! logic with no I/O.
 //!
 //! - [`cpu`]: CPU sets and the cache layout (which LLC each CPU is behind).
-//! - [`packet`]: zero-copy, length-checked views over Ethernet/VLAN/IPv4/IPv6/TCP/UDP.
+//! - [`packet`]: zero-copy, length-checked views over Ethernet/VLAN/IPv4/IPv6/TCP/UDP,
+//!   the internet checksum, and the in-place UDP echo.
 //! - [`flow`]: flow keys and flow hashes (keyed, Toeplitz, symmetric).
 //! - [`table`]: the desired-CPU table and the per-rx-queue flow table.
 //! - [`policy`]: the update rule (`Always`, `LlcAffinity`).
