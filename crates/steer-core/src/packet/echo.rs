@@ -158,6 +158,7 @@ enum ReplyAddrs {
 mod tests {
     use super::*;
     use crate::packet::build::FrameBuilder;
+    use crate::packet::checksum::verify_udp_frame;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     fn v4(a: [u8; 4]) -> IpAddr {
@@ -176,22 +177,6 @@ mod tests {
         p
     }
 
-    fn checksum_ok(frame: &[u8]) -> bool {
-        let l = parse(frame).unwrap().unwrap();
-        let udp = UdpPacket::new_checked(&frame[l.l4_offset..l.l3_end]).unwrap();
-        match l.ip {
-            IpVersion::V4 => {
-                let ip = Ipv4Packet::new_checked(&frame[l.l3_offset..l.l3_end]).unwrap();
-                ip.verify_checksum()
-                    && (udp.checksum() == 0 || udp.verify_checksum_v4(ip.src_addr(), ip.dst_addr()))
-            }
-            IpVersion::V6 => {
-                let ip = Ipv6Packet::new_checked(&frame[l.l3_offset..l.l3_end]).unwrap();
-                udp.verify_checksum_v6(ip.src_addr(), ip.dst_addr())
-            }
-        }
-    }
-
     #[test]
     fn v4_reply_swaps_everything_and_keeps_checksums_valid() {
         let mut f = FrameBuilder::udp(v4([192, 0, 2, 2]), v4([192, 0, 2, 1]), 40000, 9000)
@@ -208,7 +193,7 @@ mod tests {
         assert_eq!(ip.dst_addr(), Ipv4Addr::new(192, 0, 2, 2));
         assert_eq!(ip.ttl(), REPLY_TTL);
         assert_eq!(l.ports(&f).unwrap(), Some((9000, 40000)));
-        assert!(checksum_ok(&f));
+        assert!(verify_udp_frame(&f));
         assert_eq!(&f[l.l3_end - 5..l.l3_end], b"hello");
     }
 
@@ -225,7 +210,7 @@ mod tests {
         assert_eq!((ip.src_addr(), ip.dst_addr()), (b, a));
         assert_eq!(ip.hop_limit(), REPLY_TTL);
         assert_eq!(l.ports(&f).unwrap(), Some((9000, 40001)));
-        assert!(checksum_ok(&f));
+        assert!(verify_udp_frame(&f));
     }
 
     #[test]
@@ -244,7 +229,7 @@ mod tests {
             let r = l.payload_range(&f).unwrap();
             assert_eq!(f[r.start + SOCKPERF_FLAGS_BYTE], SOCKPERF_PONG_REQUEST);
             assert_eq!(&f[r.start..r.start + 8], &42u64.to_le_bytes());
-            assert!(checksum_ok(&f), "ipv6={ipv6}");
+            assert!(verify_udp_frame(&f), "ipv6={ipv6}");
         }
     }
 
@@ -285,9 +270,9 @@ mod tests {
                 .build();
             let l = parse(&f).unwrap().unwrap();
             f[l.l4_offset + 6] ^= 0x5a;
-            assert!(!checksum_ok(&f));
+            assert!(!verify_udp_frame(&f));
             echo_in_place(&mut f, mode).unwrap();
-            assert!(checksum_ok(&f), "{mode:?}");
+            assert!(verify_udp_frame(&f), "{mode:?}");
         }
     }
 
