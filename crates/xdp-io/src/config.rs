@@ -50,8 +50,8 @@ impl Proto {
     /// The IP protocol number.
     pub fn number(self) -> u8 {
         match self {
-            Proto::Udp => 17,
-            Proto::Tcp => 6,
+            Proto::Udp => steer_core::packet::ip_proto::UDP,
+            Proto::Tcp => steer_core::packet::ip_proto::TCP,
         }
     }
 }

@@ -22,8 +22,6 @@ pub mod config;
 pub mod error;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
-/// Packet helpers: parsing the UDP 5-tuple and turning a packet around.
-pub mod packet;
 /// The owner: program + UMEM + sockets.
 pub mod port;
 /// The steer XDP program and its maps.

@@ -9,7 +9,16 @@
 //! interface and its maps exist; `Drop` detaches it, and the libxdp/libbpf
 //! objects are freed exactly once right after.
 
-use std::{io, os::fd::RawFd};
+use std::{
+    io,
+    net::{IpAddr, SocketAddr},
+    os::fd::RawFd,
+};
+
+use steer_core::{
+    flow::{FlowAddrs, FlowKey},
+    packet::ip_proto,
+};
 
 use tracing::{debug, info, warn};
 
@@ -69,6 +78,38 @@ pub struct FlowMapKey {
 }
 
 impl FlowMapKey {
+    /// The entry the program looks up for the packets of `flow`; `None` when
+    /// it looks none up (not UDP or TCP, or no ports: fragments go to the
+    /// kernel).
+    ///
+    /// ```
+    /// use steer_core::{flow::flow_key, packet::build::FrameBuilder};
+    /// use xdp_io::{FlowMapKey, Proto};
+    /// let frame = FrameBuilder::udp([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 40000, 9000).build();
+    /// let key = flow_key(&frame).unwrap().unwrap();
+    /// assert_eq!(
+    ///     FlowMapKey::from_flow(&key),
+    ///     Some(FlowMapKey::new(Proto::Udp, "10.0.0.1:40000".parse().unwrap(), "10.0.0.2:9000".parse().unwrap()))
+    /// );
+    /// ```
+    pub fn from_flow(flow: &FlowKey) -> Option<Self> {
+        let proto = match flow.protocol {
+            ip_proto::UDP => Proto::Udp,
+            ip_proto::TCP => Proto::Tcp,
+            _ => return None,
+        };
+        let ports = flow.ports?;
+        let (src, dst): (IpAddr, IpAddr) = match flow.addrs {
+            FlowAddrs::V4 { src, dst } => (src.into(), dst.into()),
+            FlowAddrs::V6 { src, dst } => (src.into(), dst.into()),
+        };
+        Some(Self::new(
+            proto,
+            SocketAddr::new(src, ports.src),
+            SocketAddr::new(dst, ports.dst),
+        ))
+    }
+
     /// The flow `src:sport -> dst:dport` of `proto` as the receiver sees it.
     pub fn new(proto: Proto, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> Self {
         let mut key = FlowMapKey {
@@ -537,6 +578,28 @@ mod tests {
             port: 9000,
         };
         assert_eq!(key.to_bytes(), [17, 0, 0x23, 0x28]);
+    }
+
+    #[test]
+    fn map_keys_from_steer_core_flow_keys() {
+        use steer_core::{flow::flow_key, packet::build::FrameBuilder};
+        let key = |f: &[u8]| flow_key(f).unwrap().unwrap();
+        let a: std::net::Ipv6Addr = "2001:db8::2".parse().unwrap();
+        let b: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let tcp6 = FrameBuilder::tcp(a.into(), b.into(), 40000, 443).build();
+        assert_eq!(
+            FlowMapKey::from_flow(&key(&tcp6)),
+            Some(FlowMapKey::new(
+                Proto::Tcp,
+                SocketAddr::new(a.into(), 40000),
+                SocketAddr::new(b.into(), 443)
+            ))
+        );
+        let (c, d) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        let icmp = FrameBuilder::proto(c, d, ip_proto::ICMP).build();
+        assert_eq!(FlowMapKey::from_flow(&key(&icmp)), None);
+        let fragment = FrameBuilder::udp(c, d, 1, 2).fragment(0, true).build();
+        assert_eq!(FlowMapKey::from_flow(&key(&fragment)), None);
     }
 
     #[test]
