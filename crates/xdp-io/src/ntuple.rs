@@ -43,6 +43,8 @@ mod off {
 
 /// Ntuple rules on one interface.
 #[derive(Debug)]
+#[doc(alias = "ETHTOOL_SRXCLSRLINS")]
+#[doc(alias = "ntuple")]
 pub struct NtupleSteering {
     interface: String,
     steering_calls: u64,
@@ -77,8 +79,12 @@ impl NtupleSteering {
         }
     }
 
-    /// Steers IPv4 `proto` traffic to destination `port` onto rx `queue`.
-    /// Returns the rule's location, for [`Self::remove`].
+    /// Steers IPv4 `proto` traffic to destination `port` onto rx `queue`:
+    /// the filter the kernel's ARFS hook `ndo_rx_flow_steer` asks a NIC
+    /// driver for, requested from userspace. Returns the rule's location,
+    /// for [`Self::remove`].
+    #[doc(alias = "ndo_rx_flow_steer")]
+    #[doc(alias = "ETHTOOL_SRXCLSRLINS")]
     pub fn insert(&mut self, proto: Proto, port: u16, queue: u32) -> Result<u32> {
         self.steering_calls += 1;
         let mut nfc = RxNfc([0; ETHTOOL_RXNFC_LEN]);
@@ -99,6 +105,7 @@ impl NtupleSteering {
     }
 
     /// Removes the rule at `location`.
+    #[doc(alias = "ETHTOOL_SRXCLSRLDEL")]
     pub fn remove(&mut self, location: u32) -> Result<()> {
         self.steering_calls += 1;
         let mut nfc = RxNfc([0; ETHTOOL_RXNFC_LEN]);

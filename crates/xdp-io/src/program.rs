@@ -68,6 +68,7 @@ impl PortKey {
 /// UDP or TCP packet. Not to be confused with `steer_core::flow::FlowKey`,
 /// the flow identity the dispatcher hashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[doc(alias = "steer_flow_key")]
 pub struct FlowMapKey {
     saddr: [u8; 16],
     daddr: [u8; 16],
@@ -174,6 +175,8 @@ pub struct ProgramStats {
 
 /// What the program does with owned traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(alias = "XDP_REDIRECT")]
+#[doc(alias = "XDP_DROP")]
 pub enum OwnedAction {
     /// Redirect to the queue's AF_XDP socket (normal operation).
     Redirect,
@@ -473,9 +476,11 @@ impl SteerProgram {
     }
 
     /// Steers `flow` to the socket at `socket_index` of the socket map (the
-    /// ARFS analog inside XDP). The kernel delivers only to a socket bound to
-    /// the queue the frame arrived on, so the chosen socket must share it.
-    /// Each call is one steering-hook call (counted in [`Self::steering_calls`]).
+    /// ARFS analog inside XDP: what `ndo_rx_flow_steer` asks a NIC for).
+    /// The kernel delivers only to a socket bound to the queue the frame
+    /// arrived on, so the chosen socket must share it. Each call is one
+    /// steering-hook call (counted in [`Self::steering_calls`]).
+    #[doc(alias = "ndo_rx_flow_steer")]
     pub fn steer_flow(&mut self, flow: &FlowMapKey, socket_index: u32) -> Result<()> {
         self.steering_calls += 1;
         self.update(

@@ -44,6 +44,8 @@ use crate::{
 /// s.recycle(frames.drain(..));
 /// # Ok(()) }
 /// ```
+#[doc(alias = "xsk_socket")]
+#[doc(alias = "AF_XDP")]
 pub struct QueueSocket {
     queue: u32,
     tx: TxQueue,
@@ -425,6 +427,8 @@ impl QueueSocket {
 
 /// `XDP_STATISTICS` of one socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[doc(alias = "xdp_statistics")]
+#[doc(alias = "XDP_STATISTICS")]
 pub struct SocketStats {
     /// Dropped for reasons other than invalid descriptors.
     pub rx_dropped: u64,

@@ -105,6 +105,7 @@ impl Frame {
 /// for queues that move descriptors by value. Made by [`Frame::into_raw`].
 /// The default value refers to no frame of any port.
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(alias = "xdp_desc")]
 pub struct RawFrame {
     desc: FrameDesc,
     umem_id: u32,
@@ -130,6 +131,8 @@ impl RawFrame {
 /// The metadata the steer program writes in front of a redirected packet
 /// (mirrors `struct steer_meta` in bpf/steer_xdp.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(alias = "steer_meta")]
+#[doc(alias = "bpf_xdp_metadata_rx_hash")]
 pub struct RxMeta {
     /// The receive hash computed by the device, when it supplied one.
     pub rx_hash: Option<u32>,
@@ -145,6 +148,8 @@ const META_HASH: u16 = 1;
 /// from any thread (`Clone + Send + Sync`), e.g. the handler a steer ring
 /// delivers frames to. Frames of another port read as empty / `None`.
 #[derive(Debug, Clone)]
+#[doc(alias = "xsk_umem")]
+#[doc(alias = "UMEM")]
 pub struct UmemView {
     umem: Umem,
     id: u32,

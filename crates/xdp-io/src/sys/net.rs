@@ -27,6 +27,7 @@ pub fn ifindex(name: &str) -> Result<u32> {
 /// The number of rx queues of `name`: from ethtool's channel counts (works in
 /// any network namespace), else from the `rx-N` entries in sysfs when sysfs
 /// shows this namespace's device, else 1.
+#[doc(alias = "ETHTOOL_GCHANNELS")]
 pub fn rx_queue_count(name: &str) -> Result<u32> {
     let idx = ifindex(name)?;
     if let Some(n) = ethtool_rx_channels(name).filter(|&n| n > 0) {
