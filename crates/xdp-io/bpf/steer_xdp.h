@@ -1,4 +1,4 @@
-/* Layouts shared by the steer XDP program and xdp-io (src/program.rs writes
+/* Layouts shared by the steer XDP program and xdp-io (src/program/keys.rs writes
  * the map keys byte by byte in these layouts, and src/umem.rs reads
  * steer_meta; keep them in step). */
 #ifndef STEER_XDP_H

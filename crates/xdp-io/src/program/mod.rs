@@ -1,32 +1,34 @@
 //! The steer XDP program (`bpf/steer_xdp.c`): embedded object, attaching
 //! with fallbacks (device-bound native, native, generic), its maps (sockets,
-//! owned ports, flow steering, settings, statistics) with their keys in the
-//! byte layout of bpf/steer_xdp.h, detection of a program left by a crashed
-//! run, and detaching on drop. The libxdp/libbpf calls themselves are in
+//! owned ports, flow steering, settings, statistics), and detaching on drop.
+//! The map keys in the byte layouts of bpf/steer_xdp.h are in `keys`; what
+//! else is attached to the interface (a program left by a crashed run,
+//! somebody else's) in `attached`. The libxdp/libbpf calls themselves are in
 //! `sys::libxdp`; this module is safe Rust.
 //!
 //! Invariant: while a [`SteerProgram`] exists its program is attached to its
 //! interface and its maps exist; `Drop` detaches it, and the libxdp/libbpf
 //! objects are freed exactly once right after.
 
-use std::{
-    io,
-    net::{IpAddr, SocketAddr},
-    os::fd::RawFd,
-};
+/// The XDP programs attached to an interface; removing steer's leftovers.
+mod attached;
+/// The map keys, byte by byte.
+mod keys;
 
-use steer_core::{
-    flow::{FlowAddrs, FlowKey},
-    packet::ip_proto,
-};
+use std::{io, os::fd::RawFd};
 
 use tracing::{debug, info, warn};
 
 use crate::{
     config::{Proto, XdpMode},
     error::{Result, XdpError},
-    sys::libxdp::{AttachMode, BpfObject, Map, Multiprog, XdpProgram},
+    sys::libxdp::{AttachMode, BpfObject, Map, XdpProgram},
 };
+
+use attached::detach_stale;
+pub use attached::{attached_programs, AttachedProgram};
+pub use keys::FlowMapKey;
+use keys::PortKey;
 
 /// The compiled program (clang -O2 -g -target bpf, see build.rs).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp.o"));
@@ -46,115 +48,6 @@ const OWNED_PORTS: &str = "owned_ports";
 const FLOW_SOCKS: &str = "flow_socks";
 const STATS: &str = "stats";
 const SETTINGS: &str = "settings";
-
-/// Mirrors `struct steer_port_key` in bpf/steer_xdp.h.
-#[derive(Clone, Copy)]
-struct PortKey {
-    proto: u8,
-    port: u16,
-}
-
-impl PortKey {
-    /// The key's bytes as the map stores them (`proto`, `pad`, `port` in
-    /// network byte order).
-    fn to_bytes(self) -> [u8; 4] {
-        let [hi, lo] = self.port.to_be_bytes();
-        [self.proto, 0, hi, lo]
-    }
-}
-
-/// The key of the program's flow-steering map (`flow_socks`, mirrors `struct
-/// steer_flow_key`): a flow as the XDP program sees it, the 5-tuple of a
-/// UDP or TCP packet. Not to be confused with `steer_core::flow::FlowKey`,
-/// the flow identity the dispatcher hashes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[doc(alias = "steer_flow_key")]
-pub struct FlowMapKey {
-    saddr: [u8; 16],
-    daddr: [u8; 16],
-    sport: u16,
-    dport: u16,
-    proto: u8,
-    family: u8,
-}
-
-impl FlowMapKey {
-    /// The entry the program looks up for the packets of `flow`; `None` when
-    /// it looks none up (not UDP or TCP, or no ports: fragments go to the
-    /// kernel).
-    ///
-    /// ```
-    /// use steer_core::{flow::flow_key, packet::build::FrameBuilder};
-    /// use xdp_io::{FlowMapKey, Proto};
-    /// let frame = FrameBuilder::udp([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 40000, 9000).build();
-    /// let key = flow_key(&frame).unwrap().unwrap();
-    /// assert_eq!(
-    ///     FlowMapKey::from_flow(&key),
-    ///     Some(FlowMapKey::new(Proto::Udp, "10.0.0.1:40000".parse().unwrap(), "10.0.0.2:9000".parse().unwrap()))
-    /// );
-    /// ```
-    pub fn from_flow(flow: &FlowKey) -> Option<Self> {
-        let proto = match flow.protocol {
-            ip_proto::UDP => Proto::Udp,
-            ip_proto::TCP => Proto::Tcp,
-            _ => return None,
-        };
-        let ports = flow.ports?;
-        let (src, dst): (IpAddr, IpAddr) = match flow.addrs {
-            FlowAddrs::V4 { src, dst } => (src.into(), dst.into()),
-            FlowAddrs::V6 { src, dst } => (src.into(), dst.into()),
-        };
-        Some(Self::new(
-            proto,
-            SocketAddr::new(src, ports.src),
-            SocketAddr::new(dst, ports.dst),
-        ))
-    }
-
-    /// The flow `src:sport -> dst:dport` of `proto` as the receiver sees it.
-    pub fn new(proto: Proto, src: std::net::SocketAddr, dst: std::net::SocketAddr) -> Self {
-        let mut key = FlowMapKey {
-            saddr: [0; 16],
-            daddr: [0; 16],
-            sport: src.port(),
-            dport: dst.port(),
-            proto: proto.number(),
-            family: 4,
-        };
-        match (src.ip(), dst.ip()) {
-            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
-                key.saddr[..4].copy_from_slice(&s.octets());
-                key.daddr[..4].copy_from_slice(&d.octets());
-            }
-            (s, d) => {
-                key.family = 6;
-                key.saddr = to_v6(s).octets();
-                key.daddr = to_v6(d).octets();
-            }
-        }
-        key
-    }
-
-    /// The key's bytes in the layout of `struct steer_flow_key` (ports in
-    /// network byte order).
-    fn to_bytes(self) -> [u8; 40] {
-        let mut b = [0u8; 40];
-        b[..16].copy_from_slice(&self.saddr);
-        b[16..32].copy_from_slice(&self.daddr);
-        b[32..34].copy_from_slice(&self.sport.to_be_bytes());
-        b[34..36].copy_from_slice(&self.dport.to_be_bytes());
-        b[36] = self.proto;
-        b[37] = self.family;
-        b
-    }
-}
-
-fn to_v6(ip: std::net::IpAddr) -> std::net::Ipv6Addr {
-    match ip {
-        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        std::net::IpAddr::V6(v6) => v6,
-    }
-}
 
 /// Counters the program keeps (summed over CPUs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -193,63 +86,6 @@ pub struct SteerProgram {
     mode: XdpMode,
     dev_bound: bool,
     steering_calls: u64,
-}
-
-/// A program found attached to an interface.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachedProgram {
-    /// Its name.
-    pub name: String,
-    /// The kernel's program id.
-    pub id: u32,
-    /// Whether it runs through libxdp's dispatcher (else it is the only program).
-    pub dispatched: bool,
-}
-
-/// The XDP programs attached to `ifindex` (empty when none).
-pub fn attached_programs(ifindex: u32) -> Vec<AttachedProgram> {
-    let Ok(idx) = i32::try_from(ifindex) else {
-        return Vec::new();
-    };
-    let Some(mp) = Multiprog::on_interface(idx) else {
-        return Vec::new();
-    };
-    let legacy = mp.is_legacy();
-    let describe = |p: crate::sys::libxdp::ProgramRef<'_>| AttachedProgram {
-        name: p.name().to_string_lossy().into_owned(),
-        id: p.id(),
-        dispatched: !legacy,
-    };
-    if legacy {
-        mp.main_program().map(describe).into_iter().collect()
-    } else {
-        mp.programs().map(describe).collect()
-    }
-}
-
-/// Detaches every steer program from `ifindex` (and, for a lone legacy
-/// program, only when it is steer's).
-fn detach_stale(ifindex: u32) -> Result<()> {
-    let idx = i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
-    let Some(mp) = Multiprog::on_interface(idx) else {
-        return Ok(());
-    };
-    let detached = if mp.is_legacy() {
-        mp.detach()
-    } else {
-        let mode = mp.attach_mode();
-        let mut last = Ok(());
-        for p in mp.programs() {
-            if p.name().to_bytes() == PROGRAM_NAME.as_bytes() {
-                last = p.detach(idx, mode);
-            }
-        }
-        last
-    };
-    detached.map_err(|source| XdpError::Program {
-        context: "detaching the stale program",
-        source,
-    })
 }
 
 /// libxdp's attach mode for `mode` (`Auto` attaches natively).
@@ -569,81 +405,5 @@ impl Drop for SteerProgram {
             }
             Ok(()) => debug!(interface = %self.interface, "steer XDP program detached"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn port_key_bytes_follow_steer_port_key() {
-        let key = PortKey {
-            proto: Proto::Udp.number(),
-            port: 9000,
-        };
-        assert_eq!(key.to_bytes(), [17, 0, 0x23, 0x28]);
-    }
-
-    #[test]
-    fn map_keys_from_steer_core_flow_keys() {
-        use steer_core::{flow::flow_key, packet::build::FrameBuilder};
-        let key = |f: &[u8]| flow_key(f).unwrap().unwrap();
-        let a: std::net::Ipv6Addr = "2001:db8::2".parse().unwrap();
-        let b: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
-        let tcp6 = FrameBuilder::tcp(a.into(), b.into(), 40000, 443).build();
-        assert_eq!(
-            FlowMapKey::from_flow(&key(&tcp6)),
-            Some(FlowMapKey::new(
-                Proto::Tcp,
-                SocketAddr::new(a.into(), 40000),
-                SocketAddr::new(b.into(), 443)
-            ))
-        );
-        let (c, d) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
-        let icmp = FrameBuilder::proto(c, d, ip_proto::ICMP).build();
-        assert_eq!(FlowMapKey::from_flow(&key(&icmp)), None);
-        let fragment = FrameBuilder::udp(c, d, 1, 2).fragment(0, true).build();
-        assert_eq!(FlowMapKey::from_flow(&key(&fragment)), None);
-    }
-
-    #[test]
-    fn flow_key_bytes_follow_steer_flow_key() {
-        let v4 = FlowMapKey::new(
-            Proto::Udp,
-            "192.0.2.2:40000".parse().unwrap(),
-            "192.0.2.1:9000".parse().unwrap(),
-        )
-        .to_bytes();
-        let mut want = [0u8; 40];
-        want[..4].copy_from_slice(&[192, 0, 2, 2]);
-        want[16..20].copy_from_slice(&[192, 0, 2, 1]);
-        want[32..34].copy_from_slice(&40000u16.to_be_bytes());
-        want[34..36].copy_from_slice(&9000u16.to_be_bytes());
-        want[36] = 17;
-        want[37] = 4;
-        assert_eq!(v4, want);
-
-        let v6 = FlowMapKey::new(
-            Proto::Tcp,
-            "[2001:db8::2]:1".parse().unwrap(),
-            "[2001:db8::1]:2".parse().unwrap(),
-        )
-        .to_bytes();
-        assert_eq!(
-            v6[..16],
-            "2001:db8::2"
-                .parse::<std::net::Ipv6Addr>()
-                .unwrap()
-                .octets()
-        );
-        assert_eq!(
-            v6[16..32],
-            "2001:db8::1"
-                .parse::<std::net::Ipv6Addr>()
-                .unwrap()
-                .octets()
-        );
-        assert_eq!(v6[32..], [0, 1, 0, 2, 6, 6, 0, 0]);
     }
 }
