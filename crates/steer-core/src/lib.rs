@@ -4,7 +4,8 @@
 //! Modules, lowest first: each uses only modules listed above it.
 //!
 //! - [`cpu`]: CPU sets and the cache layout (which LLC each CPU is behind).
-//! - [`packet`]: zero-copy, length-checked views over Ethernet/VLAN/IPv4/IPv6/TCP/UDP.
+//! - [`packet`]: zero-copy, length-checked views over Ethernet/VLAN/IPv4/IPv6/TCP/UDP,
+//!   the internet checksum, and the in-place UDP echo.
 //! - [`flow`]: flow keys, flow hashes (keyed, Toeplitz, symmetric) and the
 //!   dispatcher's classifier interface (`Classifier`, `FlowInfo`).
 //! - [`policy`]: the update rule (`Always`, `LlcAffinity`).

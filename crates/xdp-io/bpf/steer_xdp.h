@@ -1,5 +1,6 @@
-/* Layouts shared by the steer XDP program and xdp-io (src/program.rs mirrors
- * them with #[repr(C)] structs; keep the two in step). */
+/* Layouts shared by the steer XDP program and xdp-io (src/program/keys.rs writes
+ * the map keys byte by byte in these layouts, and src/umem.rs reads
+ * steer_meta; keep them in step). */
 #ifndef STEER_XDP_H
 #define STEER_XDP_H
 

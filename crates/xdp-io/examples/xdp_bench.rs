@@ -19,7 +19,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use xdp_io::{packet, OwnedAction, PortConfig, Proto, XdpPort};
+use steer_core::packet::{
+    build::FrameBuilder,
+    echo::{echo_in_place, EchoMode},
+    EthernetFrame,
+};
+use xdp_io::{OwnedAction, PortConfig, Proto, XdpPort};
 
 const PORT: u16 = 9000;
 const FLOWS: u16 = 64;
@@ -42,7 +47,7 @@ fn mac(path: &str) -> [u8; 6] {
     m
 }
 
-/// A 60-byte Ethernet/IPv4/UDP frame with UDP checksum 0.
+/// A 60-byte Ethernet/IPv4/UDP frame (18 bytes of payload).
 fn template(
     dst_mac: [u8; 6],
     src_mac: [u8; 6],
@@ -50,28 +55,12 @@ fn template(
     dst: Ipv4Addr,
     sport: u16,
 ) -> Vec<u8> {
-    let mut f = vec![0u8; 60];
-    f[..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len: u16 = 20 + 8 + 18;
-    f[14] = 0x45;
-    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    f[22] = 64;
-    f[23] = 17;
-    f[26..30].copy_from_slice(&src.octets());
-    f[30..34].copy_from_slice(&dst.octets());
-    let mut sum: u32 = f[14..34]
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f[34..36].copy_from_slice(&sport.to_be_bytes());
-    f[36..38].copy_from_slice(&PORT.to_be_bytes());
-    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    let mut f = FrameBuilder::udp(src.into(), dst.into(), sport, PORT)
+        .payload(&[0; 18])
+        .build();
+    let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+    eth.set_dst_addr(dst_mac);
+    eth.set_src_addr(src_mac);
     f
 }
 
@@ -194,14 +183,14 @@ fn main() {
             rxd / ceiling
         );
 
-        // 3. AF_XDP rx-tx: swap MAC/IP/ports, full checksum, send back.
+        // 3. AF_XDP rx-tx: swap MAC/IP/ports, fresh checksums, send back.
         let tx0 = rx.counters().tx_frames;
         let (s0, t0) = (sent.load(Relaxed), Instant::now());
         while t0.elapsed() < phase && !interrupted.load(Relaxed) {
             for sk in sockets.iter_mut() {
                 sk.recv(&mut frames, 64).unwrap_or(0);
                 for f in frames.iter_mut() {
-                    sk.with_data_mut(f, packet::reply_in_place);
+                    let _ = sk.with_data_mut(f, |d| echo_in_place(d, EchoMode::Plain));
                 }
                 let _ = sk.send(&mut frames);
                 sk.recycle(frames.drain(..));

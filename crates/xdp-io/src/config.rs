@@ -4,6 +4,8 @@
 
 /// How the XDP program is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "XDP_FLAGS_DRV_MODE")]
+#[doc(alias = "XDP_FLAGS_SKB_MODE")]
 pub enum XdpMode {
     /// Native (driver) mode, falling back to generic when the driver lacks it.
     #[default]
@@ -16,6 +18,8 @@ pub enum XdpMode {
 
 /// How the AF_XDP sockets are bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "XDP_COPY")]
+#[doc(alias = "XDP_ZEROCOPY")]
 pub enum BindMode {
     /// Zero-copy, falling back to copy mode when the driver lacks it (veth).
     #[default]
@@ -50,14 +54,16 @@ impl Proto {
     /// The IP protocol number.
     pub fn number(self) -> u8 {
         match self {
-            Proto::Udp => 17,
-            Proto::Tcp => 6,
+            Proto::Udp => steer_core::packet::ip_proto::UDP,
+            Proto::Tcp => steer_core::packet::ip_proto::TCP,
         }
     }
 }
 
 /// Busy-poll socket options (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(alias = "SO_BUSY_POLL")]
+#[doc(alias = "SO_PREFER_BUSY_POLL")]
 pub struct BusyPoll {
     /// Busy-poll time in microseconds.
     pub usecs: u32,

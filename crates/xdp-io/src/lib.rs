@@ -7,6 +7,12 @@
 //! application owns until it sends or recycles them; [`FrameCensus`] checks
 //! that every frame is in exactly one place. Everything else (ARP, ICMP,
 //! ports steer does not own) is passed to the kernel.
+//!
+//! `unsafe` is fenced: denied at this root and allowed only in [`umem`]
+//! (frame memory), [`socket`] (the rings) and the private `sys` modules that
+//! make system calls and libxdp/libbpf calls. Every unsafe block there says
+//! why it is sound.
+#![deny(unsafe_code)]
 
 /// Frame accounting: per-socket place counters and the census check.
 pub mod accounting;
@@ -16,8 +22,6 @@ pub mod config;
 pub mod error;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
-/// Packet helpers: parsing the UDP 5-tuple and turning a packet around.
-pub mod packet;
 /// The owner: program + UMEM + sockets.
 pub mod port;
 /// The steer XDP program and its maps.
@@ -26,14 +30,20 @@ pub mod program;
 pub mod readiness;
 /// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
 pub mod shutdown;
-/// One AF_XDP socket per rx queue and the `Frame` token.
+/// One AF_XDP socket per rx queue: its rings and statistics.
+#[allow(unsafe_code)]
 pub mod socket;
+/// The OS boundary: system calls and the libxdp/libbpf FFI behind safe functions.
 mod sys;
+/// The UMEM: the `Frame` token, its `Copy` form and reading/rewriting frames.
+#[allow(unsafe_code)]
+pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
 pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
-pub use program::{attached_programs, FlowKey, OwnedAction, ProgramStats, SteerProgram};
-pub use socket::{Frame, QueueSocket, RawFrame, RxMeta, SocketStats, UmemView};
+pub use program::{attached_programs, FlowMapKey, OwnedAction, ProgramStats, SteerProgram};
+pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
+pub use umem::{Frame, RawFrame, RxMeta, UmemView};

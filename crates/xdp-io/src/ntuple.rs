@@ -9,6 +9,7 @@ use std::io;
 use crate::{
     config::Proto,
     error::{Result, XdpError},
+    sys::ETHTOOL_RXNFC_LEN,
 };
 
 const ETHTOOL_SRXCLSRLDEL: u32 = 0x31;
@@ -18,9 +19,8 @@ const UDP_V4_FLOW: u32 = 0x02;
 const RX_CLS_LOC_ANY: u32 = 0xffff_ffff;
 
 /// `struct ethtool_rxnfc` (192 bytes with its `ethtool_rx_flow_spec`), built
-/// by byte offset; the u64 array gives it the struct's 8-byte alignment.
-#[repr(C, align(8))]
-struct RxNfc([u8; 192]);
+/// by byte offset.
+struct RxNfc([u8; ETHTOOL_RXNFC_LEN]);
 
 impl RxNfc {
     fn put(&mut self, at: usize, bytes: &[u8]) {
@@ -43,6 +43,8 @@ mod off {
 
 /// Ntuple rules on one interface.
 #[derive(Debug)]
+#[doc(alias = "ETHTOOL_SRXCLSRLINS")]
+#[doc(alias = "ntuple")]
 pub struct NtupleSteering {
     interface: String,
     steering_calls: u64,
@@ -59,7 +61,7 @@ impl NtupleSteering {
     }
 
     fn ioctl(&self, nfc: &mut RxNfc) -> io::Result<()> {
-        crate::sys::ethtool(&self.interface, nfc.0.as_mut_ptr().cast())
+        crate::sys::ethtool_rxnfc(&self.interface, &mut nfc.0)
     }
 
     fn map_err(&self, e: io::Error, what: &'static str) -> XdpError {
@@ -77,11 +79,15 @@ impl NtupleSteering {
         }
     }
 
-    /// Steers IPv4 `proto` traffic to destination `port` onto rx `queue`.
-    /// Returns the rule's location, for [`Self::remove`].
+    /// Steers IPv4 `proto` traffic to destination `port` onto rx `queue`:
+    /// the filter the kernel's ARFS hook `ndo_rx_flow_steer` asks a NIC
+    /// driver for, requested from userspace. Returns the rule's location,
+    /// for [`Self::remove`].
+    #[doc(alias = "ndo_rx_flow_steer")]
+    #[doc(alias = "ETHTOOL_SRXCLSRLINS")]
     pub fn insert(&mut self, proto: Proto, port: u16, queue: u32) -> Result<u32> {
         self.steering_calls += 1;
-        let mut nfc = RxNfc([0; 192]);
+        let mut nfc = RxNfc([0; ETHTOOL_RXNFC_LEN]);
         nfc.put(off::CMD, &ETHTOOL_SRXCLSRLINS.to_ne_bytes());
         let flow = if proto == Proto::Udp {
             UDP_V4_FLOW
@@ -99,9 +105,10 @@ impl NtupleSteering {
     }
 
     /// Removes the rule at `location`.
+    #[doc(alias = "ETHTOOL_SRXCLSRLDEL")]
     pub fn remove(&mut self, location: u32) -> Result<()> {
         self.steering_calls += 1;
-        let mut nfc = RxNfc([0; 192]);
+        let mut nfc = RxNfc([0; ETHTOOL_RXNFC_LEN]);
         nfc.put(off::CMD, &ETHTOOL_SRXCLSRLDEL.to_ne_bytes());
         nfc.put(off::FS_LOCATION, &location.to_ne_bytes());
         self.ioctl(&mut nfc)

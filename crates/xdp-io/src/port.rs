@@ -5,34 +5,21 @@
 //! frames evenly between the sockets' free pools. Dropping it detaches the
 //! program.
 
-use std::{
-    ffi::CString,
-    num::NonZeroU32,
-    os::fd::AsRawFd,
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    },
-    thread,
-    time::Duration,
-};
+use std::{ffi::CString, num::NonZeroU32, os::fd::AsRawFd, sync::Arc};
 
 use tracing::{info, warn};
-use xsk_rs::config::{
-    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
-};
-use xsk_rs::{Socket, Umem};
+use xsk_rs::config::{FrameSize, Interface, QueueSize, UmemConfig};
+use xsk_rs::Umem;
 
 use crate::{
     accounting::{FrameCensus, Ledger, LedgerSnapshot, RingCensus},
     config::{ActiveModes, BindMode, PortConfig, Proto},
     error::{Result, XdpError},
     program::{ProgramStats, SteerProgram},
-    socket::{QueueSocket, UmemView},
+    socket::{create_socket, QueueSocket},
     sys,
+    umem::UmemView,
 };
-
-static NEXT_UMEM_ID: AtomicU32 = AtomicU32::new(1);
 
 /// The AF_XDP data path on one interface: the attached steer program, the
 /// shared UMEM and one socket per rx queue.
@@ -119,11 +106,7 @@ impl XdpPort {
             }
             Err(e) => return Err(umem_err(e)),
         };
-        let mem = UmemView {
-            umem: umem.clone(),
-            id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
-            frame_size: config.frame_size as usize,
-        };
+        let mem = UmemView::new(umem.clone(), config.frame_size as usize);
 
         let iface = Interface::new(
             CString::new(name.clone())
@@ -273,57 +256,6 @@ impl XdpPort {
             .map(|s| s.ring_census())
             .fold(RingCensus::default(), |a, b| a + b);
         FrameCensus::new(self.total_frames, self.counters(), rings)
-    }
-}
-
-type Queues = (
-    xsk_rs::TxQueue,
-    xsk_rs::RxQueue,
-    Option<(xsk_rs::FillQueue, xsk_rs::CompQueue)>,
-);
-
-/// One `Socket::new`, retried for a moment on EBUSY (a queue just released).
-fn create_socket(
-    umem: &Umem,
-    iface: &Interface,
-    queue: u32,
-    ring: QueueSize,
-    bind: BindMode,
-    need_wakeup: bool,
-) -> std::io::Result<Queues> {
-    let mut flags = match bind {
-        BindMode::Copy => BindFlags::XDP_COPY,
-        BindMode::Auto | BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
-    };
-    if need_wakeup {
-        flags |= BindFlags::XDP_USE_NEED_WAKEUP;
-    }
-    let config = SocketConfig::builder()
-        .rx_queue_size(ring)
-        .tx_queue_size(ring)
-        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-        .bind_flags(flags)
-        .build();
-    let mut attempt = 0;
-    loop {
-        // SAFETY: every socket is created with INHIBIT_PROG_LOAD (the steer
-        // program is ours), and each (interface, queue) is bound once per UMEM.
-        match unsafe { Socket::new(config, umem, iface, queue) } {
-            Ok(q) => return Ok(q),
-            Err(e) => {
-                let io = std::error::Error::source(&e)
-                    .and_then(|s| s.downcast_ref::<std::io::Error>())
-                    .and_then(|s| s.raw_os_error())
-                    .map(std::io::Error::from_raw_os_error)
-                    .unwrap_or_else(|| std::io::Error::other(e.to_string()));
-                if io.raw_os_error() == Some(libc::EBUSY) && attempt < 50 {
-                    attempt += 1;
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-                return Err(io);
-            }
-        }
     }
 }
 

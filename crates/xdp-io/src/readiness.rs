@@ -5,7 +5,7 @@
 
 use std::{io, ops::ControlFlow};
 
-use crate::socket::{Frame, QueueSocket};
+use crate::{socket::QueueSocket, umem::Frame};
 
 #[cfg(feature = "mio")]
 impl mio::event::Source for QueueSocket {
@@ -45,12 +45,7 @@ pub fn async_fd(
     tokio::io::unix::AsyncFd<QueueSocket>,
     Box<tokio::io::unix::AsyncFdRegisterError<QueueSocket>>,
 > {
-    // SAFETY: the socket's fd stays open and unchanged for as long as the
-    // QueueSocket lives, and the AsyncFd owns the QueueSocket.
-    unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE)
-    }
-    .map_err(Box::new)
+    socket.into_async_fd(tokio::io::Interest::READABLE)
 }
 
 /// Receives from `socket` in a tight loop (no sleeping, no blocking): each

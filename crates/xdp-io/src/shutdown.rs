@@ -24,19 +24,7 @@ extern "C" fn on_signal(_signal: libc::c_int) {
 /// }
 /// ```
 pub fn install() -> io::Result<&'static AtomicBool> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: sigaction is plain data; all-zero is a valid empty value.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: `action` is initialised; the handler only touches an atomic.
-        let rc = unsafe {
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    crate::sys::install_handler(&[libc::SIGINT, libc::SIGTERM], on_signal)?;
     Ok(&STOP)
 }
 
@@ -53,8 +41,7 @@ mod tests {
     fn sigterm_sets_the_flag_instead_of_killing() {
         let stop = install().unwrap();
         assert!(!stop.load(Ordering::SeqCst));
-        // SAFETY: raising a signal whose handler was just installed.
-        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        crate::sys::raise(libc::SIGTERM).unwrap();
         assert!(stop.load(Ordering::SeqCst));
         assert!(requested());
     }

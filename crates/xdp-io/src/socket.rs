@@ -1,13 +1,12 @@
 //! One AF_XDP socket bound to one rx queue, with its four rings (rx, tx, fill,
-//! completion) over the port's shared UMEM, and the [`Frame`] token through
-//! which the application owns a UMEM frame.
+//! completion) over the port's shared UMEM, and its kernel statistics.
 //!
 //! Invariants:
-//! - A [`Frame`] is created only from a descriptor this module took off a
-//!   ring or out of a free pool, and is consumed when given back (send,
-//!   recycle); it is neither `Clone` nor `Copy`. So `&mut Frame` is exclusive
-//!   access to that frame's memory, and the kernel never touches a frame
-//!   while a `Frame` exists for it.
+//! - This module makes a [`Frame`] only from a descriptor it took off the rx
+//!   ring, the completion ring (through the free pool) or out of its free
+//!   pool, and puts a descriptor on the fill or tx ring only from its free
+//!   pool or from a `Frame` it consumes: each frame is in one place (see
+//!   [`crate::umem`] for what a `Frame` guarantees).
 //! - Ring operations are batched: one libxdp call per batch, never per frame.
 //! - Every move between places updates the socket's [`Ledger`](crate::accounting::Ledger) once per batch.
 
@@ -15,239 +14,19 @@ use std::{
     io,
     os::fd::{AsRawFd, RawFd},
     sync::Arc,
+    thread,
+    time::Duration,
 };
 
-use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
+use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, QueueSize, SocketConfig};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::{
     accounting::{Ledger, RingCensus},
+    config::BindMode,
     sys,
+    umem::{Frame, RxMeta, UmemView},
 };
-
-/// A UMEM frame owned by the application: received from a socket, or taken
-/// from a free pool to transmit. Give it back with [`QueueSocket::send`] or
-/// [`QueueSocket::recycle`] (on any socket of the same port).
-#[derive(Debug)]
-pub struct Frame {
-    desc: FrameDesc,
-    umem_id: u32,
-}
-
-impl Frame {
-    /// Offset of the packet data in the UMEM (unique per frame held).
-    pub fn addr(&self) -> usize {
-        self.desc.addr()
-    }
-
-    /// Packet length in bytes.
-    pub fn len(&self) -> usize {
-        self.desc.lengths().data()
-    }
-
-    /// Whether the packet is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Frame {
-    /// Turns the token into a plain descriptor that can travel through
-    /// `Copy`-only queues (steer's rings and dispatchers). The frame stays
-    /// owned by whoever holds the [`RawFrame`]; turn it back with
-    /// [`Frame::from_raw`] exactly once to send or recycle it.
-    ///
-    /// ```no_run
-    /// # fn demo(s: &mut xdp_io::QueueSocket, f: xdp_io::Frame) {
-    /// let raw = f.into_raw();
-    /// // ... pass `raw` through a ring to another thread ...
-    /// // SAFETY: `raw` came from `into_raw` and is turned back once.
-    /// let f = unsafe { xdp_io::Frame::from_raw(raw) };
-    /// s.recycle([f]);
-    /// # }
-    /// ```
-    pub fn into_raw(self) -> RawFrame {
-        RawFrame {
-            desc: self.desc,
-            umem_id: self.umem_id,
-        }
-    }
-
-    /// Takes ownership of a frame back from its descriptor.
-    ///
-    /// # Safety
-    /// `raw` must come from [`Frame::into_raw`], and it (or any copy of it)
-    /// must not be turned back again while the returned `Frame` or its
-    /// successors exist: two `Frame`s for one UMEM frame would alias its
-    /// memory and hand it to the kernel twice.
-    pub unsafe fn from_raw(raw: RawFrame) -> Frame {
-        Frame {
-            desc: raw.desc,
-            umem_id: raw.umem_id,
-        }
-    }
-}
-
-/// A [`Frame`] in transit: a `Copy` descriptor without ownership semantics,
-/// for queues that move descriptors by value. Made by [`Frame::into_raw`].
-/// The default value refers to no frame of any port.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RawFrame {
-    desc: FrameDesc,
-    umem_id: u32,
-}
-
-impl RawFrame {
-    /// Offset of the packet data in the UMEM.
-    pub fn addr(&self) -> usize {
-        self.desc.addr()
-    }
-
-    /// Packet length in bytes.
-    pub fn len(&self) -> usize {
-        self.desc.lengths().data()
-    }
-
-    /// Whether the packet is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// The metadata the steer program writes in front of a redirected packet
-/// (mirrors `struct steer_meta` in bpf/steer_xdp.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RxMeta {
-    /// The receive hash computed by the device, when it supplied one.
-    pub rx_hash: Option<u32>,
-    /// The device's hash type (`enum xdp_rss_hash_type`), 0 when unknown.
-    pub rx_hash_type: u16,
-}
-
-const META_LEN: usize = 8;
-const META_MAGIC: u16 = 0x5300;
-const META_HASH: u16 = 1;
-
-/// A handle on a port's UMEM: reads and rewrites the bytes of [`Frame`]s
-/// from any thread (`Clone + Send + Sync`), e.g. the handler a steer ring
-/// delivers frames to. Frames of another port read as empty / `None`.
-#[derive(Debug, Clone)]
-pub struct UmemView {
-    pub(crate) umem: Umem,
-    pub(crate) id: u32,
-    /// Frame size in bytes (frames are aligned to it in the UMEM).
-    pub(crate) frame_size: usize,
-}
-
-impl UmemView {
-    /// The packet bytes of `frame` (empty for a frame of another port).
-    pub fn data<'a>(&'a self, frame: &'a Frame) -> &'a [u8] {
-        if frame.umem_id != self.id {
-            return &[];
-        }
-        // SAFETY: the frame belongs to this UMEM and, being held as a `Frame`,
-        // is not accessed by the kernel or mutably elsewhere (module invariant).
-        unsafe { self.umem.data(&frame.desc) }.contents()
-    }
-
-    /// Runs `f` on the packet bytes of `frame`, mutably (in-place rewrites).
-    /// Returns `None` for a frame of another port.
-    pub fn with_data_mut<R>(&self, frame: &mut Frame, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
-        if frame.umem_id != self.id {
-            return None;
-        }
-        // SAFETY: as in `data`, and `&mut Frame` makes this access exclusive.
-        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
-        Some(f(data.contents_mut()))
-    }
-
-    /// Replaces the packet in `frame` with `bytes` (truncated to the frame's room).
-    /// Returns the new length, or `None` for a frame of another port.
-    pub fn write(&self, frame: &mut Frame, bytes: &[u8]) -> Option<usize> {
-        use std::io::Write;
-        if frame.umem_id != self.id {
-            return None;
-        }
-        // SAFETY: as in `with_data_mut`.
-        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
-        let mut cursor = data.cursor();
-        cursor.set_pos(0);
-        let n = cursor.write(bytes).unwrap_or(0);
-        Some(n)
-    }
-
-    /// Sets the packet length of `frame` (capped at the frame's room), keeping
-    /// its bytes: frames back from the completion ring come with length 0.
-    /// Returns the new length, or `None` for a frame of another port.
-    pub fn set_len(&self, frame: &mut Frame, len: usize) -> Option<usize> {
-        if frame.umem_id != self.id {
-            return None;
-        }
-        // SAFETY: as in `with_data_mut`.
-        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
-        let mut cursor = data.cursor();
-        cursor.set_pos(len);
-        Some(cursor.pos())
-    }
-
-    /// The packet bytes of a frame in transit (empty for a frame of another
-    /// port, or the default descriptor).
-    ///
-    /// # Safety
-    /// The caller must own the frame `raw` describes (it holds the only live
-    /// copy of a descriptor made by [`Frame::into_raw`]) for as long as the
-    /// returned slice lives, so nobody writes the frame meanwhile.
-    pub unsafe fn data_raw(&self, raw: &RawFrame) -> &[u8] {
-        if raw.umem_id != self.id {
-            return &[];
-        }
-        // SAFETY: the descriptor came from this UMEM (same id) and the
-        // caller owns the frame, so nobody writes it meanwhile.
-        unsafe { self.umem.data(&raw.desc) }.contents()
-    }
-
-    /// The metadata in front of a frame in transit, as [`Self::meta`].
-    ///
-    /// # Safety
-    /// As [`Self::data_raw`].
-    pub unsafe fn meta_raw(&self, raw: &RawFrame) -> Option<RxMeta> {
-        // SAFETY: forwarded from the caller.
-        let data = unsafe { self.data_raw(raw) };
-        self.meta_before(data, raw.desc.addr())
-    }
-
-    /// The metadata the steer program wrote in front of a received packet, if any.
-    pub fn meta(&self, frame: &Frame) -> Option<RxMeta> {
-        self.meta_before(self.data(frame), frame.desc.addr())
-    }
-
-    /// Reads the metadata in front of `data`, the packet bytes of an owned
-    /// frame of this UMEM whose packet starts at UMEM offset `addr`.
-    fn meta_before(&self, data: &[u8], addr: usize) -> Option<RxMeta> {
-        // Only a packet that starts at least META_LEN bytes into its frame
-        // (every rx packet: the kernel leaves XDP_PACKET_HEADROOM) has room
-        // for metadata inside its own frame.
-        let offset_in_frame = addr % self.frame_size.max(1);
-        if data.is_empty() || offset_in_frame < META_LEN {
-            return None;
-        }
-        // SAFETY: the 8 bytes before the packet lie inside the same frame
-        // (checked above), so inside the one mmap'd UMEM region; the kernel
-        // copied the metadata there before handing the frame over, and the
-        // frame is ours (module invariant). Unaligned read of plain bytes.
-        let raw: [u8; META_LEN] =
-            unsafe { std::ptr::read_unaligned(data.as_ptr().sub(META_LEN).cast()) };
-        let hash = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
-        let hash_type = u16::from_ne_bytes([raw[4], raw[5]]);
-        let flags = u16::from_ne_bytes([raw[6], raw[7]]);
-        if flags & 0xff00 != META_MAGIC {
-            return None;
-        }
-        Some(RxMeta {
-            rx_hash: (flags & META_HASH != 0).then_some(hash),
-            rx_hash_type: hash_type,
-        })
-    }
-}
 
 /// One AF_XDP socket on one rx queue. `Send`, not `Sync`: one thread drives it.
 ///
@@ -265,6 +44,8 @@ impl UmemView {
 /// s.recycle(frames.drain(..));
 /// # Ok(()) }
 /// ```
+#[doc(alias = "xsk_socket")]
+#[doc(alias = "AF_XDP")]
 pub struct QueueSocket {
     queue: u32,
     tx: TxQueue,
@@ -412,10 +193,12 @@ impl QueueSocket {
         // frames they then name were filled by the kernel and are now ours.
         let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
         if n > 0 {
-            out.extend(self.scratch[..n].iter().map(|&desc| Frame {
-                desc,
-                umem_id: self.mem.id,
-            }));
+            let id = self.mem.id();
+            out.extend(
+                self.scratch[..n]
+                    .iter()
+                    .map(|&desc| Frame::from_ring(desc, id)),
+            );
             Ledger::sub(&self.ledger.in_rx, n);
             Ledger::add(&self.ledger.held, n);
             self.ledger
@@ -434,13 +217,13 @@ impl QueueSocket {
         self.reap();
         let ours = frames
             .iter()
-            .take_while(|f| f.umem_id == self.mem.id)
+            .take_while(|f| f.umem_id() == self.mem.id())
             .count();
         let want = u32::try_from(ours.min(self.scratch.len())).unwrap_or(u32::MAX);
         let n = self.tx.nb_free(want).min(want) as usize;
         if n > 0 {
             for (slot, f) in self.scratch.iter_mut().zip(frames.iter()).take(n) {
-                *slot = f.desc;
+                *slot = f.desc();
             }
             // SAFETY: the descriptors come from `Frame`s of this UMEM, which
             // are exclusively ours; they are dropped from `frames` right after
@@ -508,11 +291,11 @@ impl QueueSocket {
     /// allocate, when all frames belong here).
     pub fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> Vec<Frame> {
         let before = self.free.len();
-        let id = self.mem.id;
+        let id = self.mem.id();
         let mut foreign = Vec::new();
         for f in frames {
-            if f.umem_id == id {
-                self.free.push(f.desc);
+            if f.umem_id() == id {
+                self.free.push(f.desc());
             } else {
                 foreign.push(f);
             }
@@ -529,11 +312,11 @@ impl QueueSocket {
     /// [`Self::write`] or [`Self::set_len`].
     pub fn alloc(&mut self, n: usize, out: &mut Vec<Frame>) -> usize {
         let n = n.min(self.free.len());
-        let id = self.mem.id;
+        let id = self.mem.id();
         out.extend(self.free.drain(self.free.len() - n..).map(|mut desc| {
             // A fresh frame starts empty.
             desc.set_options(0);
-            Frame { desc, umem_id: id }
+            Frame::from_ring(desc, id)
         }));
         Ledger::sub(&self.ledger.free, n);
         Ledger::add(&self.ledger.held, n);
@@ -621,10 +404,31 @@ impl QueueSocket {
     pub fn counters(&self) -> crate::accounting::LedgerSnapshot {
         self.ledger.snapshot()
     }
+
+    /// Registers the socket with the current tokio runtime for `interest`
+    /// (see [`crate::readiness::async_fd`]); on failure the socket is handed
+    /// back inside the error.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn into_async_fd(
+        self,
+        interest: tokio::io::Interest,
+    ) -> Result<
+        tokio::io::unix::AsyncFd<QueueSocket>,
+        Box<tokio::io::unix::AsyncFdRegisterError<QueueSocket>>,
+    > {
+        // SAFETY: the fd `as_raw_fd` returns is the rx ring's socket, opened
+        // when the socket was created and closed only when the QueueSocket is
+        // dropped; it never changes. The AsyncFd owns the QueueSocket, so the
+        // fd stays open and the same for the AsyncFd's whole life.
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(self, interest) }
+            .map_err(Box::new)
+    }
 }
 
 /// `XDP_STATISTICS` of one socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[doc(alias = "xdp_statistics")]
+#[doc(alias = "XDP_STATISTICS")]
 pub struct SocketStats {
     /// Dropped for reasons other than invalid descriptors.
     pub rx_dropped: u64,
@@ -643,5 +447,57 @@ pub struct SocketStats {
 impl AsRawFd for QueueSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.rx.fd().as_raw_fd()
+    }
+}
+
+/// The rings `Socket::new` returns: tx, rx, and the fill and completion
+/// rings when the socket is the first on its (interface, queue) for this UMEM.
+pub(crate) type Queues = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
+
+/// Creates the AF_XDP socket of `queue` on `iface` over `umem` with rings of
+/// `ring` entries: one `Socket::new` with INHIBIT_PROG_LOAD (the steer
+/// program, not libxdp's default one, redirects to it), retried for a moment
+/// on EBUSY (a queue just released).
+pub(crate) fn create_socket(
+    umem: &Umem,
+    iface: &Interface,
+    queue: u32,
+    ring: QueueSize,
+    bind: BindMode,
+    need_wakeup: bool,
+) -> io::Result<Queues> {
+    let mut flags = match bind {
+        BindMode::Copy => BindFlags::XDP_COPY,
+        BindMode::Auto | BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
+    };
+    if need_wakeup {
+        flags |= BindFlags::XDP_USE_NEED_WAKEUP;
+    }
+    let config = SocketConfig::builder()
+        .rx_queue_size(ring)
+        .tx_queue_size(ring)
+        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+        .bind_flags(flags)
+        .build();
+    let mut attempt = 0;
+    loop {
+        // SAFETY: every socket is created with INHIBIT_PROG_LOAD (the steer
+        // program is ours), and each (interface, queue) is bound once per UMEM.
+        match unsafe { Socket::new(config, umem, iface, queue) } {
+            Ok(q) => return Ok(q),
+            Err(e) => {
+                let io = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<io::Error>())
+                    .and_then(|s| s.raw_os_error())
+                    .map(io::Error::from_raw_os_error)
+                    .unwrap_or_else(|| io::Error::other(e.to_string()));
+                if io.raw_os_error() == Some(libc::EBUSY) && attempt < 50 {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                return Err(io);
+            }
+        }
     }
 }

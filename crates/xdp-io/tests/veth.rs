@@ -11,8 +11,17 @@ use std::{
 };
 
 use common::TestNet;
+use steer_core::{
+    flow::flow_key,
+    packet::{
+        build::FrameBuilder,
+        checksum::verify_udp_frame,
+        echo::{echo_in_place, EchoMode},
+        EthernetFrame, UdpPacket,
+    },
+};
 use xdp_io::{
-    attached_programs, packet, BindMode, FlowKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
+    attached_programs, BindMode, FlowMapKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
     XdpMode, XdpPort,
 };
 
@@ -101,10 +110,11 @@ fn traffic_reaches_queue_sockets_and_echo_returns() {
         let got = std::thread::spawn(move || {
             got.into_iter()
                 .map(|(i, mut f)| {
-                    assert_eq!(
-                        view.with_data_mut(&mut f, packet::reply_in_place),
-                        Some(true)
-                    );
+                    let len = view
+                        .with_data_mut(&mut f, |d| echo_in_place(d, EchoMode::Plain))
+                        .expect("a frame of this port")
+                        .expect("a UDP datagram");
+                    assert_eq!(view.set_len(&mut f, len), Some(len));
                     (i, f)
                 })
                 .collect::<Vec<_>>()
@@ -112,10 +122,10 @@ fn traffic_reaches_queue_sockets_and_echo_returns() {
         .join()
         .unwrap();
         for (i, f) in got {
-            let l = packet::parse_udp(sockets[i].data(&f)).expect("a UDP frame");
-            assert_eq!(l.src.port(), PORT, "turned around");
+            let key = flow_key(sockets[i].data(&f)).unwrap().expect("a UDP frame");
+            assert_eq!(key.src_port(), PORT, "turned around");
             *per_queue.entry(sockets[i].queue()).or_insert(0) += 1;
-            assert!(packet::udp_checksum_ok(sockets[i].data(&f)));
+            assert!(verify_udp_frame(sockets[i].data(&f)));
             by_queue[i].push(f);
         }
         assert_eq!(
@@ -244,7 +254,10 @@ fn accounting_holds_after_overflowing_burst() {
     assert!(!held.is_empty());
     let mut to_send: Vec<Frame> = held.drain(..held.len().min(10)).collect();
     for f in &mut to_send {
-        sockets[0].with_data_mut(f, packet::reply_in_place).unwrap();
+        sockets[0]
+            .with_data_mut(f, |d| echo_in_place(d, EchoMode::Plain))
+            .unwrap()
+            .unwrap();
     }
     let n_send = to_send.len();
     let keep: Vec<Frame> = held.drain(..held.len().min(5)).collect();
@@ -365,7 +378,7 @@ fn flow_map_steers_inside_xdp() {
     let dst = SocketAddr::new(net.host_v4.into(), PORT);
     // Steer this one flow to socket-map slot 200, where no socket sits: the
     // program falls back to XDP_PASS, so the kernel socket gets it.
-    let flow = FlowKey::new(Proto::Udp, src, dst);
+    let flow = FlowMapKey::new(Proto::Udp, src, dst);
     port.program().steer_flow(&flow, 200).unwrap();
     // One sender socket for both sends: a rebind of the same port can race
     // with fork+exec in parallel tests holding the old fd for a moment.
@@ -585,27 +598,17 @@ fn frames_built_from_scratch_reach_the_namespace() {
         .set_read_timeout(Some(Duration::from_secs(3)))
         .unwrap();
     // Ethernet + IPv4 + UDP with checksum 0 (allowed over IPv4).
-    let mut pkt = vec![0u8; 14 + 20 + 8 + 5];
-    pkt[..6].copy_from_slice(&parse_mac(&peer_mac));
-    pkt[6..12].copy_from_slice(&parse_mac(&host_mac));
-    pkt[12..14].copy_from_slice(&[0x08, 0x00]);
-    pkt[14] = 0x45;
-    pkt[16..18].copy_from_slice(&33u16.to_be_bytes());
-    pkt[22] = 64;
-    pkt[23] = 17;
-    pkt[26..30].copy_from_slice(&net.host_v4.octets());
-    pkt[30..34].copy_from_slice(&net.peer_v4.octets());
-    let mut sum: u32 = pkt[14..34]
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    sum = (sum & 0xffff) + (sum >> 16);
-    pkt[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    pkt[34..36].copy_from_slice(&PORT.to_be_bytes());
-    pkt[36..38].copy_from_slice(&7000u16.to_be_bytes());
-    pkt[38..40].copy_from_slice(&13u16.to_be_bytes());
-    pkt[42..47].copy_from_slice(b"hello");
-    assert!(packet::udp_checksum_ok(&pkt));
+    let mut pkt = FrameBuilder::udp(net.host_v4.into(), net.peer_v4.into(), PORT, 7000)
+        .payload(b"hello")
+        .build();
+    let mut eth = EthernetFrame::new_unchecked(&mut pkt[..]);
+    eth.set_dst_addr(parse_mac(&peer_mac));
+    eth.set_src_addr(parse_mac(&host_mac));
+    UdpPacket::new_checked(&mut pkt[14 + 20..])
+        .unwrap()
+        .set_checksum(0);
+    assert_eq!(pkt.len(), 14 + 20 + 8 + 5);
+    assert!(verify_udp_frame(&pkt));
     let mut frames = Vec::new();
     assert_eq!(sockets[1].alloc(3, &mut frames), 3);
     for f in frames.iter_mut() {

@@ -7,7 +7,8 @@
 //! `new_checked` does both. **The promise:** once `check_len` has succeeded
 //! on a view, none of its accessors panics. Setters live in a separate
 //! `impl<T: AsRef<[u8]> + AsMut<[u8]>>` block so that an echo server can swap
-//! MACs, addresses and ports and fix checksums in place.
+//! MACs, addresses and ports and fix checksums in place; [`echo`] does that
+//! for a UDP datagram (and answers like sockperf's server).
 //!
 //! [`parse`] walks a whole frame (Ethernet, up to two VLAN tags, IPv4/IPv6
 //! and the IPv6 extension chain) and returns the [`Layers`]: the L3/L4
@@ -45,6 +46,7 @@
 
 pub mod build;
 pub mod checksum;
+pub mod echo;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;

@@ -1,66 +1,10 @@
-//! The OS boundary that xsk-rs and libxdp do not cover: privilege checks,
-//! interface lookup, rx queue counts, socket options. System calls go through
-//! one `syscall!` macro that turns -1 into `io::Error`; the rest of the crate
-//! sees only safe functions.
+//! Network devices and sockets: interface lookup, rx queue counts
+//! (`SIOCETHTOOL`), socket options and the zero-length `sendto`/`recvfrom`
+//! kicks that wake the kernel for an AF_XDP socket's rings.
 
 use std::{ffi::CString, fs, io, os::fd::RawFd};
 
 use crate::error::{Result, XdpError};
-
-/// Calls a libc function, mapping a -1 return to `io::Error::last_os_error`.
-macro_rules! syscall {
-    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        // SAFETY: the caller passes arguments valid for this libc call; see the
-        // SAFETY comment at each use.
-        let res = unsafe { libc::$fn($($arg),*) };
-        if res == -1 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(res)
-        }
-    }};
-}
-
-/// Capability bit numbers (linux/capability.h).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_NET_RAW: u32 = 13;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_BPF: u32 = 39;
-
-/// The effective capability set of the calling thread (capabilities are
-/// per thread): `CapEff` in /proc/thread-self/status.
-fn effective_caps() -> io::Result<u64> {
-    let status = fs::read_to_string("/proc/thread-self/status")
-        .or_else(|_| fs::read_to_string("/proc/self/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .ok_or_else(|| io::Error::other("no CapEff line in /proc/self/status"))
-}
-
-/// Checks that this process may load XDP programs and create AF_XDP sockets:
-/// CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or CAP_SYS_ADMIN for the latter).
-pub fn check_privileges() -> Result<()> {
-    let caps = effective_caps().map_err(|e| XdpError::io("reading capabilities", e))?;
-    missing_privileges(caps).map_or(Ok(()), |missing| Err(XdpError::Privileges { missing }))
-}
-
-/// The capabilities missing from `caps`, or `None` when all are present.
-fn missing_privileges(caps: u64) -> Option<String> {
-    let has = |bit: u32| caps & (1u64 << bit) != 0;
-    let mut missing = Vec::new();
-    if !has(CAP_NET_ADMIN) {
-        missing.push("CAP_NET_ADMIN");
-    }
-    if !has(CAP_NET_RAW) {
-        missing.push("CAP_NET_RAW");
-    }
-    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
-        missing.push("CAP_BPF");
-    }
-    (!missing.is_empty()).then(|| missing.join(", "))
-}
 
 /// The index of interface `name`, or [`XdpError::UnknownInterface`].
 pub fn ifindex(name: &str) -> Result<u32> {
@@ -83,6 +27,7 @@ pub fn ifindex(name: &str) -> Result<u32> {
 /// The number of rx queues of `name`: from ethtool's channel counts (works in
 /// any network namespace), else from the `rx-N` entries in sysfs when sysfs
 /// shows this namespace's device, else 1.
+#[doc(alias = "ETHTOOL_GCHANNELS")]
 pub fn rx_queue_count(name: &str) -> Result<u32> {
     let idx = ifindex(name)?;
     if let Some(n) = ethtool_rx_channels(name).filter(|&n| n > 0) {
@@ -109,12 +54,32 @@ fn ethtool_rx_channels(name: &str) -> Option<u32> {
     // rx_count, tx_count, other_count, combined_count.
     let mut ch = [0u32; 9];
     ch[0] = ETHTOOL_GCHANNELS;
-    ethtool(name, ch.as_mut_ptr().cast()).ok()?;
+    // SAFETY: `ch` is a whole struct ethtool_channels (nine u32s), all that
+    // ETHTOOL_GCHANNELS reads and writes.
+    unsafe { ethtool(name, ch.as_mut_ptr().cast()) }.ok()?;
     Some(ch[5] + ch[8])
 }
 
+/// The size of `struct ethtool_rxnfc` (with its `ethtool_rx_flow_spec`, no
+/// `rule_locs`) on x86_64 and aarch64.
+pub(crate) const ETHTOOL_RXNFC_LEN: usize = 192;
+
+/// A `SIOCETHTOOL` ioctl with a `struct ethtool_rxnfc` command (the ntuple
+/// rule commands `ETHTOOL_SRXCLSRL{INS,DEL}`), given as its bytes.
+pub(crate) fn ethtool_rxnfc(name: &str, nfc: &mut [u8; ETHTOOL_RXNFC_LEN]) -> io::Result<()> {
+    // SAFETY: `nfc` is a whole struct ethtool_rxnfc, all the kernel reads
+    // and writes for the rule commands (they use no rule_locs); the kernel
+    // copies it in and out, so its alignment does not matter.
+    unsafe { ethtool(name, nfc.as_mut_ptr().cast()) }
+}
+
 /// A `SIOCETHTOOL` ioctl on `name` with the command structure at `data`.
-pub(crate) fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
+///
+/// # Safety
+/// `data` must point to a command structure (its first u32 the command)
+/// valid for reads and writes of as many bytes as the kernel's handler of
+/// that command copies in and out, and live for the call.
+unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
     const SIOCETHTOOL: libc::c_ulong = 0x8946;
     if name.len() >= libc::IF_NAMESIZE {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
@@ -142,21 +107,6 @@ pub(crate) fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
         &mut ifr as *mut libc::ifreq
     ))?;
     Ok(())
-}
-
-/// The number of possible CPUs (highest id in /sys/devices/system/cpu/possible
-/// plus one): the number of values a per-CPU map lookup writes.
-pub(crate) fn possible_cpus() -> io::Result<usize> {
-    let list = fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    parse_possible(&list).ok_or_else(|| io::Error::other(format!("bad cpu list {list:?}")))
-}
-
-fn parse_possible(list: &str) -> Option<usize> {
-    list.trim()
-        .split([',', '-'])
-        .map(|n| n.trim().parse::<usize>().ok())
-        .try_fold(0usize, |max, n| n.map(|n| max.max(n)))
-        .map(|max| max + 1)
 }
 
 /// Sets an integer socket option.
@@ -239,18 +189,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn missing_privileges_names_each_capability() {
-        assert_eq!(
-            missing_privileges(0).as_deref(),
-            Some("CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF")
-        );
-        let all = (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW) | (1 << CAP_BPF);
-        assert_eq!(missing_privileges(all), None);
-        let sys_admin = (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW) | (1 << CAP_SYS_ADMIN);
-        assert_eq!(missing_privileges(sys_admin), None);
-    }
-
-    #[test]
     fn unknown_interface_is_typed() {
         let err = ifindex("nosuchif0xyz").unwrap_err();
         assert!(matches!(err, XdpError::UnknownInterface { .. }), "{err}");
@@ -259,15 +197,6 @@ mod tests {
             ifindex("a/very/long/interface/name"),
             Err(XdpError::UnknownInterface { .. })
         ));
-    }
-
-    #[test]
-    fn possible_cpu_list() {
-        assert_eq!(parse_possible("0-3\n"), Some(4));
-        assert_eq!(parse_possible("0,2-5,7"), Some(8));
-        assert_eq!(parse_possible("0"), Some(1));
-        assert_eq!(parse_possible("x"), None);
-        assert!(possible_cpus().unwrap() >= 1);
     }
 
     #[test]

@@ -1,0 +1,409 @@
+//! The steer XDP program (`bpf/steer_xdp.c`): embedded object, attaching
+//! with fallbacks (device-bound native, native, generic), its maps (sockets,
+//! owned ports, flow steering, settings, statistics), and detaching on drop.
+//! The map keys in the byte layouts of bpf/steer_xdp.h are in `keys`; what
+//! else is attached to the interface (a program left by a crashed run,
+//! somebody else's) in `attached`. The libxdp/libbpf calls themselves are in
+//! `sys::libxdp`; this module is safe Rust.
+//!
+//! Invariant: while a [`SteerProgram`] exists its program is attached to its
+//! interface and its maps exist; `Drop` detaches it, and the libxdp/libbpf
+//! objects are freed exactly once right after.
+
+/// The XDP programs attached to an interface; removing steer's leftovers.
+mod attached;
+/// The map keys, byte by byte.
+mod keys;
+
+use std::{io, os::fd::RawFd};
+
+use tracing::{debug, info, warn};
+
+use crate::{
+    config::{Proto, XdpMode},
+    error::{Result, XdpError},
+    sys::libxdp::{AttachMode, BpfObject, Map, XdpProgram},
+};
+
+use attached::detach_stale;
+pub use attached::{attached_programs, AttachedProgram};
+pub use keys::FlowMapKey;
+use keys::PortKey;
+
+/// The compiled program (clang -O2 -g -target bpf, see build.rs).
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp.o"));
+/// The same with the rx-hash kfunc call; loads only device-bound (native mode).
+static OBJECT_RXHASH: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp_rxhash.o"));
+
+/// The program's name as the kernel knows it (the C function's name).
+pub const PROGRAM_NAME: &str = "steer_xdp";
+
+/// `BPF_F_XDP_DEV_BOUND_ONLY` (linux/bpf.h): lets the verifier bind the
+/// metadata kfuncs to the device's implementation.
+const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+
+/// The program's maps (names in bpf/steer_xdp.c).
+const XSKS_MAP: &str = "xsks_map";
+const OWNED_PORTS: &str = "owned_ports";
+const FLOW_SOCKS: &str = "flow_socks";
+const STATS: &str = "stats";
+const SETTINGS: &str = "settings";
+
+/// Counters the program keeps (summed over CPUs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramStats {
+    /// Frames redirected to an AF_XDP socket.
+    pub redirected: u64,
+    /// Frames passed to the kernel (not owned by steer).
+    pub passed: u64,
+    /// Owned frames whose flow had an entry in the flow-steering map.
+    pub flow_hits: u64,
+    /// Frames for which the driver supplied an rx hash.
+    pub hash_ok: u64,
+    /// Owned frames with no socket to go to (passed to the kernel).
+    pub redirect_failed: u64,
+    /// Owned frames dropped in XDP ([`OwnedAction::Drop`]).
+    pub dropped: u64,
+}
+
+/// What the program does with owned traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(alias = "XDP_REDIRECT")]
+#[doc(alias = "XDP_DROP")]
+pub enum OwnedAction {
+    /// Redirect to the queue's AF_XDP socket (normal operation).
+    Redirect,
+    /// Drop in XDP after parsing: the kernel-only ceiling for benchmarks.
+    Drop,
+}
+
+/// An attached steer XDP program and its maps.
+#[derive(Debug)]
+pub struct SteerProgram {
+    prog: XdpProgram,
+    ifindex: u32,
+    interface: String,
+    mode: XdpMode,
+    dev_bound: bool,
+    steering_calls: u64,
+}
+
+/// libxdp's attach mode for `mode` (`Auto` attaches natively).
+fn attach_mode(mode: XdpMode) -> AttachMode {
+    match mode {
+        XdpMode::Generic => AttachMode::SKB,
+        _ => AttachMode::NATIVE,
+    }
+}
+
+/// An `XdpError::Program` for a failed step.
+fn program_err(context: &'static str) -> impl FnOnce(io::Error) -> XdpError {
+    move |source| XdpError::Program { context, source }
+}
+
+impl SteerProgram {
+    /// Loads the program and attaches it to `interface` (index `ifindex`) in
+    /// `mode`, after checking for a program left by a crashed run.
+    pub fn attach(
+        interface: &str,
+        ifindex: u32,
+        mode: XdpMode,
+        replace_stale: bool,
+    ) -> Result<Self> {
+        for p in attached_programs(ifindex) {
+            if p.name == PROGRAM_NAME {
+                if !replace_stale {
+                    return Err(XdpError::StaleProgram {
+                        interface: interface.into(),
+                        id: p.id,
+                    });
+                }
+                warn!(
+                    interface,
+                    id = p.id,
+                    "replacing a steer XDP program left attached by an earlier run"
+                );
+                detach_stale(ifindex)?;
+            } else if !p.dispatched {
+                return Err(XdpError::OtherProgram {
+                    interface: interface.into(),
+                    name: p.name,
+                    id: p.id,
+                });
+            }
+        }
+        // Device-bound native first (rx-hash kfunc), then plain native, then generic.
+        let attempts: &[(XdpMode, bool)] = match mode {
+            XdpMode::Auto => &[
+                (XdpMode::Native, true),
+                (XdpMode::Native, false),
+                (XdpMode::Generic, false),
+            ],
+            XdpMode::Native => &[(XdpMode::Native, true), (XdpMode::Native, false)],
+            XdpMode::Generic => &[(XdpMode::Generic, false)],
+        };
+        let mut last = None;
+        for &(m, dev_bound) in attempts {
+            match Self::try_attach(interface, ifindex, m, dev_bound) {
+                Ok(p) => {
+                    if mode == XdpMode::Auto && m == XdpMode::Generic {
+                        warn!(
+                            interface,
+                            "native XDP unavailable, running in generic (skb) mode"
+                        );
+                    }
+                    if !dev_bound {
+                        info!(interface, "rx hash metadata unavailable (program not device-bound): the dispatcher must hash");
+                    }
+                    info!(interface, mode = ?m, dev_bound, "steer XDP program attached");
+                    return Ok(p);
+                }
+                Err(e) => {
+                    debug!(interface, mode = ?m, dev_bound, error = %e, "attach attempt failed");
+                    last = Some((m, e));
+                }
+            }
+        }
+        let (m, e) = last.ok_or_else(|| XdpError::Config("no attach attempt".into()))?;
+        Err(match e {
+            XdpError::Program {
+                context: "attaching",
+                source,
+            } if matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
+                && m != XdpMode::Generic =>
+            {
+                XdpError::ModeUnsupported {
+                    interface: interface.into(),
+                    mode: m,
+                    source,
+                }
+            }
+            XdpError::Program {
+                context: "attaching",
+                source,
+            } if matches!(source.raw_os_error(), Some(libc::EEXIST | libc::EBUSY)) => {
+                let other = attached_programs(ifindex).into_iter().next();
+                let (name, id) = other
+                    .map(|p| (p.name, p.id))
+                    .unwrap_or_else(|| ("unknown".into(), 0));
+                XdpError::OtherProgram {
+                    interface: interface.into(),
+                    name,
+                    id,
+                }
+            }
+            e => e,
+        })
+    }
+
+    fn try_attach(interface: &str, ifindex: u32, mode: XdpMode, dev_bound: bool) -> Result<Self> {
+        let image = if dev_bound { OBJECT_RXHASH } else { OBJECT };
+        let mut obj =
+            BpfObject::open_mem(image).map_err(program_err("opening the embedded object"))?;
+        if dev_bound {
+            obj.bind_program(PROGRAM_NAME, ifindex, BPF_F_XDP_DEV_BOUND_ONLY)
+                .map_err(program_err("finding the program"))?;
+        }
+        // From here the object is closed on every path (by XdpProgram's drop).
+        let mut prog = XdpProgram::from_object(obj, "xdp")
+            .map_err(program_err("creating the libxdp program"))?;
+        let idx =
+            i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
+        // Not attached on error: dropping `prog` closes it without a detach.
+        prog.attach(idx, attach_mode(mode))
+            .map_err(program_err("attaching"))?;
+        let this = SteerProgram {
+            prog,
+            ifindex,
+            interface: interface.into(),
+            mode,
+            dev_bound,
+            steering_calls: 0,
+        };
+        // Attached: from here `this` detaches on every path (by its drop).
+        for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS] {
+            this.map(name)?;
+        }
+        Ok(this)
+    }
+
+    /// The program's map `name` (present since `try_attach` checked it).
+    fn map(&self, name: &str) -> Result<Map<'_>> {
+        self.prog.map(name).map_err(program_err("finding a map"))
+    }
+
+    /// Sets `key` to `value` in map `name`.
+    fn update(
+        &self,
+        name: &'static str,
+        key: &[u8],
+        value: &[u8],
+        hint: &'static str,
+    ) -> Result<()> {
+        self.map(name)?
+            .update(key, value)
+            .map_err(|source| XdpError::Map {
+                map: name,
+                source,
+                hint,
+            })
+    }
+
+    /// Removes `key` from map `name`; a missing key is not an error.
+    fn delete(&self, name: &'static str, key: &[u8]) -> Result<()> {
+        match self.map(name)?.delete(key) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(XdpError::Map {
+                map: name,
+                source: e,
+                hint: "check `bpftool map`",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts (or stops) redirecting traffic to `port` of `proto`.
+    pub fn set_owned(&mut self, proto: Proto, port: u16, owned: bool) -> Result<()> {
+        let key = PortKey {
+            proto: proto.number(),
+            port,
+        }
+        .to_bytes();
+        if owned {
+            self.update(
+                OWNED_PORTS,
+                &key,
+                &1u32.to_ne_bytes(),
+                "at most 256 owned ports",
+            )
+        } else {
+            self.delete(OWNED_PORTS, &key)
+        }
+    }
+
+    /// Sets what happens to owned traffic (redirect, or drop for measuring
+    /// the kernel-only ceiling).
+    pub fn set_owned_action(&mut self, action: OwnedAction) -> Result<()> {
+        let value: u32 = match action {
+            OwnedAction::Redirect => 0,
+            OwnedAction::Drop => 1,
+        };
+        self.update(
+            SETTINGS,
+            &0u32.to_ne_bytes(),
+            &value.to_ne_bytes(),
+            "check `bpftool map`",
+        )
+    }
+
+    /// Puts the AF_XDP socket `fd` at `index` of the socket map (the rx queue index).
+    pub fn register_socket(&mut self, index: u32, fd: RawFd) -> Result<()> {
+        let value = u32::try_from(fd).map_err(|_| XdpError::Config("negative socket fd".into()))?;
+        self.update(
+            XSKS_MAP,
+            &index.to_ne_bytes(),
+            &value.to_ne_bytes(),
+            "the index must be below 256",
+        )
+    }
+
+    /// Removes the socket at `index` of the socket map.
+    pub fn unregister_socket(&mut self, index: u32) -> Result<()> {
+        self.delete(XSKS_MAP, &index.to_ne_bytes())
+    }
+
+    /// Steers `flow` to the socket at `socket_index` of the socket map (the
+    /// ARFS analog inside XDP: what `ndo_rx_flow_steer` asks a NIC for).
+    /// The kernel delivers only to a socket bound to the queue the frame
+    /// arrived on, so the chosen socket must share it. Each call is one
+    /// steering-hook call (counted in [`Self::steering_calls`]).
+    #[doc(alias = "ndo_rx_flow_steer")]
+    pub fn steer_flow(&mut self, flow: &FlowMapKey, socket_index: u32) -> Result<()> {
+        self.steering_calls += 1;
+        self.update(
+            FLOW_SOCKS,
+            &flow.to_bytes(),
+            &socket_index.to_ne_bytes(),
+            "at most 65536 steered flows: remove idle ones",
+        )
+    }
+
+    /// Forgets the steering entry of `flow` (counted as a steering-hook call).
+    pub fn unsteer_flow(&mut self, flow: &FlowMapKey) -> Result<()> {
+        self.steering_calls += 1;
+        self.delete(FLOW_SOCKS, &flow.to_bytes())
+    }
+
+    /// Map writes made through [`Self::steer_flow`] and [`Self::unsteer_flow`].
+    pub fn steering_calls(&self) -> u64 {
+        self.steering_calls
+    }
+
+    /// The program's counters, summed over CPUs.
+    pub fn stats(&self) -> Result<ProgramStats> {
+        let ncpu = crate::sys::possible_cpus()
+            .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
+        let stats = self.map(STATS)?;
+        let mut sum = [0u64; 6];
+        // A per-CPU array lookup writes one 8-byte value (the value size
+        // rounded up to 8) per possible CPU.
+        let mut vals = vec![0u8; ncpu * 8];
+        for (i, slot) in sum.iter_mut().enumerate() {
+            let key = i as u32;
+            stats
+                .lookup(&key.to_ne_bytes(), &mut vals)
+                .map_err(|source| XdpError::Map {
+                    map: STATS,
+                    source,
+                    hint: "check `bpftool map`",
+                })?;
+            *slot = vals
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .sum();
+        }
+        Ok(ProgramStats {
+            redirected: sum[0],
+            passed: sum[1],
+            flow_hits: sum[2],
+            hash_ok: sum[3],
+            redirect_failed: sum[4],
+            dropped: sum[5],
+        })
+    }
+
+    /// The attach mode in use.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    /// Whether the program is device-bound, so the rx-hash kfunc reaches the driver.
+    pub fn dev_bound(&self) -> bool {
+        self.dev_bound
+    }
+
+    /// The kernel's id of the program.
+    pub fn id(&self) -> u32 {
+        self.prog.id()
+    }
+
+    /// The interface it is attached to.
+    pub fn interface(&self) -> &str {
+        &self.interface
+    }
+}
+
+impl Drop for SteerProgram {
+    fn drop(&mut self) {
+        // A SteerProgram exists only attached; the libxdp/libbpf objects are
+        // freed right after, by `prog`'s drop.
+        match self
+            .prog
+            .detach(self.ifindex as i32, attach_mode(self.mode))
+        {
+            Err(e) => {
+                warn!(interface = %self.interface, error = %e, "detaching the steer XDP program failed");
+            }
+            Ok(()) => debug!(interface = %self.interface, "steer XDP program detached"),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The libxdp/libbpf FFI: small owners of the C objects with safe methods, so
+//! that the steer program's logic (`program.rs`) is plain Rust.
+//!
+//! - [`BpfObject`]: an object opened from an in-memory ELF image, not loaded.
+//! - [`XdpProgram`]: the libxdp program made from a `BpfObject`, which it
+//!   owns: attaching loads the object; dropping closes the program, then the
+//!   object (libxdp keeps a reference to an external object and does not
+//!   close it).
+//! - [`Map`]: a map of a loaded object, borrowed from its program. Every
+//!   operation goes through libbpf's `bpf_map__{lookup,update,delete}_elem`,
+//!   which check the key and value lengths against the map's definition (for
+//!   per-CPU maps: one 8-byte slot per possible CPU) before the kernel reads
+//!   or writes the buffers, so byte slices of any length are safe to pass.
+//! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
+//!   [`ProgramRef`] is one of them, valid while the snapshot lives.
+//!
+//! Invariants: an owner holds a non-null pointer that libbpf/libxdp returned
+//! as a success (error pointers are refused at construction) and frees it
+//! exactly once, in `Drop`; a borrowed handle cannot outlive its owner.
+
+use std::{
+    ffi::{c_void, CStr, CString},
+    io,
+    marker::PhantomData,
+    os::raw::c_int,
+    ptr::{self, NonNull},
+};
+
+use libxdp_sys as xdp;
+
+/// How a program is attached (`enum xdp_attach_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttachMode(xdp::xdp_attach_mode);
+
+impl AttachMode {
+    /// Driver (native) mode.
+    pub(crate) const NATIVE: Self = AttachMode(xdp::xdp_attach_mode_XDP_MODE_NATIVE);
+    /// Generic (skb) mode.
+    pub(crate) const SKB: Self = AttachMode(xdp::xdp_attach_mode_XDP_MODE_SKB);
+}
+
+/// A NUL-terminated copy of `s`; EINVAL for an interior NUL.
+fn c_string(s: &str) -> io::Result<CString> {
+    CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A negative-errno return as an `io::Error`.
+fn check_rc(rc: c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::from_raw_os_error(-rc))
+    } else {
+        Ok(())
+    }
+}
+
+/// A libxdp/libbpf pointer return: the pointer, or the error it encodes (an
+/// error pointer, or NULL with errno set).
+fn check_ptr<T>(p: *mut T) -> io::Result<NonNull<T>> {
+    // SAFETY: libxdp_get_error only inspects the pointer value.
+    let err = unsafe { xdp::libxdp_get_error(p as *const c_void) };
+    match NonNull::new(p) {
+        Some(p) if err == 0 => Ok(p),
+        _ => {
+            let errno = if err != 0 {
+                -(err as i32)
+            } else {
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EINVAL)
+            };
+            Err(io::Error::from_raw_os_error(errno.abs()))
+        }
+    }
+}
+
+/// A BPF object opened from memory and not loaded yet (`struct bpf_object`).
+#[derive(Debug)]
+pub(crate) struct BpfObject(NonNull<xdp::bpf_object>);
+
+impl BpfObject {
+    /// Opens the ELF object `image` (`bpf_object__open_mem`, default options).
+    pub(crate) fn open_mem(image: &'static [u8]) -> io::Result<Self> {
+        // SAFETY: `image` is valid for its length and lives forever (libbpf
+        // may keep pointing into it); null options select the defaults.
+        let obj =
+            unsafe { xdp::bpf_object__open_mem(image.as_ptr().cast(), image.len(), ptr::null()) };
+        check_ptr(obj).map(BpfObject)
+    }
+
+    /// Binds program `name` to the device `ifindex` with load `flags`
+    /// (`bpf_program__set_ifindex`, `bpf_program__set_flags`); ENOENT when
+    /// the object has no such program.
+    pub(crate) fn bind_program(&mut self, name: &str, ifindex: u32, flags: u32) -> io::Result<()> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid (owned by `self`); the name is
+        // NUL-terminated and outlives the call.
+        let prog = unsafe { xdp::bpf_object__find_program_by_name(self.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the object, which is not loaded (a
+        // BpfObject is loaded only through the XdpProgram that consumes it).
+        unsafe {
+            xdp::bpf_program__set_ifindex(prog, ifindex);
+            check_rc(xdp::bpf_program__set_flags(prog, flags))
+        }
+    }
+}
+
+impl Drop for BpfObject {
+    fn drop(&mut self) {
+        // SAFETY: the object is owned by `self` and closed only here.
+        unsafe { xdp::bpf_object__close(self.0.as_ptr()) };
+    }
+}
+
+/// A libxdp program (`struct xdp_program`) and the object it came from.
+#[derive(Debug)]
+pub(crate) struct XdpProgram {
+    // Dropped after `Drop::drop` closed the program.
+    obj: BpfObject,
+    prog: NonNull<xdp::xdp_program>,
+}
+
+// SAFETY: the libxdp/libbpf objects are owned exclusively by this value (no
+// other handle aliases them; borrowed `Map`s cannot leave the thread that
+// borrows it, XdpProgram not being Sync) and libbpf/libxdp keep no
+// thread-affine state, so moving the owner to another thread is sound.
+unsafe impl Send for XdpProgram {}
+
+impl XdpProgram {
+    /// Makes the libxdp program of section `section` of `obj`
+    /// (`xdp_program__from_bpf_obj`). On error the object is closed.
+    pub(crate) fn from_object(obj: BpfObject, section: &str) -> io::Result<Self> {
+        let section = c_string(section)?;
+        // SAFETY: the object is valid and not loaded; libxdp keeps a
+        // reference to it, which is why the XdpProgram owns the object and
+        // closes it after the program.
+        let prog = unsafe { xdp::xdp_program__from_bpf_obj(obj.0.as_ptr(), section.as_ptr()) };
+        let prog = check_ptr(prog)?;
+        Ok(XdpProgram { obj, prog })
+    }
+
+    /// Loads the object and attaches the program to `ifindex` in `mode`
+    /// (`xdp_program__attach`).
+    pub(crate) fn attach(&mut self, ifindex: i32, mode: AttachMode) -> io::Result<()> {
+        // SAFETY: the program is valid (owned by `self`).
+        check_rc(unsafe { xdp::xdp_program__attach(self.prog.as_ptr(), ifindex, mode.0, 0) })
+    }
+
+    /// Detaches the program from `ifindex` (`xdp_program__detach`).
+    pub(crate) fn detach(&mut self, ifindex: i32, mode: AttachMode) -> io::Result<()> {
+        // SAFETY: the program is valid (owned by `self`).
+        check_rc(unsafe { xdp::xdp_program__detach(self.prog.as_ptr(), ifindex, mode.0, 0) })
+    }
+
+    /// The kernel's id of the program (0 before it is loaded).
+    pub(crate) fn id(&self) -> u32 {
+        // SAFETY: the program is valid (owned by `self`).
+        unsafe { xdp::xdp_program__id(self.prog.as_ptr()) }
+    }
+
+    /// The map `name` of the loaded object; ENOENT when there is no such map
+    /// or it has not been created in the kernel.
+    pub(crate) fn map(&self, name: &str) -> io::Result<Map<'_>> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let map = unsafe { xdp::bpf_object__find_map_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        let map = NonNull::new(map).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        // SAFETY: `map` belongs to the object, valid while `self` lives.
+        if unsafe { xdp::bpf_map__fd(map.as_ptr()) } < 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(Map {
+            map,
+            _program: PhantomData,
+        })
+    }
+}
+
+impl Drop for XdpProgram {
+    fn drop(&mut self) {
+        // SAFETY: the program is owned by `self` and closed only here; it
+        // does not close the external object, which the `obj` field closes
+        // right after.
+        unsafe { xdp::xdp_program__close(self.prog.as_ptr()) };
+    }
+}
+
+/// A created map of a loaded object (`struct bpf_map`), borrowed from its
+/// program.
+#[derive(Debug)]
+pub(crate) struct Map<'a> {
+    map: NonNull<xdp::bpf_map>,
+    _program: PhantomData<&'a XdpProgram>,
+}
+
+impl Map<'_> {
+    /// Sets `key` to `value` (`BPF_ANY`). EINVAL when a length does not
+    /// match the map's definition.
+    pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        // SAFETY: the map is valid while its program is borrowed; libbpf
+        // checks both lengths against the map's definition before the kernel
+        // reads the buffers, which outlive the call.
+        check_rc(unsafe {
+            xdp::bpf_map__update_elem(
+                self.map.as_ptr(),
+                key.as_ptr().cast(),
+                key.len(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        })
+    }
+
+    /// Removes `key`; ENOENT when it is absent.
+    pub(crate) fn delete(&self, key: &[u8]) -> io::Result<()> {
+        // SAFETY: as in `update`; only the key is read.
+        check_rc(unsafe {
+            xdp::bpf_map__delete_elem(self.map.as_ptr(), key.as_ptr().cast(), key.len(), 0)
+        })
+    }
+
+    /// Reads the value of `key` into `value` (for a per-CPU map: one 8-byte
+    /// slot per possible CPU, in CPU order). EINVAL when a length does not
+    /// match the map's definition.
+    pub(crate) fn lookup(&self, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+        // SAFETY: as in `update`; libbpf checks that `value` is exactly as
+        // long as what the kernel writes, and `value` is borrowed mutably
+        // for the call.
+        check_rc(unsafe {
+            xdp::bpf_map__lookup_elem(
+                self.map.as_ptr(),
+                key.as_ptr().cast(),
+                key.len(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+                0,
+            )
+        })
+    }
+}
+
+/// The XDP programs attached to one interface, as libxdp sees them
+/// (`struct xdp_multiprog`): a dispatcher with its component programs, or a
+/// single legacy program.
+#[derive(Debug)]
+pub(crate) struct Multiprog(NonNull<xdp::xdp_multiprog>);
+
+impl Multiprog {
+    /// The programs attached to `ifindex`; `None` when there are none or the
+    /// query failed.
+    pub(crate) fn on_interface(ifindex: i32) -> Option<Self> {
+        // SAFETY: a plain query; the result is checked here and closed on drop.
+        let mp = unsafe { xdp::xdp_multiprog__get_from_ifindex(ifindex) };
+        check_ptr(mp).ok().map(Multiprog)
+    }
+
+    /// Whether a single program is attached without libxdp's dispatcher.
+    pub(crate) fn is_legacy(&self) -> bool {
+        // SAFETY: the multiprog is valid (owned by `self`).
+        unsafe { xdp::xdp_multiprog__is_legacy(self.0.as_ptr()) }
+    }
+
+    /// The mode the programs are attached in.
+    pub(crate) fn attach_mode(&self) -> AttachMode {
+        // SAFETY: the multiprog is valid (owned by `self`).
+        AttachMode(unsafe { xdp::xdp_multiprog__attach_mode(self.0.as_ptr()) })
+    }
+
+    /// The legacy program, or the dispatcher.
+    pub(crate) fn main_program(&self) -> Option<ProgramRef<'_>> {
+        // SAFETY: the multiprog is valid (owned by `self`).
+        let p = unsafe { xdp::xdp_multiprog__main_prog(self.0.as_ptr()) };
+        NonNull::new(p).map(ProgramRef::new)
+    }
+
+    /// The dispatcher's component programs, in run order (none for a legacy
+    /// program). Each next one is asked for when the iterator is advanced.
+    pub(crate) fn programs(&self) -> impl Iterator<Item = ProgramRef<'_>> + '_ {
+        let mut prev: Option<NonNull<xdp::xdp_program>> = None;
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let after = prev.map_or(ptr::null(), |p| p.as_ptr().cast_const());
+            // SAFETY: the multiprog is valid while `self` is borrowed, and
+            // `after` is null or a program it returned.
+            let next =
+                NonNull::new(unsafe { xdp::xdp_multiprog__next_prog(after, self.0.as_ptr()) });
+            done = next.is_none();
+            prev = next;
+            next.map(ProgramRef::new)
+        })
+    }
+
+    /// Detaches a legacy program (`xdp_multiprog__detach`).
+    pub(crate) fn detach(&self) -> io::Result<()> {
+        // SAFETY: the multiprog is valid (owned by `self`).
+        check_rc(unsafe { xdp::xdp_multiprog__detach(self.0.as_ptr()) })
+    }
+}
+
+impl Drop for Multiprog {
+    fn drop(&mut self) {
+        // SAFETY: the multiprog is owned by `self` and closed only here; the
+        // ProgramRefs borrowed from it are gone by now.
+        unsafe { xdp::xdp_multiprog__close(self.0.as_ptr()) };
+    }
+}
+
+/// One program of a [`Multiprog`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProgramRef<'a> {
+    prog: NonNull<xdp::xdp_program>,
+    _multiprog: PhantomData<&'a Multiprog>,
+}
+
+impl<'a> ProgramRef<'a> {
+    fn new(prog: NonNull<xdp::xdp_program>) -> Self {
+        ProgramRef {
+            prog,
+            _multiprog: PhantomData,
+        }
+    }
+
+    /// The program's name (the C function's name).
+    pub(crate) fn name(&self) -> &'a CStr {
+        // SAFETY: the program lives as long as its multiprog ('a).
+        let name = unsafe { xdp::xdp_program__name(self.prog.as_ptr()) };
+        if name.is_null() {
+            return c"";
+        }
+        // SAFETY: a non-null name is a NUL-terminated string owned by the
+        // program, which lives for 'a and does not change its name.
+        unsafe { CStr::from_ptr(name) }
+    }
+
+    /// The kernel's id of the program.
+    pub(crate) fn id(&self) -> u32 {
+        // SAFETY: the program lives as long as its multiprog.
+        unsafe { xdp::xdp_program__id(self.prog.as_ptr()) }
+    }
+
+    /// Detaches this component program from `ifindex`, attached in `mode`.
+    pub(crate) fn detach(&self, ifindex: i32, mode: AttachMode) -> io::Result<()> {
+        // SAFETY: the program lives as long as its multiprog; detaching
+        // rebuilds the dispatcher in the kernel and leaves this snapshot's
+        // memory alone.
+        check_rc(unsafe { xdp::xdp_program__detach(self.prog.as_ptr(), ifindex, mode.0, 0) })
+    }
+}

@@ -1,0 +1,41 @@
+//! The OS boundary, mio style: the system calls xsk-rs does not make and
+//! the libxdp/libbpf FFI. The rest of the crate sees only the safe
+//! functions and owners re-exported here or in `libxdp`. System calls
+//! go through one `syscall!` macro that turns -1 into `io::Error`.
+//!
+//! - `caps`: the capabilities XDP and AF_XDP need.
+//! - `cpus`: the possible CPUs (per-CPU map values).
+//! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
+//! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
+//! - `signal`: signal handlers (`sigaction`).
+
+/// Calls a libc function, mapping a -1 return to `io::Error::last_os_error`.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: the caller passes arguments valid for this libc call; see the
+        // SAFETY comment at each use.
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+mod caps;
+mod cpus;
+#[allow(unsafe_code)]
+pub(crate) mod libxdp;
+#[allow(unsafe_code)]
+mod net;
+#[allow(unsafe_code)]
+mod signal;
+
+pub use caps::check_privileges;
+pub(crate) use cpus::possible_cpus;
+pub(crate) use net::{ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN};
+pub use net::{ifindex, rx_queue_count};
+pub(crate) use signal::install_handler;
+#[cfg(test)]
+pub(crate) use signal::raise;
