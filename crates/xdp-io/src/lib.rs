@@ -16,6 +16,8 @@ pub mod config;
 pub mod error;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
+/// Any caller-supplied XDP object: attach, maps by name, AF_XDP sockets in its XSKMAP.
+pub mod object;
 /// Packet helpers: parsing the UDP 5-tuple and turning a packet around.
 pub mod packet;
 /// The owner: program + UMEM + sockets.

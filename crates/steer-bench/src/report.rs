@@ -1,0 +1,478 @@
+//! From raw phase results to the report: medians over the interleaved runs,
+//! each server's own cost (its whole-machine CPU per reply minus the
+//! reflector's at the same rate), the kernel's figure (the better of the
+//! kernel echo and sockperf, per number), the ratios, the flags, the table
+//! and the JSON.
+//!
+//! Invariant: a number that could not be measured is `None` and printed as
+//! `-` with a flag saying why; it is never replaced by a default.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::{
+    bench::{phase_name, ServerRun},
+    gen::PhaseResult,
+    servers::Kind,
+    sockperf::median,
+};
+
+/// Share of the asked rate below which a phase "did not hold the rate".
+pub const HOLD: f64 = 0.95;
+
+/// One line per phase as it finishes.
+pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> String {
+    let cpus: Vec<String> = p
+        .cpu
+        .per_cpu_busy
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("cpu{i} {:.0}%", b * 100.0))
+        .collect();
+    let mut s = format!(
+        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {} | {} | {} us/reply | p50/p99/p99.9 {} us | generator on cpu{}",
+        kind.name(),
+        phase,
+        p.offered_pps,
+        p.answered_pps,
+        p.total.sent,
+        p.total.lost,
+        p.total.duplicated,
+        p.total.reordered,
+        cpus.join(" "),
+        p.cpu_us_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.latency.map_or("-".into(), |l| format!("{:.1}/{:.1}/{:.1}", l.p50_us, l.p99_us, l.p999_us)),
+        p.generator_cpu,
+    );
+    for f in phase_flags(p) {
+        s.push_str("  [");
+        s.push_str(&f);
+        s.push(']');
+    }
+    s
+}
+
+/// What is wrong with one phase, if anything.
+pub fn phase_flags(p: &PhaseResult) -> Vec<String> {
+    let mut f = Vec::new();
+    if p.answered_pps == 0.0 {
+        f.push("NO REPLIES".into());
+    }
+    if let Some(asked) = p.asked_pps {
+        if p.offered_pps < HOLD * asked {
+            f.push(format!(
+                "RATE NOT HELD: offered {:.0} of {:.0}/s",
+                p.offered_pps, asked
+            ));
+        } else if p.total.sent > 0 && p.total.lost as f64 > 0.01 * p.total.sent as f64 {
+            f.push(format!(
+                "lost {:.1}% below capacity",
+                100.0 * p.total.lost as f64 / p.total.sent as f64
+            ));
+        }
+    }
+    if p.total.reordered > 0 {
+        f.push(format!("{} reordered", p.total.reordered));
+    }
+    if p.total.duplicated > 0 {
+        f.push(format!("{} duplicated", p.total.duplicated));
+    }
+    if p.total.bogus > 0 {
+        f.push(format!("{} bogus replies", p.total.bogus));
+    }
+    f
+}
+
+/// One server's medians.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Server.
+    pub server: String,
+    /// Runs with numbers / runs.
+    pub runs_ok: usize,
+    /// Runs.
+    pub runs: usize,
+    /// Replies/s at --rate max.
+    pub capacity: Option<f64>,
+    /// Offered/s at --rate max.
+    pub offered_at_max: Option<f64>,
+    /// Whole-machine CPU us per reply at --rate max.
+    pub cpu_us_at_max: Option<f64>,
+    /// Per fixed rate: (rate, whole-machine us/reply, own us/reply).
+    pub cost: Vec<(u64, Option<f64>, Option<f64>)>,
+    /// p50/p99/p99.9 us at the latency rate.
+    pub p50_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// 99.9th percentile.
+    pub p999_us: Option<f64>,
+    /// What is wrong or worth knowing.
+    pub flags: Vec<String>,
+    /// Where its threads ran (last run).
+    pub ran_on: String,
+}
+
+fn med(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.flatten().collect();
+    median(&v)
+}
+
+fn phase<'a>(r: &'a ServerRun, name: &str) -> Option<&'a PhaseResult> {
+    r.phases.iter().find(|(n, _)| n == name).map(|(_, p)| p)
+}
+
+/// The summaries of every server in `kinds` order, with own costs.
+pub fn summarize(kinds: &[Kind], runs: &[ServerRun], rates: &[u64]) -> Vec<Summary> {
+    let mut out: Vec<Summary> = kinds
+        .iter()
+        .map(|&k| summarize_one(k, runs, rates))
+        .collect();
+    let reflector: Option<Summary> = out.iter().find(|s| s.server == "reflector").cloned();
+    for s in out.iter_mut() {
+        for (i, c) in s.cost.iter_mut().enumerate() {
+            let base = reflector
+                .as_ref()
+                .and_then(|r| r.cost.get(i))
+                .and_then(|x| x.1);
+            c.2 = match (c.1, base) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            };
+        }
+    }
+    out
+}
+
+fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
+    let mine: Vec<&ServerRun> = runs.iter().filter(|r| r.server == kind).collect();
+    let mut s = Summary {
+        server: kind.name().into(),
+        runs: mine.len(),
+        runs_ok: mine
+            .iter()
+            .filter(|r| r.error.is_none() && !r.phases.is_empty())
+            .count(),
+        ran_on: mine.last().map(|r| r.ran_on.clone()).unwrap_or_default(),
+        ..Summary::default()
+    };
+    for r in &mine {
+        if let Some(e) = &r.error {
+            s.flags.push(format!("run {}: {e}", r.run));
+        }
+    }
+    let max: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, "max")).collect();
+    s.capacity = med(max
+        .iter()
+        .map(|p| (p.answered_pps > 0.0).then_some(p.answered_pps)));
+    s.offered_at_max = med(max.iter().map(|p| Some(p.offered_pps)));
+    s.cpu_us_at_max = med(max.iter().map(|p| p.cpu_us_per_reply));
+    let reordered: u64 = max.iter().map(|p| p.total.reordered).sum();
+    if reordered > 0 {
+        s.flags
+            .push(format!("{reordered} reordered at max: capacity not clean"));
+        s.capacity = None;
+    }
+    if let (Some(c), Some(o)) = (s.capacity, s.offered_at_max) {
+        if c >= HOLD * o {
+            s.flags.push(format!(
+                "generator-bound: answered all it was offered ({o:.0}/s); capacity is a lower bound"
+            ));
+        }
+    }
+    if kind == Kind::Afxdp {
+        return s;
+    }
+    for (i, &rate) in rates.iter().enumerate() {
+        let name = phase_name(Some(rate));
+        let ps: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, &name)).collect();
+        let held = |p: &PhaseResult| p.offered_pps >= HOLD * rate as f64 && p.answered_pps > 0.0;
+        let bad: Vec<String> = ps.iter().flat_map(|p| phase_flags(p)).collect();
+        for b in bad.iter().take(2) {
+            s.flags.push(format!("@{rate}: {b}"));
+        }
+        s.cost.push((
+            rate,
+            med(ps.iter().filter(|p| held(p)).map(|p| p.cpu_us_per_reply)),
+            None,
+        ));
+        if i == 0 {
+            let l: Vec<_> = ps
+                .iter()
+                .filter(|p| held(p))
+                .filter_map(|p| p.latency)
+                .collect();
+            s.p50_us = median(&l.iter().map(|l| l.p50_us).collect::<Vec<_>>());
+            s.p99_us = median(&l.iter().map(|l| l.p99_us).collect::<Vec<_>>());
+            s.p999_us = median(&l.iter().map(|l| l.p999_us).collect::<Vec<_>>());
+        }
+    }
+    s
+}
+
+/// The kernel's figure: per number, the better of the kernel servers
+/// (higher capacity, lower cost and latency), with the server that gave it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KernelBest {
+    /// (value, server) of capacity.
+    pub capacity: Option<(f64, String)>,
+    /// Per rate: (own us/reply, server).
+    pub own_cost: Vec<Option<(f64, String)>>,
+    /// Per rate: (whole-machine us/reply, server).
+    pub cost: Vec<Option<(f64, String)>>,
+    /// p99 at the latency rate.
+    pub p99_us: Option<(f64, String)>,
+}
+
+fn best(it: impl Iterator<Item = (Option<f64>, String)>, higher: bool) -> Option<(f64, String)> {
+    it.filter_map(|(v, n)| v.map(|v| (v, n))).reduce(|a, b| {
+        if (b.0 > a.0) == higher && b.0 != a.0 {
+            b
+        } else {
+            a
+        }
+    })
+}
+
+/// The kernel's figure from the summaries.
+pub fn kernel_best(sums: &[Summary], rates: &[u64]) -> KernelBest {
+    let k: Vec<&Summary> = sums
+        .iter()
+        .filter(|s| s.server == "kernel-echo" || s.server == "sockperf")
+        .collect();
+    KernelBest {
+        capacity: best(k.iter().map(|s| (s.capacity, s.server.clone())), true),
+        own_cost: (0..rates.len())
+            .map(|i| {
+                best(
+                    k.iter()
+                        .map(|s| (s.cost.get(i).and_then(|c| c.2), s.server.clone())),
+                    false,
+                )
+            })
+            .collect(),
+        cost: (0..rates.len())
+            .map(|i| {
+                best(
+                    k.iter()
+                        .map(|s| (s.cost.get(i).and_then(|c| c.1), s.server.clone())),
+                    false,
+                )
+            })
+            .collect(),
+        p99_us: best(k.iter().map(|s| (s.p99_us, s.server.clone())), false),
+    }
+}
+
+fn f0(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0}"))
+}
+fn f2(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+fn f1(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The ratios the issue asks for (steer over the kernel's figure, steer's
+/// capacity over the raw AF_XDP turnaround's).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ratios {
+    /// steer capacity / kernel capacity.
+    pub capacity: Option<f64>,
+    /// Per rate: steer own cost / kernel own cost.
+    pub own_cost: Vec<(u64, Option<f64>)>,
+    /// Per rate: steer whole-machine cost / kernel whole-machine cost.
+    pub cost: Vec<(u64, Option<f64>)>,
+    /// steer p99 / kernel p99 at the latency rate.
+    pub p99: Option<f64>,
+    /// steer capacity / raw AF_XDP turnaround capacity.
+    pub capacity_vs_afxdp: Option<f64>,
+    /// steer's whole-machine cost at the latency rate / at capacity.
+    pub wakeup_tax: Option<f64>,
+}
+
+/// Computes the ratios.
+pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
+    let get = |n: &str| sums.iter().find(|s| s.server == n);
+    let steer = get("steer");
+    let afxdp = get("afxdp");
+    Ratios {
+        capacity: ratio(
+            steer.and_then(|s| s.capacity),
+            k.capacity.as_ref().map(|x| x.0),
+        ),
+        own_cost: rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.2);
+                (
+                    r,
+                    ratio(s, k.own_cost.get(i).cloned().flatten().map(|x| x.0)),
+                )
+            })
+            .collect(),
+        cost: rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.1);
+                (r, ratio(s, k.cost.get(i).cloned().flatten().map(|x| x.0)))
+            })
+            .collect(),
+        p99: ratio(steer.and_then(|s| s.p99_us), k.p99_us.as_ref().map(|x| x.0)),
+        capacity_vs_afxdp: ratio(
+            steer.and_then(|s| s.capacity),
+            afxdp.and_then(|s| s.capacity),
+        ),
+        wakeup_tax: ratio(
+            steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
+            steer.and_then(|s| s.cpu_us_at_max),
+        ),
+    }
+}
+
+/// The table.
+pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: usize) -> String {
+    let mut t = String::new();
+    let lat = rates.first().copied().unwrap_or(0);
+    let _ = writeln!(
+        t,
+        "\nmedians of {runs} interleaved run(s); cost = whole-machine busy CPU (all CPUs, all contexts, /proc/stat) per reply, own = minus the reflector's at the same rate; latency at {lat}/s, send to arrival in XDP"
+    );
+    let mut head = format!("{:<12} {:>11} {:>11}", "server", "capacity/s", "offered/s");
+    for rate in rates {
+        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
+    }
+    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
+    let _ = writeln!(t, "{head}");
+    for s in sums {
+        let mut row = format!(
+            "{:<12} {:>11} {:>11}",
+            s.server,
+            f0(s.capacity),
+            f0(s.offered_at_max)
+        );
+        for i in 0..rates.len() {
+            let c = s.cost.get(i);
+            let _ = write!(
+                row,
+                " {:>10} {:>8}",
+                f2(c.and_then(|c| c.1)),
+                f2(c.and_then(|c| c.2))
+            );
+        }
+        let _ = write!(
+            row,
+            " {:>8} {:>8} {:>8}",
+            f1(s.p50_us),
+            f1(s.p99_us),
+            f1(s.p999_us)
+        );
+        let _ = writeln!(t, "{row}");
+    }
+    let name = |x: &Option<(f64, String)>| x.as_ref().map_or("-".to_owned(), |x| x.1.clone());
+    let mut krow = format!(
+        "{:<12} {:>11} {:>11}",
+        "kernel=best",
+        f0(k.capacity.as_ref().map(|x| x.0)),
+        ""
+    );
+    for i in 0..rates.len() {
+        let c = k.cost.get(i).cloned().flatten().map(|x| x.0);
+        let o = k.own_cost.get(i).cloned().flatten().map(|x| x.0);
+        let _ = write!(krow, " {:>10} {:>8}", f2(c), f2(o));
+    }
+    let _ = write!(krow, " {:>8} {:>8}", "", f1(k.p99_us.as_ref().map(|x| x.0)));
+    let _ = writeln!(t, "{krow}");
+    let mut rrow = format!("{:<12} {:>11} {:>11}", "steer/kernel", f2(r.capacity), "");
+    for i in 0..rates.len() {
+        let _ = write!(
+            rrow,
+            " {:>10} {:>8}",
+            f2(r.cost.get(i).and_then(|x| x.1)),
+            f2(r.own_cost.get(i).and_then(|x| x.1))
+        );
+    }
+    let _ = write!(rrow, " {:>8} {:>8}", "", f2(r.p99));
+    let _ = writeln!(t, "{rrow}");
+    let _ = writeln!(
+        t,
+        "kernel figures from: capacity {}, own cost {}, p99 {}",
+        name(&k.capacity),
+        k.own_cost.iter().map(name).collect::<Vec<_>>().join(" / "),
+        name(&k.p99_us)
+    );
+    let _ = writeln!(
+        t,
+        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} (target <= 1.5)",
+        f2(r.capacity_vs_afxdp),
+        lat,
+        f2(r.wakeup_tax)
+    );
+    for s in sums {
+        for f in &s.flags {
+            let _ = writeln!(t, "! {}: {f}", s.server);
+        }
+    }
+    t
+}
+
+fn short(rate: u64) -> String {
+    if rate % 1000 == 0 {
+        format!("{}k", rate / 1000)
+    } else {
+        rate.to_string()
+    }
+}
+
+/// Which numbers are missing (for `--quick` and the exit status).
+pub fn missing(sums: &[Summary]) -> Vec<String> {
+    let mut m = Vec::new();
+    for s in sums {
+        if s.capacity.is_none() {
+            m.push(format!("{}: capacity", s.server));
+        }
+        if s.server == "afxdp" {
+            continue;
+        }
+        for (rate, c, _) in &s.cost {
+            if c.is_none() {
+                m.push(format!("{}: cost at {rate}/s", s.server));
+            }
+        }
+        if s.p99_us.is_none() {
+            m.push(format!("{}: latency", s.server));
+        }
+    }
+    m
+}
+
+/// The JSON document.
+pub fn json(
+    config: Value,
+    machine: Value,
+    sums: &[Summary],
+    k: &KernelBest,
+    r: &Ratios,
+    runs: &[ServerRun],
+) -> Value {
+    json!({
+        "tool": "steer-bench",
+        "format": 1,
+        "config": config,
+        "machine": machine,
+        "summary": sums,
+        "kernel_best": k,
+        "ratios": r,
+        "runs": runs,
+    })
+}
