@@ -84,6 +84,41 @@ pub fn delta(a: &CpuSample, b: &CpuSample, hz: f64) -> CpuUse {
     out
 }
 
+/// CPU seconds (user + system) used so far by every user-space process
+/// that is neither this process nor one of its children: other people's
+/// work, which a whole-machine measurement cannot tell from ours. Kernel
+/// threads (softirq, workers) are part of the path and not counted.
+pub fn foreign_cpu_secs() -> f64 {
+    let me = std::process::id();
+    let hz = ticks_per_sec();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0u64;
+    for e in dir.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(close) = text.rfind(')') else { continue };
+        let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+        let field = |n: usize| rest.get(n - 3).and_then(|s| s.parse::<u64>().ok());
+        const PF_KTHREAD: u64 = 0x0020_0000;
+        let (Some(ppid), Some(flags), Some(ut), Some(st)) = (field(4), field(9), field(14), field(15))
+        else {
+            continue;
+        };
+        if pid == me || ppid == u64::from(me) || flags & PF_KTHREAD != 0 {
+            continue;
+        }
+        ticks += ut + st;
+    }
+    ticks as f64 / hz
+}
+
 /// One thread of a process: its name, the CPU it last ran on, its CPU time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThreadCpu {

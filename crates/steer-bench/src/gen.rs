@@ -113,6 +113,9 @@ pub struct PhaseResult {
     pub latency: Option<Latency>,
     /// Whole-machine CPU use in the window.
     pub cpu: CpuUse,
+    /// CPU seconds other processes (not this one, not its children, not
+    /// kernel threads) used in the window: interference.
+    pub foreign_cpu_secs: f64,
     /// Whole-machine busy CPU time per reply in the window, microseconds.
     pub cpu_us_per_reply: Option<f64>,
     /// The CPU the generator ran on.
@@ -171,7 +174,9 @@ impl Generator {
         let tick = spec.tick.as_nanos().max(1_000) as u64;
         let burst = match spec.rate {
             None => TX_BATCH as u64,
-            Some(r) => ((r * tick as f64 * 1e-9 * 4.0) as u64).max(TX_BATCH as u64),
+            // A millisecond of credit: a generator delayed by another task
+            // catches up with one burst; longer stalls show as a rate not held.
+            Some(r) => ((r * 1e-3) as u64).max(TX_BATCH as u64),
         };
         let t0 = mono_ns();
         let mut bucket = TokenBucket::new(spec.rate, burst, t0);
@@ -192,10 +197,10 @@ impl Generator {
             }
             let now = mono_ns();
             if cpu_a.is_none() && now >= win_start {
-                cpu_a = Some(cpustat::sample()?);
+                cpu_a = Some((cpustat::sample()?, cpustat::foreign_cpu_secs()));
             }
             if cpu_b.is_none() && now >= win_end {
-                cpu_b = Some(cpustat::sample()?);
+                cpu_b = Some((cpustat::sample()?, cpustat::foreign_cpu_secs()));
             }
             if now >= drain_end {
                 break;
@@ -204,9 +209,9 @@ impl Generator {
             let sending = now < win_end;
             let mut budget = if sending { bucket.available(now) } else { 0 };
             let mut spent = 0u64;
-            for _ in 0..nsock {
-                let s = rr % nsock;
-                rr += 1;
+            rr += 1;
+            for i in 0..nsock {
+                let s = (rr + i) % nsock;
                 let sock = &mut self.sockets[s];
                 // Frames a full tx ring left behind go first.
                 if !self.pending[s].is_empty() {
@@ -312,7 +317,8 @@ impl Generator {
             bail!("the phase ended before its window");
         };
         let window_secs = spec.window.as_secs_f64();
-        let cpu = cpustat::delta(&a, &b, cpustat::ticks_per_sec());
+        let cpu = cpustat::delta(&a.0, &b.0, cpustat::ticks_per_sec());
+        let foreign_cpu_secs = (b.1 - a.1).max(0.0);
         let per_flow: Vec<FlowCounts> = books.iter().map(FlowBook::counts).collect();
         let mut total = FlowCounts::default();
         for c in &per_flow {
@@ -340,6 +346,7 @@ impl Generator {
             tx_stalls: stalls,
             latency,
             cpu,
+            foreign_cpu_secs,
             generator_cpu: current_cpu(),
         })
     }

@@ -53,7 +53,7 @@ enum Cmd {
         addr: SocketAddrV4,
         /// Server CPUs (list: 1 or 0-3,5).
         #[arg(long, value_parser = parse_cpus)]
-        cpus: Vec<usize>,
+        cpus: CpuList,
     },
     /// Helper: the raw AF_XDP rx->tx turnaround.
     #[command(hide = true)]
@@ -86,7 +86,7 @@ struct Common {
     gen_cpu: usize,
     /// The server's CPUs (list).
     #[arg(long, default_value = "1", value_parser = parse_cpus)]
-    server_cpus: std::vec::Vec<usize>,
+    server_cpus: CpuList,
     /// Queues per veth end.
     #[arg(long, default_value_t = 2)]
     queues: u32,
@@ -226,7 +226,11 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?}: want key=value"))
 }
 
-fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+/// A CPU list (`1`, `0-3,5`).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpus(s: &str) -> Result<CpuList, String> {
     let bad = || format!("{s:?} is not a CPU list (e.g. 1 or 0-3,5)");
     let mut out = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
@@ -245,7 +249,7 @@ fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     if out.is_empty() {
         return Err(bad());
     }
-    Ok(out)
+    Ok(CpuList(out))
 }
 
 fn main() -> ExitCode {
@@ -259,7 +263,7 @@ fn main() -> ExitCode {
         Cmd::Load(a) => cmd_load(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
         Cmd::KernelEcho { addr, cpus } => {
-            steer_bench::kernel_echo::run(addr, &cpus).map(|_| ExitCode::SUCCESS)
+            steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }
         Cmd::AfxdpEcho {
             interface,
@@ -303,12 +307,12 @@ fn config(
         bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for &cpu in c.server_cpus.iter().chain([&c.gen_cpu]) {
+    for &cpu in c.server_cpus.0.iter().chain([&c.gen_cpu]) {
         if cpu >= ncpu {
             bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
         }
     }
-    if c.server_cpus.contains(&c.gen_cpu) {
+    if c.server_cpus.0.contains(&c.gen_cpu) {
         bail!(
             "the generator's CPU {} is also a server CPU: give them different CPUs",
             c.gen_cpu
@@ -355,7 +359,7 @@ fn config(
         port: c.port,
         sport_base: c.sport_base,
         gen_cpu: c.gen_cpu,
-        server_cpus: c.server_cpus.clone(),
+        server_cpus: c.server_cpus.0.clone(),
         queues: c.queues,
         warmup: Duration::from_millis(c.warmup_ms),
         window: Duration::from_secs_f64(c.window_secs),

@@ -73,6 +73,12 @@ pub fn phase_flags(p: &PhaseResult) -> Vec<String> {
             ));
         }
     }
+    if p.foreign_cpu_secs > 0.02 * p.window_secs * p.cpu.per_cpu_busy.len().max(1) as f64 {
+        f.push(format!(
+            "BUSY MACHINE: other processes used {:.0}% of the CPUs",
+            100.0 * p.foreign_cpu_secs / (p.window_secs * p.cpu.per_cpu_busy.len().max(1) as f64)
+        ));
+    }
     if p.total.reordered > 0 {
         f.push(format!("{} reordered", p.total.reordered));
     }
@@ -98,6 +104,9 @@ pub struct Summary {
     pub capacity: Option<f64>,
     /// Offered/s at --rate max.
     pub offered_at_max: Option<f64>,
+    /// The most replies/s of any phase (0 reordered): under overload a
+    /// kernel server answers less than at a lower offered rate.
+    pub peak: Option<f64>,
     /// Whole-machine CPU us per reply at --rate max.
     pub cpu_us_at_max: Option<f64>,
     /// Per fixed rate: (rate, whole-machine us/reply, own us/reply).
@@ -181,13 +190,28 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
             ));
         }
     }
+    s.peak = med(mine.iter().map(|r| {
+        r.phases
+            .iter()
+            .filter(|(_, p)| p.total.reordered == 0 && p.answered_pps > 0.0)
+            .map(|(_, p)| p.answered_pps)
+            .reduce(f64::max)
+    }));
+    if let (Some(c), Some(p)) = (s.capacity, s.peak) {
+        if p > 1.05 * c {
+            s.flags.push(format!(
+                "overload collapse: {c:.0}/s at max, but {p:.0}/s at a lower offered rate"
+            ));
+        }
+    }
     if kind == Kind::Afxdp {
         return s;
     }
     for (i, &rate) in rates.iter().enumerate() {
         let name = phase_name(Some(rate));
         let ps: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, &name)).collect();
-        let held = |p: &PhaseResult| p.offered_pps >= HOLD * rate as f64 && p.answered_pps > 0.0;
+        // A phase that missed its rate still counts, flagged (below).
+        let held = |p: &PhaseResult| p.answered_pps > 0.0;
         let bad: Vec<String> = ps.iter().flat_map(|p| phase_flags(p)).collect();
         for b in bad.iter().take(2) {
             s.flags.push(format!("@{rate}: {b}"));
@@ -217,6 +241,8 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
 pub struct KernelBest {
     /// (value, server) of capacity.
     pub capacity: Option<(f64, String)>,
+    /// (value, server) of the peak reply rate.
+    pub peak: Option<(f64, String)>,
     /// Per rate: (own us/reply, server).
     pub own_cost: Vec<Option<(f64, String)>>,
     /// Per rate: (whole-machine us/reply, server).
@@ -243,6 +269,7 @@ pub fn kernel_best(sums: &[Summary], rates: &[u64]) -> KernelBest {
         .collect();
     KernelBest {
         capacity: best(k.iter().map(|s| (s.capacity, s.server.clone())), true),
+        peak: best(k.iter().map(|s| (s.peak, s.server.clone())), true),
         own_cost: (0..rates.len())
             .map(|i| {
                 best(
@@ -287,6 +314,8 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 pub struct Ratios {
     /// steer capacity / kernel capacity.
     pub capacity: Option<f64>,
+    /// steer peak / kernel peak.
+    pub peak: Option<f64>,
     /// Per rate: steer own cost / kernel own cost.
     pub own_cost: Vec<(u64, Option<f64>)>,
     /// Per rate: steer whole-machine cost / kernel whole-machine cost.
@@ -309,6 +338,7 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
             steer.and_then(|s| s.capacity),
             k.capacity.as_ref().map(|x| x.0),
         ),
+        peak: ratio(steer.and_then(|s| s.peak), k.peak.as_ref().map(|x| x.0)),
         own_cost: rates
             .iter()
             .enumerate()
@@ -348,7 +378,7 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
         t,
         "\nmedians of {runs} interleaved run(s); cost = whole-machine busy CPU (all CPUs, all contexts, /proc/stat) per reply, own = minus the reflector's at the same rate; latency at {lat}/s, send to arrival in XDP"
     );
-    let mut head = format!("{:<12} {:>11} {:>11}", "server", "capacity/s", "offered/s");
+    let mut head = format!("{:<12} {:>11} {:>11} {:>9}", "server", "capacity/s", "offered/s", "peak/s");
     for rate in rates {
         let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
     }
@@ -356,10 +386,11 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     let _ = writeln!(t, "{head}");
     for s in sums {
         let mut row = format!(
-            "{:<12} {:>11} {:>11}",
+            "{:<12} {:>11} {:>11} {:>9}",
             s.server,
             f0(s.capacity),
-            f0(s.offered_at_max)
+            f0(s.offered_at_max),
+            f0(s.peak)
         );
         for i in 0..rates.len() {
             let c = s.cost.get(i);
@@ -381,10 +412,11 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     }
     let name = |x: &Option<(f64, String)>| x.as_ref().map_or("-".to_owned(), |x| x.1.clone());
     let mut krow = format!(
-        "{:<12} {:>11} {:>11}",
+        "{:<12} {:>11} {:>11} {:>9}",
         "kernel=best",
         f0(k.capacity.as_ref().map(|x| x.0)),
-        ""
+        "",
+        f0(k.peak.as_ref().map(|x| x.0))
     );
     for i in 0..rates.len() {
         let c = k.cost.get(i).cloned().flatten().map(|x| x.0);
@@ -393,7 +425,13 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     }
     let _ = write!(krow, " {:>8} {:>8}", "", f1(k.p99_us.as_ref().map(|x| x.0)));
     let _ = writeln!(t, "{krow}");
-    let mut rrow = format!("{:<12} {:>11} {:>11}", "steer/kernel", f2(r.capacity), "");
+    let mut rrow = format!(
+        "{:<12} {:>11} {:>11} {:>9}",
+        "steer/kernel",
+        f2(r.capacity),
+        "",
+        f2(r.peak)
+    );
     for i in 0..rates.len() {
         let _ = write!(
             rrow,
@@ -406,8 +444,9 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     let _ = writeln!(t, "{rrow}");
     let _ = writeln!(
         t,
-        "kernel figures from: capacity {}, own cost {}, p99 {}",
+        "kernel figures from: capacity {}, peak {}, own cost {}, p99 {}",
         name(&k.capacity),
+        name(&k.peak),
         k.own_cost.iter().map(name).collect::<Vec<_>>().join(" / "),
         name(&k.p99_us)
     );
