@@ -21,7 +21,9 @@ cargo test --workspace
 step "cargo test --benches (each bench once, so they keep working)"
 cargo test --workspace --benches
 
-step "bench scripts: sockperf output parser self-test, shell syntax"
+step "bench scripts: sockperf output parser self-test (steer-bench), shell syntax"
+cargo build -p steer-bench
+export STEER_BENCH="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer-bench"
 bash benches/compare-kernel.sh --self-test
 for f in scripts/*.sh benches/*.sh benches/seeds/*.sh; do
   [ -e "$f" ] && bash -n "$f"
@@ -37,6 +39,10 @@ examples="${CARGO_TARGET_DIR:-$PWD/target}/debug/examples"
 export ECHO_SERVER="$examples/echo_server" UDP_PROXY="$examples/udp_proxy"
 cargo bench --no-default-features --bench table --bench dispatch --no-run
 bash benches/compare-kernel.sh --quick
+# steer-bench: every server (XDP_TX reflector, raw AF_XDP turnaround, steer,
+# kernel echo, sockperf server) through every phase, 1 s windows; exits 2
+# unless it finds every number.
+"$STEER_BENCH" run --quick --steer-cmd "$examples/echo_server"
 for f in benches/seeds/seed*.sh; do
   bash "$f" --quick
 done

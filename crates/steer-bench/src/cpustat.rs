@@ -103,11 +103,14 @@ pub fn foreign_cpu_secs() -> f64 {
         let Ok(text) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let Some(close) = text.rfind(')') else { continue };
+        let Some(close) = text.rfind(')') else {
+            continue;
+        };
         let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
         let field = |n: usize| rest.get(n - 3).and_then(|s| s.parse::<u64>().ok());
         const PF_KTHREAD: u64 = 0x0020_0000;
-        let (Some(ppid), Some(flags), Some(ut), Some(st)) = (field(4), field(9), field(14), field(15))
+        let (Some(ppid), Some(flags), Some(ut), Some(st)) =
+            (field(4), field(9), field(14), field(15))
         else {
             continue;
         };

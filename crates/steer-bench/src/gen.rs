@@ -325,7 +325,7 @@ impl Generator {
             total += *c;
         }
         total.lost = total.lost.saturating_sub(unsent);
-        let latency = (hist.len() > 0).then(|| Latency {
+        let latency = (!hist.is_empty()).then(|| Latency {
             count: hist.len(),
             p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
             p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,

@@ -378,7 +378,10 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
         t,
         "\nmedians of {runs} interleaved run(s); cost = whole-machine busy CPU (all CPUs, all contexts, /proc/stat) per reply, own = minus the reflector's at the same rate; latency at {lat}/s, send to arrival in XDP"
     );
-    let mut head = format!("{:<12} {:>11} {:>11} {:>9}", "server", "capacity/s", "offered/s", "peak/s");
+    let mut head = format!(
+        "{:<12} {:>11} {:>11} {:>9}",
+        "server", "capacity/s", "offered/s", "peak/s"
+    );
     for rate in rates {
         let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
     }

@@ -703,8 +703,11 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
     }
     let mut config = Map::new();
     for (k, v) in &c.config {
-        let value = match v.parse::<f64>() {
-            Ok(n) if n.is_finite() && !v.is_empty() && k != "cpus" => json!(n),
+        // CPU lists and masks stay text ("0-1", hex "3").
+        let value = match (v.parse::<i64>(), v.parse::<f64>()) {
+            _ if k.ends_with("cpus") => json!(v),
+            (Ok(n), _) => json!(n),
+            (_, Ok(n)) if n.is_finite() => json!(n),
             _ => json!(v),
         };
         config.insert(k.clone(), value);
@@ -843,6 +846,6 @@ mod tests {
         assert_eq!(j["modes"]["ping-pong"]["ratio"]["msg_per_sec"], json!(1.0));
         assert_eq!(j["modes"]["ping-pong"]["steer"]["server_exit"], json!(0));
         assert_eq!(j["config"]["cpus"], json!("0-1"));
-        assert_eq!(j["config"]["seconds"], json!(3.0));
+        assert_eq!(j["config"]["seconds"], json!(3));
     }
 }
