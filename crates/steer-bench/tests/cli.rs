@@ -24,8 +24,9 @@ fn text(o: &Output) -> (String, String) {
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
+        euid,
         0,
         "steer-bench's end-to-end tests need root (namespaces, veth, XDP): run them as root, as CI does"
     );
