@@ -258,6 +258,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_none() {
+        // libbpf and libxdp warn on every load here (no bpffs, BTF sections
+        // they skip); RUST_LOG=debug keeps their messages.
+        // SAFETY: a NULL print function disables libbpf's output.
+        unsafe { libbpf_sys::libbpf_set_print(None) };
+        xdp_io::object::silence_libxdp();
+    }
     let result = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
@@ -470,7 +477,7 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     if let Some(e) = &sr.error {
         bail!("{}: {e}", a.server.name());
     }
-    for (name, p) in &sr.phases {
+    for (_, p) in &sr.phases {
         println!(
             "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
             "flow", "sent", "answered", "lost", "dup", "reord"
@@ -490,7 +497,6 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
             p.total.duplicated,
             p.total.reordered
         );
-        println!("{}", report::phase_line(1, a.server, name, p));
     }
     println!("{} ran on: {}", a.server.name(), sr.ran_on);
     if let Some(path) = &a.common.json {

@@ -460,6 +460,15 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
         lat,
         f2(r.wakeup_tax)
     );
+    if sums.iter().any(|s| {
+        (s.server == "kernel-echo" || s.server == "sockperf")
+            && s.flags.iter().any(|f| f.starts_with("overload collapse"))
+    }) {
+        let _ = writeln!(
+            t,
+            "note: a kernel server collapses under overload, so capacity (at max) compares steer with a livelocked kernel; peak compares best with best"
+        );
+    }
     for s in sums {
         for f in &s.flags {
             let _ = writeln!(t, "! {}: {f}", s.server);

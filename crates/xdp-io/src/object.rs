@@ -365,3 +365,11 @@ impl Drop for XdpObject {
         }
     }
 }
+
+/// Stops libxdp's own messages to stderr (warnings such as "No bpffs found"
+/// that every load on a machine without bpffs prints); errors still come
+/// back as values.
+pub fn silence_libxdp() {
+    // SAFETY: a NULL print function is libxdp's documented way to disable output.
+    unsafe { xdp::libxdp_set_print(None) };
+}
