@@ -57,6 +57,8 @@ pub struct BenchConfig {
     pub tick: Duration,
     /// steer's echo command.
     pub steer_cmd: Vec<String>,
+    /// Each end's receive path on its owner's CPUs (threaded NAPI).
+    pub rx_on_receiver: bool,
     /// Logs of the servers go here (a temporary directory otherwise).
     pub log_dir: PathBuf,
 }
@@ -180,9 +182,10 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
     let bed = TestBed::create(cfg.queues)?;
     let bed_desc =
         format!(
-        "namespace {}, generator {} {} (CPU {}), server {} {}:{} (CPUs {:?}), {} queue(s) per end",
+        "namespace {}, generator {} {} (CPU {}), server {} {}:{} (CPUs {:?}), {} queue(s) per end, receive path on the {}",
         bed.ns, bed.peer_if, bed.peer_v4, cfg.gen_cpu, bed.host_if, bed.host_v4, cfg.port,
-        cfg.server_cpus, bed.queues
+        cfg.server_cpus, bed.queues,
+        if cfg.rx_on_receiver { "receiver's CPUs (threaded NAPI; kernel servers: RPS)" } else { "sender's CPU (veth default)" }
     );
     println!("test bed: {bed_desc}");
     let setup = GenSetup {
@@ -198,6 +201,9 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         sport_base: cfg.sport_base,
     };
     let gen = GenThread::spawn(&bed, setup, cfg.gen_cpu, stop)?;
+    if cfg.rx_on_receiver {
+        crate::napi::thread_and_pin(Some(&bed.ns), &bed.peer_if, &[cfg.gen_cpu])?;
+    }
     let env = ServerEnv {
         interface: bed.host_if.clone(),
         addr: bed.host_v4,
@@ -206,6 +212,7 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         steer_cmd: cfg.steer_cmd.clone(),
         self_exe: std::env::current_exe().context("finding this binary")?,
         log_dir: cfg.log_dir.clone(),
+        rx_on_server: cfg.rx_on_receiver,
     };
     let mut tag = 0u32;
     let mut spec = |rate: Option<u64>, warmup: Duration, window: Duration, drain: Duration| {

@@ -21,6 +21,8 @@ pub mod flows;
 pub mod gen;
 /// The kernel socket echo (`kernel-echo`).
 pub mod kernel_echo;
+/// Threaded NAPI pinned to the receiver's CPUs (`--rx-on receiver`).
+pub mod napi;
 /// Namespace, veth pair, RPS/RFS settings.
 pub mod netns;
 /// Token-bucket pacing.

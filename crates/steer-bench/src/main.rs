@@ -107,6 +107,12 @@ struct Common {
     /// Generator wake-up period at fixed rates, us.
     #[arg(long, default_value_t = 100)]
     tick_us: u64,
+    /// Where each veth end's receive path (XDP, AF_XDP copy) runs: `sender`
+    /// (veth's default: in the softirq of the CPU that sent the frame) or
+    /// `receiver` (threaded NAPI pinned to the owner's CPUs, like a NIC
+    /// interrupting the server's CPU; for servers with an XDP program).
+    #[arg(long, default_value = "sender", value_parser = ["sender", "receiver"])]
+    rx_on: String,
     /// Keep the servers' logs in this directory.
     #[arg(long)]
     keep_logs: Option<PathBuf>,
@@ -373,6 +379,7 @@ fn config(
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
         steer_cmd,
+        rx_on_receiver: c.rx_on == "receiver",
         log_dir,
     })
 }
@@ -392,6 +399,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "drain_secs": cfg.drain.as_secs_f64(),
         "tick_us": cfg.tick.as_micros() as u64,
         "steer_cmd": cfg.steer_cmd.join(" "),
+        "rx_on": if cfg.rx_on_receiver { "receiver" } else { "sender" },
         "rps": {"rps_flow_cnt": steer_bench::netns::RPS_FLOW_CNT, "rps_sock_flow_entries": steer_bench::netns::RPS_SOCK_FLOW_ENTRIES},
         "quick": quick,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),

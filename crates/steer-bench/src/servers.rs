@@ -91,6 +91,9 @@ pub struct ServerEnv {
     pub self_exe: PathBuf,
     /// Where logs go.
     pub log_dir: PathBuf,
+    /// Run the server end's NAPI in threads on the server CPUs (when the
+    /// server attaches an XDP program).
+    pub rx_on_server: bool,
 }
 
 /// A started server.
@@ -176,6 +179,7 @@ impl Running {
         let argv: Vec<String> = match kind {
             Kind::Reflector => {
                 r.reflector = Some(xdp::attach_reflector(&env.interface, env.port)?);
+                r.napi(env)?;
                 return Ok(r);
             }
             Kind::Afxdp => vec![
@@ -233,6 +237,7 @@ impl Running {
         let t = Instant::now();
         loop {
             if log_text(&log).split_whitespace().any(|w| w == "ready") {
+                r.napi(env)?;
                 return Ok(r);
             }
             r.check_alive()?;
@@ -245,6 +250,14 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// `--rx-on receiver`: the server end's NAPI threads on the server CPUs.
+    fn napi(&self, env: &ServerEnv) -> Result<()> {
+        if env.rx_on_server && !self.kind.is_kernel() {
+            crate::napi::thread_and_pin(None, &env.interface, &env.cpus)?;
+        }
+        Ok(())
     }
 
     fn check_alive(&mut self) -> Result<()> {
