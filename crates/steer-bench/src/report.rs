@@ -172,9 +172,9 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
         }
     }
     let max: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, "max")).collect();
-    s.capacity = med(max
-        .iter()
-        .map(|p| (p.answered_pps > 0.0).then_some(p.answered_pps)));
+    // Zero is a measurement too (a kernel server can livelock at max): it
+    // stays, flagged by the phase; only a server without phases has none.
+    s.capacity = med(max.iter().map(|p| Some(p.answered_pps)));
     s.offered_at_max = med(max.iter().map(|p| Some(p.offered_pps)));
     s.cpu_us_at_max = med(max.iter().map(|p| p.cpu_us_per_reply));
     let reordered: u64 = max.iter().map(|p| p.total.reordered).sum();
@@ -533,4 +533,181 @@ pub fn json(
         "ratios": r,
         "runs": runs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{cpustat::CpuUse, flows::FlowCounts, gen::Latency};
+
+    fn phase(asked: Option<f64>, offered: f64, answered: f64, us: f64, p99: f64) -> PhaseResult {
+        let sent = (offered * 3.0) as u64;
+        let got = (answered * 3.0) as u64;
+        PhaseResult {
+            asked_pps: asked,
+            window_secs: 3.0,
+            offered_pps: offered,
+            answered_pps: answered,
+            total: FlowCounts {
+                sent,
+                answered: got,
+                lost: sent - got,
+                ..FlowCounts::default()
+            },
+            per_flow: Vec::new(),
+            stale: 0,
+            foreign: 0,
+            unsent: 0,
+            tx_stalls: 0,
+            latency: Some(Latency {
+                count: got,
+                p50_us: p99 / 2.0,
+                p99_us: p99,
+                p999_us: p99 * 2.0,
+                max_us: p99 * 3.0,
+            }),
+            cpu: CpuUse {
+                busy_secs: 1.0,
+                per_cpu_busy: vec![0.5, 0.5],
+                per_cpu_softirq: vec![0.0, 0.0],
+            },
+            foreign_cpu_secs: 0.0,
+            cpu_us_per_reply: Some(us),
+            generator_cpu: 0,
+        }
+    }
+
+    fn run(n: usize, kind: Kind, phases: Vec<(&str, PhaseResult)>) -> ServerRun {
+        ServerRun {
+            run: n,
+            server: kind,
+            error: None,
+            phases: phases.into_iter().map(|(a, b)| (a.to_owned(), b)).collect(),
+            ran_on: String::new(),
+            last_words: String::new(),
+            stats: None,
+        }
+    }
+
+    #[test]
+    fn medians_own_cost_kernel_best_and_ratios() {
+        let rates = [50_000, 200_000];
+        let mut runs = Vec::new();
+        for n in 1..=3 {
+            let j = n as f64; // varies per run: medians pick run 2
+            runs.push(run(
+                n,
+                Kind::Reflector,
+                vec![
+                    ("max", phase(None, 600e3, 600e3, 2.0, 50.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 3.0 + j, 20.0)),
+                    ("200000", phase(Some(2e5), 2e5, 2e5, 2.0, 30.0)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::Steer,
+                vec![
+                    ("max", phase(None, 500e3, 400e3 + j, 4.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 10.0 + j, 80.0 + j)),
+                    ("200000", phase(Some(2e5), 2e5, 2e5, 5.0, 90.0)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::KernelEcho,
+                vec![
+                    ("max", phase(None, 1.5e6, 5e3, 400.0, 9e5)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 8.0, 100.0)),
+                    ("200000", phase(Some(2e5), 2e5, 1.9e5, 6.0, 4e4)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::Sockperf,
+                vec![
+                    ("max", phase(None, 1.5e6, 2e3, 900.0, 9e5)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 7.0, 150.0)),
+                    ("200000", phase(Some(2e5), 2e5, 1.6e5, 8.0, 1e3)),
+                ],
+            ));
+        }
+        let kinds = [
+            Kind::Reflector,
+            Kind::Steer,
+            Kind::KernelEcho,
+            Kind::Sockperf,
+        ];
+        let sums = summarize(&kinds, &runs, &rates);
+        let steer = &sums[1];
+        assert_eq!(steer.capacity, Some(400e3 + 2.0));
+        assert_eq!(steer.cost[0], (50_000, Some(12.0), Some(12.0 - 5.0)));
+        assert_eq!(steer.p99_us, Some(82.0));
+        let kernel = &sums[2];
+        assert_eq!(kernel.peak, Some(1.9e5));
+        assert!(
+            kernel
+                .flags
+                .iter()
+                .any(|f| f.starts_with("overload collapse")),
+            "{:?}",
+            kernel.flags
+        );
+        assert!(
+            kernel.flags.iter().any(|f| f.contains("lost 5.0%")),
+            "{:?}",
+            kernel.flags
+        );
+        let k = kernel_best(&sums, &rates);
+        assert_eq!(k.capacity, Some((5e3, "kernel-echo".into())));
+        assert_eq!(k.own_cost[0], Some((7.0 - 5.0, "sockperf".into())));
+        assert_eq!(k.p99_us, Some((100.0, "kernel-echo".into())));
+        let r = ratios(&sums, &k, &rates);
+        assert!((r.peak.unwrap() - (400e3 + 2.0) / 1.9e5).abs() < 1e-9);
+        assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
+        assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
+        assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
+        let t = table(&sums, &k, &r, &rates, 3);
+        assert!(
+            t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn flags_and_missing_numbers() {
+        let rates = [50_000];
+        let mut p = phase(Some(5e4), 4e4, 4e4, 9.0, 100.0);
+        p.total.reordered = 3;
+        assert!(phase_flags(&p)
+            .iter()
+            .any(|f| f.starts_with("RATE NOT HELD")));
+        assert!(phase_flags(&p).iter().any(|f| f == "3 reordered"));
+        let mut max = phase(None, 5e5, 4.9e5, 4.0, 900.0);
+        max.total.reordered = 1;
+        let runs = vec![
+            run(1, Kind::Steer, vec![("max", max.clone()), ("50000", p)]),
+            run(1, Kind::Reflector, vec![("max", max)]),
+            ServerRun {
+                error: Some("did not start".into()),
+                ..run(1, Kind::Sockperf, vec![])
+            },
+        ];
+        let sums = summarize(
+            &[Kind::Steer, Kind::Reflector, Kind::Sockperf],
+            &runs,
+            &rates,
+        );
+        assert_eq!(sums[0].capacity, None, "reordered: no clean capacity");
+        assert_eq!(
+            sums[1].capacity,
+            Some(4.9e5),
+            "the reflector's stands, flagged"
+        );
+        assert!(sums[1].flags.iter().any(|f| f.contains("generator-bound")));
+        let m = missing(&sums);
+        assert!(m.contains(&"steer: capacity".to_owned()), "{m:?}");
+        assert!(m.contains(&"sockperf: latency".to_owned()), "{m:?}");
+        assert!(sums[2].flags.iter().any(|f| f.contains("did not start")));
+    }
 }
