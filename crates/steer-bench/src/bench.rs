@@ -175,6 +175,8 @@ pub struct Outcome {
     pub runs: Vec<ServerRun>,
     /// The test bed's names and addresses.
     pub bed: String,
+    /// Where the generator end's NAPI threads ran (`--rx-on receiver`).
+    pub generator_rx: Option<String>,
 }
 
 /// Runs the benchmark. `stop` is the Ctrl-C flag.
@@ -298,11 +300,13 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
             out.push(sr);
         }
     }
+    let generator_rx = crate::napi::describe(&bed.peer_if);
     drop(gen);
     drop(bed);
     Ok(Outcome {
         runs: out,
         bed: bed_desc,
+        generator_rx,
     })
 }
 

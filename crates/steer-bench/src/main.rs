@@ -437,8 +437,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         );
     }
     println!(
-        "where it ran (last run): generator thread pinned to CPU {}",
-        cfg.gen_cpu
+        "where it ran (last run): generator thread pinned to CPU {}{}",
+        cfg.gen_cpu,
+        outcome
+            .generator_rx
+            .as_deref()
+            .map(|d| format!("; its receive path (NAPI threads): {d}"))
+            .unwrap_or_default()
     );
     for s in &sums {
         println!("  {:<12} {}", s.server, s.ran_on);

@@ -50,6 +50,17 @@ pub fn thread_and_pin(ns: Option<&str>, interface: &str, cpus: &[usize]) -> Resu
     bail!("no NAPI thread of {interface} appeared (is an XDP program attached?)")
 }
 
+/// "napi/x-8@cpu1 (1.20 s), ..." for `interface`'s NAPI threads, if any.
+pub fn describe(interface: &str) -> Option<String> {
+    let prefix: String = format!("napi/{interface}-").chars().take(15).collect();
+    let threads: Vec<crate::cpustat::ThreadCpu> = threads_named(&prefix)
+        .into_iter()
+        .filter_map(|tid| u32::try_from(tid).ok())
+        .flat_map(crate::cpustat::threads)
+        .collect();
+    (!threads.is_empty()).then(|| crate::cpustat::describe(&threads, 0.0))
+}
+
 fn threads_named(prefix: &str) -> Vec<i32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();

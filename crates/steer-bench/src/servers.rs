@@ -106,6 +106,8 @@ pub struct Running {
     reflector: Option<XdpObject>,
     rps: Option<RpsGuard>,
     stats_json: Option<PathBuf>,
+    /// The server end, when its NAPI runs in threads (`--rx-on receiver`).
+    napi_if: Option<String>,
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -167,6 +169,7 @@ impl Running {
             reflector: None,
             rps: None,
             stats_json: None,
+            napi_if: None,
         };
         if kind.is_kernel() {
             r.rps = Some(RpsGuard::configure(
@@ -253,9 +256,10 @@ impl Running {
     }
 
     /// `--rx-on receiver`: the server end's NAPI threads on the server CPUs.
-    fn napi(&self, env: &ServerEnv) -> Result<()> {
+    fn napi(&mut self, env: &ServerEnv) -> Result<()> {
         if env.rx_on_server && !self.kind.is_kernel() {
             crate::napi::thread_and_pin(None, &env.interface, &env.cpus)?;
+            self.napi_if = Some(env.interface.clone());
         }
         Ok(())
     }
@@ -281,14 +285,22 @@ impl Running {
     /// Where its threads ran and how much CPU each used, e.g.
     /// `pid 123 allowed 1: steer-w1@cpu1 (1.20 s)`.
     pub fn where_it_ran(&self) -> String {
-        match self.pid() {
+        let napi = self
+            .napi_if
+            .as_deref()
+            .and_then(crate::napi::describe)
+            .map(|d| format!("; receive path (NAPI threads): {d}"))
+            .unwrap_or_default();
+        let main = match self.pid() {
+            None if self.napi_if.is_some() => "XDP program in the driver".into(),
             None => "XDP program in the driver: runs in the softirq of the CPU that sends".into(),
             Some(pid) => format!(
                 "pid {pid}, allowed CPUs {}: {}",
                 cpustat::allowed_cpus(pid).unwrap_or_else(|| "?".into()),
                 cpustat::describe(&cpustat::threads(pid), 0.05)
             ),
-        }
+        };
+        main + &napi
     }
 
     /// Stops it: SIGINT, then SIGKILL after 10 s. Returns its last output
