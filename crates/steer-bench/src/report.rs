@@ -31,8 +31,13 @@ pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> Strin
         .enumerate()
         .map(|(i, b)| format!("cpu{i} {:.0}%", b * 100.0))
         .collect();
+    let answered = p.per_flow.iter().map(|f| f.answered);
+    let flows = match (answered.clone().min(), answered.max()) {
+        (Some(lo), Some(hi)) => format!(" | {} flows answered {lo}..{hi} each", p.per_flow.len()),
+        _ => String::new(),
+    };
     let mut s = format!(
-        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {} | {} | {} us/reply | p50/p99/p99.9 {} us | generator on cpu{}",
+        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | p50/p99/p99.9 {} us | generator on cpu{}",
         kind.name(),
         phase,
         p.offered_pps,
