@@ -384,6 +384,29 @@ fn config(
     })
 }
 
+/// One measurement at a time (the same lock as compare-kernel.sh): runs
+/// sharing the CPUs would measure each other, and
+/// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
+fn measurement_lock() -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = "/run/lock/steer-compare-kernel.lock";
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {path}"))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("steer-bench: another measurement holds {path}: waiting");
+        // SAFETY: as above, blocking.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("waiting for the lock");
+        }
+    }
+    Ok(f)
+}
+
 fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
     json!({
         "servers": cfg.servers.iter().map(|k| k.name()).collect::<Vec<_>>(),
@@ -419,6 +442,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     phases.extend(a.rates.iter().map(|&r| Some(r)));
     let cfg = config(&c, a.servers.clone(), runs, phases)?;
     let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock()?;
     let before = bench::machine_load();
     println!("steer-bench: machine before the run: {before}");
     let outcome = bench::run(&cfg, stop)?;
@@ -479,6 +503,7 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     };
     let cfg = config(&a.common, vec![a.server], 1, vec![phase])?;
     let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock()?;
     println!(
         "steer-bench: machine before the run: {}",
         bench::machine_load()
