@@ -528,14 +528,50 @@ pub fn json(
     r: &Ratios,
     runs: &[ServerRun],
 ) -> Value {
+    let named = |x: &Option<(f64, String)>| {
+        x.as_ref()
+            .map_or(Value::Null, |(v, s)| json!({"value": v, "server": s}))
+    };
+    let summary: Vec<Value> = sums
+        .iter()
+        .map(|s| {
+            json!({
+                "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
+                "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
+                "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
+                "cost": s.cost.iter().map(|(rate, us, own)| json!({
+                    "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
+                })).collect::<Vec<_>>(),
+                "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
+                "flags": s.flags, "ran_on": s.ran_on,
+            })
+        })
+        .collect();
+    let per_rate = |v: &[(u64, Option<f64>)]| {
+        v.iter()
+            .map(|(rate, x)| json!({"rate_pps": rate, "ratio": x}))
+            .collect::<Vec<_>>()
+    };
     json!({
         "tool": "steer-bench",
         "format": 1,
         "config": config,
         "machine": machine,
-        "summary": sums,
-        "kernel_best": k,
-        "ratios": r,
+        "summary": summary,
+        "kernel_best": {
+            "capacity_pps": named(&k.capacity),
+            "peak_pps": named(&k.peak),
+            "us_per_reply": k.cost.iter().map(named).collect::<Vec<_>>(),
+            "own_us_per_reply": k.own_cost.iter().map(named).collect::<Vec<_>>(),
+            "p99_us": named(&k.p99_us),
+        },
+        "ratios_steer_over_kernel": {
+            "capacity": r.capacity, "peak": r.peak,
+            "us_per_reply": per_rate(&r.cost), "own_us_per_reply": per_rate(&r.own_cost),
+            "p99": r.p99,
+        },
+        "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
+        "steer_wakeup_tax": r.wakeup_tax,
         "runs": runs,
     })
 }
@@ -672,6 +708,16 @@ mod tests {
         assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
         assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
+        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
+        assert_eq!(
+            j["kernel_best"]["own_us_per_reply"][0]["server"],
+            json!("sockperf")
+        );
+        assert_eq!(
+            j["ratios_steer_over_kernel"]["own_us_per_reply"][0]["rate_pps"],
+            json!(50_000)
+        );
         let t = table(&sums, &k, &r, &rates, 3);
         assert!(
             t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
