@@ -2,7 +2,7 @@
 //! numbers came back, how many twice, how many out of order.
 //!
 //! Invariants: a flow's sequence numbers are handed out consecutively from 0
-//! ([`FlowBook::next_seq`]); a reply counts as answered the first time its
+//! ([`FlowBook::next_seq`](crate::flows::FlowBook::next_seq)); a reply counts as answered the first time its
 //! sequence number comes back, as duplicated every later time, and as
 //! reordered when a higher sequence number of the same flow came back
 //! before it. A reply for a sequence number never sent is `bogus`.

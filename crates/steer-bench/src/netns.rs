@@ -7,7 +7,7 @@
 //! `sb<pid>p`), so concurrent runs never share them; the /24 comes from
 //! 198.18.128.0/17 and is skipped while any address or route in the root
 //! namespace uses it. `Drop` removes the veth pair and the namespace (also
-//! on error and unwinding); [`RpsGuard`]'s `Drop` writes back what it
+//! on error and unwinding); [`RpsGuard`](crate::netns::RpsGuard)'s `Drop` writes back what it
 //! changed.
 
 use std::{

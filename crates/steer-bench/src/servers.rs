@@ -4,7 +4,7 @@
 //! reflector (attached in process) and the raw AF_XDP turnaround (this
 //! binary's `afxdp-echo`).
 //!
-//! Invariants: a [`Running`] server owns what it started (child process,
+//! Invariants: a [`Running`](crate::servers::Running) server owns what it started (child process,
 //! XDP program, RPS settings) and `Drop` ends and removes it, also on error
 //! or Ctrl-C; processes are pinned to the server CPUs before they exec.
 //! Started processes print a line with the word `ready` when they serve

@@ -1,4 +1,4 @@
-//! Any XDP object on any interface: [`XdpObject`] loads a compiled BPF
+//! Any XDP object on any interface: [`XdpObject`](crate::object::XdpObject) loads a compiled BPF
 //! object (bytes, e.g. `include_bytes!` of a `clang -target bpf` build),
 //! attaches one of its XDP programs through libxdp, reads and writes its maps
 //! by name (sizes checked by libbpf against the map definitions), and can
@@ -6,7 +6,7 @@
 //! has its own owner ([`crate::SteerProgram`]); this is for tools that bring
 //! their own program (a reflector, a load generator's receive path).
 //!
-//! Invariants: while an [`XdpObject`] exists its program is attached to its
+//! Invariants: while an [`XdpObject`](crate::object::XdpObject) exists its program is attached to its
 //! interface and its map handles are valid; `Drop` detaches it and frees the
 //! libxdp/libbpf objects exactly once. Interface names are resolved in the
 //! calling thread's network namespace.
