@@ -373,3 +373,22 @@ pub fn silence_libxdp() {
     // SAFETY: a NULL print function is libxdp's documented way to disable output.
     unsafe { xdp::libxdp_set_print(None) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static STEER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp.o"));
+
+    #[test]
+    fn unknown_interface_is_a_typed_error() {
+        let err = XdpObject::attach(STEER, "steer_xdp", "nosuchif0xyz", XdpMode::Auto).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                XdpError::UnknownInterface { .. } | XdpError::Privileges { .. }
+            ),
+            "{err}"
+        );
+    }
+}
