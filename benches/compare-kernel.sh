@@ -10,7 +10,9 @@
 # flow), parse each client's report, stop the server. First `sockperf server`
 # (the kernel path, RPS/RFS configured on the veth's rx queues), then steer's
 # `steer echo --sockperf`. Everything (servers and clients) is pinned with
-# taskset to the same CPU set. Prints one table and optionally a JSON summary.
+# taskset to the same CPU set. Prints one table and optionally a JSON summary,
+# both made by steer-bench (`steer-bench sockperf compare`, crates/steer-bench/
+# src/sockperf.rs): this script only starts namespaces and processes.
 #
 # Usage (as root):
 #   benches/compare-kernel.sh [-t SECS] [-c CLIENTS] [--quick] [--cpus LIST]
@@ -18,7 +20,7 @@
 #       [--port PORT] [--client-port BASE] [-m MSG_SIZE] [--mps N|max]
 #       [--json FILE] [--keep-logs DIR] [--require-goal] [--slice-us N]
 #       [-- EXTRA steer echo ARGS...]
-#   benches/compare-kernel.sh --self-test     (parser check on benches/fixtures)
+#   benches/compare-kernel.sh --self-test     (steer-bench's parser on benches/fixtures)
 #   benches/compare-kernel.sh --parse FILE    (print what the parser extracts)
 #
 #   -t SECS          sockperf -t per client and mode (default 10)
@@ -44,7 +46,8 @@
 # STEER_SERVER_CMD=standin uses a stand-in built from `sockperf server`, to
 # exercise this script's steer half without the binary.
 #
-# Numbers. sockperf's latency is one-way (RTT/2), in usec. msg/s:
+# Numbers (computed by steer-bench; $STEER_BENCH, else target/{release,debug}/
+# steer-bench, built when missing). sockperf's latency is one-way (RTT/2), in usec. msg/s:
 #   ping-pong:  replies received per second ([Valid Duration] ReceivedMessages
 #               / RunTime), summed over the clients;
 #   under-load: messages sent per second ([Valid Duration] SentMessages /
@@ -82,208 +85,26 @@ die() {
 }
 
 # ---------------------------------------------------------------------------
-# Parsing sockperf 3.7 client reports.
+# The numbers: sockperf's reports are parsed, aggregated and compared by
+# steer-bench (crates/steer-bench, `steer-bench sockperf ...`); this script
+# only starts namespaces and processes and leaves the reports in $WORK.
 
-# sockperf_parse FILE: prints key=value lines extracted from one sockperf
-# client's output (stdout+stderr, ANSI colours and all):
-#   total_runtime total_sent total_received skipped        [Total Run]
-#   valid_runtime valid_sent valid_received                [Valid Duration]
-#   avg_usec                     "Summary: Latency is X usec" (or avg-latency=)
-#   observations                 "Total N observations"
-#   min max p25 p50 p75 p90 p99 p99_9 p99_99 p99_999   "---> ... = X"
-#   dropped duplicated ooo       "# dropped messages = ..."
-#   msg_rate                     "Summary: Message Rate is N [msg/sec]" (throughput mode)
-#   error                        why there are no results, if so
-#   ok                           1 when latency results were found, else 0
-sockperf_parse() {
-	local file=$1
-	[ -r "$file" ] || {
-		echo "ok=0"
-		echo "error=unreadable"
-		return 1
-	}
-	sed 's/\x1b\[[0-9;]*m//g' "$file" | awk '
-	# The number right after "key" (skipping blanks and "="), or "".
-	function after(line, key,    i, s) {
-		i = index(line, key)
-		if (i == 0) return ""
-		s = substr(line, i + length(key))
-		sub(/^[ \t=]+/, "", s)
-		if (match(s, /^[-+]?[0-9]+(\.[0-9]+)?/)) return substr(s, RSTART, RLENGTH)
-		return ""
-	}
-	function put(k, v) { if (v != "") val[k] = v }
-	/\[Total Run\]/ {
-		put("total_runtime", after($0, "RunTime="))
-		put("total_sent", after($0, "SentMessages="))
-		put("total_received", after($0, "ReceivedMessages="))
-		put("skipped", after($0, "SkippedMessages="))
-		next
-	}
-	/\[Valid Duration\]/ {
-		put("valid_runtime", after($0, "RunTime="))
-		put("valid_sent", after($0, "SentMessages="))
-		put("valid_received", after($0, "ReceivedMessages="))
-		next
-	}
-	/====> avg-(latency|rtt)=/ {
-		if (!("avg_usec" in val)) { s = $0; sub(/.*avg-(latency|rtt)/, "", s); put("avg_usec", after(s, "")) }
-		next
-	}
-	/Summary: (Latency|Round trip)( of burst of [0-9]+ messages)? is / {
-		s = $0; sub(/.* is /, "", s); put("avg_usec", after(s, ""))
-		next
-	}
-	/Summary: Message Rate is / { put("msg_rate", after($0, "Message Rate is")); next }
-	/# dropped messages/ {
-		put("dropped", after($0, "dropped messages"))
-		put("duplicated", after($0, "duplicated messages"))
-		put("ooo", after($0, "out-of-order messages"))
-		next
-	}
-	/Total [0-9]+ observations/ { put("observations", after($0, "Total")); next }
-	/---> <MAX> observation/ { put("max", after($0, "observation")); next }
-	/---> <MIN> observation/ { put("min", after($0, "observation")); next }
-	/---> percentile / {
-		p = after($0, "percentile")
-		s = $0; sub(/.*percentile[ \t]+[0-9.]+/, "", s)
-		v = after(s, "")
-		if (p != "" && v != "") {
-			sub(/0+$/, "", p); sub(/\.$/, "", p); gsub(/\./, "_", p)
-			put("p" p, v)
-		}
-		next
-	}
-	/No messages were received from the server/ { err = "no replies from the server"; next }
-	/No valid observations found/ { err = "no valid observations"; next }
-	/(ERROR|error):/ && err == "" { s = $0; sub(/^sockperf: /, "", s); gsub(/[ \t]+/, " ", s); err = s; next }
-	END {
-		ok = ("valid_received" in val) && val["valid_received"] > 0 && ("p50" in val) && ("p99" in val)
-		if (!ok && ("msg_rate" in val)) ok = 1
-		n = split("total_runtime total_sent total_received skipped valid_runtime valid_sent valid_received avg_usec observations min max p25 p50 p75 p90 p99 p99_9 p99_99 p99_999 dropped duplicated ooo msg_rate", keys, " ")
-		for (i = 1; i <= n; i++) if (keys[i] in val) print keys[i] "=" val[keys[i]]
-		if (!ok && err == "") err = "no results in the output"
-		if (err != "") print "error=" err
-		print "ok=" (ok ? 1 : 0)
-	}'
-}
-
-# kv_get FILE KEY: the value of KEY in a key=value file ("" if absent).
-kv_get() {
-	awk -F= -v k="$2" '$1 == k { sub(/^[^=]*=/, ""); print; exit }' "$1"
-}
-
-# sockperf_aggregate MODE PARSED... : key=value lines over the clients.
-#   clients ok_clients ok sent_per_sec msg_per_sec p50 p99 avg_usec dropped
-#   duplicated ooo valid_sent valid_received
-# MODE under-load: msg/s = sent/s * (received+ooo)/(received+ooo+dropped)
-# (the fraction of sampled replies that came back); ping-pong: received/s.
-# p50/p99/avg: medians over the clients that have results.
-sockperf_aggregate() {
-	local mode=$1
-	shift
-	awk -v mode="$mode" '
-	function median(a, n,    i, j, t) {
-		if (n == 0) return ""
-		for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-		return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
-	FNR == 1 { nfiles++ }
-	{ k = $0; sub(/=.*/, "", k); v = $0; sub(/^[^=]*=/, "", v); d[nfiles, k] = v; has[nfiles, k] = 1 }
-	END {
-		for (f = 1; f <= nfiles; f++) {
-			if (d[f, "ok"] != 1 || !has[f, "valid_runtime"] || d[f, "valid_runtime"] <= 0) { bad++; continue }
-			good++
-			rt = d[f, "valid_runtime"]; sent = d[f, "valid_sent"]; rcv = d[f, "valid_received"]
-			drop = d[f, "dropped"] + 0; ooo = d[f, "ooo"] + 0
-			sps = sent / rt
-			if (mode == "under-load") {
-				exp_ = rcv + ooo + drop
-				mps = exp_ > 0 ? sps * (rcv + ooo) / exp_ : 0
-			} else {
-				mps = rcv / rt
-			}
-			sum_sps += sps; sum_mps += mps
-			p50[good] = d[f, "p50"]; p99[good] = d[f, "p99"]; avg[good] = d[f, "avg_usec"]
-			tdrop += drop; tdup += d[f, "duplicated"]; tooo += ooo
-			tsent += sent; trcv += rcv
-		}
-		printf "clients=%d\nok_clients=%d\nok=%d\n", nfiles, good, (nfiles > 0 && bad == 0)
-		if (good > 0) {
-			printf "sent_per_sec=%.1f\nmsg_per_sec=%.1f\n", sum_sps, sum_mps
-			printf "p50=%.3f\np99=%.3f\navg_usec=%.3f\n", median(p50, good), median(p99, good), median(avg, good)
-			printf "dropped=%d\nduplicated=%d\nooo=%d\nvalid_sent=%d\nvalid_received=%d\n", tdrop, tdup, tooo, tsent, trcv
-		}
-	}' "$@"
-}
-
-# ---------------------------------------------------------------------------
-# Self-test: parse the captured outputs in benches/fixtures and compare with
-# the hand-written expectations (sockperf-*.expected, key=value; a key with
-# an empty value must be absent).
-
-self_test() {
-	local fails=0 checks=0 f exp name key want got parsed
-	parsed=$(mktemp)
-	shopt -s nullglob
-	local expected=("$FIXTURES"/sockperf-*.expected)
-	[ ${#expected[@]} -gt 0 ] || die "self-test: no fixtures in $FIXTURES"
-	for exp in "${expected[@]}"; do
-		name=$(basename "$exp" .expected)
-		f=$FIXTURES/$name.txt
-		if [ ! -r "$f" ]; then
-			echo "FAIL $name: $f missing"
-			fails=$((fails + 1))
-			continue
+# steer_bench ARGS...: runs $STEER_BENCH, else target/{release,debug}/
+# steer-bench, building the debug binary when neither exists.
+steer_bench() {
+	local t=${CARGO_TARGET_DIR:-$REPO/target} bin=${STEER_BENCH:-}
+	if [ -z "$bin" ]; then
+		if [ -x "$t/release/steer-bench" ]; then
+			bin=$t/release/steer-bench
+		elif [ -x "$t/debug/steer-bench" ]; then
+			bin=$t/debug/steer-bench
+		else
+			log "steer-bench missing: cargo build -p steer-bench"
+			(cd "$REPO" && cargo build -q -p steer-bench) || die "could not build steer-bench (cargo build -p steer-bench)"
+			bin=$t/debug/steer-bench
 		fi
-		sockperf_parse "$f" >"$parsed" || true
-		while IFS='=' read -r key want; do
-			case $key in '' | '#'*) continue ;; esac
-			checks=$((checks + 1))
-			if grep -q "^$key=" "$parsed"; then got=$(kv_get "$parsed" "$key"); else got="<absent>"; fi
-			if [ -z "$want" ]; then
-				[ "$got" = "<absent>" ] && continue
-			elif [ "$got" != "<absent>" ] && { [ "$got" = "$want" ] || awk -v a="$got" -v b="$want" 'BEGIN { exit !(a ~ /^[-+0-9.]+$/ && b ~ /^[-+0-9.]+$/ && a + 0 == b + 0) }'; }; then
-				continue
-			fi
-			echo "FAIL $name: $key: want '${want:-<absent>}', got '$got'"
-			fails=$((fails + 1))
-		done <"$exp"
-	done
-	# Aggregation over the four clients of one captured run per mode.
-	local mode tag files agg
-	for tag in ul pp; do
-		files=("$FIXTURES"/sockperf-"$tag"-veth-client?.txt)
-		[ ${#files[@]} -gt 0 ] || continue
-		[ -r "$FIXTURES/aggregate-$tag-veth.expected" ] || continue
-		mode=$([ "$tag" = ul ] && echo under-load || echo ping-pong)
-		agg=$(mktemp)
-		local pf=() i=0
-		for f in "${files[@]}"; do
-			pf+=("$agg.$i")
-			sockperf_parse "$f" >"$agg.$i" || true
-			i=$((i + 1))
-		done
-		sockperf_aggregate "$mode" "${pf[@]}" >"$agg"
-		while IFS='=' read -r key want; do
-			case $key in '' | '#'*) continue ;; esac
-			checks=$((checks + 1))
-			got=$(kv_get "$agg" "$key")
-			# Rates are printed with one decimal: compare within 0.05.
-			if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.05) }'; then
-				continue
-			fi
-			echo "FAIL aggregate-$tag-veth: $key: want '$want', got '$got'"
-			fails=$((fails + 1))
-		done <"$FIXTURES/aggregate-$tag-veth.expected"
-		rm -f "$agg" "${pf[@]}"
-	done
-	rm -f "$parsed"
-	if [ "$fails" -ne 0 ]; then
-		echo "self-test: $fails of $checks checks FAILED"
-		return 1
 	fi
-	echo "self-test: all $checks checks passed (${#expected[@]} sockperf outputs, aggregation)"
+	"$bin" "$@"
 }
 
 # ---------------------------------------------------------------------------
@@ -449,7 +270,7 @@ standin_steer_echo() {
 # run_clients MODE TAG: runs the clients in the namespace, parses their
 # reports into $WORK/TAG-client<i>.kv, aggregates into $WORK/TAG.kv.
 run_clients() {
-	local mode=$1 tag=$2 i pids=() kvs=() cport rc failed=0
+	local mode=$1 tag=$2 i pids=() cport rc failed=0
 	local args=(-i "$NETNS_HOST_V4" -p "$PORT" -t "$SECS" -m "$MSG_SIZE")
 	[ "$mode" = under-load ] && args+=("--mps=$MPS")
 	for ((i = 0; i < CLIENTS; i++)); do
@@ -468,13 +289,7 @@ run_clients() {
 			log "$tag client $i (port $((CLIENT_PORT + i))) exited with $rc: $(tail -n 3 "$WORK/$tag-client$i.log" | tr '\n' ' ')"
 			failed=1
 		fi
-		sockperf_parse "$WORK/$tag-client$i.log" >"$WORK/$tag-client$i.kv" || true
-		if [ "$(kv_get "$WORK/$tag-client$i.kv" ok)" != 1 ]; then
-			log "$tag client $i: no results: $(kv_get "$WORK/$tag-client$i.kv" error)"
-		fi
-		kvs+=("$WORK/$tag-client$i.kv")
 	done
-	sockperf_aggregate "$mode" "${kvs[@]}" >"$WORK/$tag.kv"
 	return "$failed"
 }
 
@@ -528,141 +343,6 @@ run_steer() {
 }
 
 # ---------------------------------------------------------------------------
-# Report.
-
-# ratio A B: A/B with 2 decimals, "-" when not computable.
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
-}
-
-fmt_rate() { awk -v v="$1" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }'; }
-fmt_usec() { awk -v v="$1" 'BEGIN { if (v == "") print "-"; else printf "%.1f", v }'; }
-
-# goal_met MODE: steer msg/s >= 3x kernel, p99 <= kernel, 0 ooo.
-goal_met() {
-	local k=$WORK/kernel-$1.kv s=$WORK/steer-$1.kv
-	[ -r "$k" ] && [ -r "$s" ] || return 1
-	[ "$(kv_get "$k" ok)" = 1 ] && [ "$(kv_get "$s" ok)" = 1 ] || return 1
-	awk -v km="$(kv_get "$k" msg_per_sec)" -v sm="$(kv_get "$s" msg_per_sec)" \
-		-v kp="$(kv_get "$k" p99)" -v sp="$(kv_get "$s" p99)" -v so="$(kv_get "$s" ooo)" \
-		'BEGIN { exit !(km > 0 && sm >= 3 * km && sp <= kp && so == 0) }'
-}
-
-print_table() {
-	local mode side kv fmt="%-10s %-7s %7s %11s %11s %9s %9s %9s %6s %6s\n"
-	echo
-	echo "steer vs kernel: $CLIENTS sockperf clients from netns $NETNS_NAME to $NETNS_HOST_V4:$PORT ($NETNS_HOST_IF), CPUs $CPUS, ${SECS}s per run, ${MSG_SIZE}-byte messages, server slice $( [ "$SLICE_US" -gt 0 ] && echo "${SLICE_US} us" || echo "kernel default")"
-	echo "latency: one-way (RTT/2) usec, median over clients; msg/s summed (under-load: sent/s x share of sampled replies back)"
-	echo "ratio = steer/kernel (msg/s: higher is better; latency: lower is better)"
-	# shellcheck disable=SC2059
-	printf "$fmt" mode server clients sent/s msg/s p50 p99 dropped dup ooo
-	for mode in "${MODES[@]}"; do
-		for side in kernel steer; do
-			kv=$WORK/$side-$mode.kv
-			[ -r "$kv" ] || continue
-			if [ "$(kv_get "$kv" ok_clients)" = 0 ]; then
-				# shellcheck disable=SC2059
-				printf "$fmt" "$mode" "$side" "0/$(kv_get "$kv" clients)" - - - - - - "-  (no results)"
-				continue
-			fi
-			# shellcheck disable=SC2059
-			printf "$fmt" "$mode" "$side" "$(kv_get "$kv" ok_clients)/$(kv_get "$kv" clients)" \
-				"$(fmt_rate "$(kv_get "$kv" sent_per_sec)")" "$(fmt_rate "$(kv_get "$kv" msg_per_sec)")" \
-				"$(fmt_usec "$(kv_get "$kv" p50)")" "$(fmt_usec "$(kv_get "$kv" p99)")" \
-				"$(kv_get "$kv" dropped)" "$(kv_get "$kv" duplicated)" "$(kv_get "$kv" ooo)"
-		done
-		if [ -r "$WORK/kernel-$mode.kv" ] && [ -r "$WORK/steer-$mode.kv" ]; then
-			local k=$WORK/kernel-$mode.kv s=$WORK/steer-$mode.kv
-			# shellcheck disable=SC2059
-			printf "$fmt" "$mode" ratio "" \
-				"$(ratio "$(kv_get "$s" sent_per_sec)" "$(kv_get "$k" sent_per_sec)")" \
-				"$(ratio "$(kv_get "$s" msg_per_sec)" "$(kv_get "$k" msg_per_sec)")" \
-				"$(ratio "$(kv_get "$s" p50)" "$(kv_get "$k" p50)")" \
-				"$(ratio "$(kv_get "$s" p99)" "$(kv_get "$k" p99)")" "" "" ""
-			if goal_met "$mode"; then
-				echo "$mode: goal met (steer msg/s >= 3x kernel, p99 <= kernel, 0 out-of-order)"
-			else
-				echo "$mode: goal NOT met (steer msg/s >= 3x kernel, p99 <= kernel, 0 out-of-order)"
-			fi
-		fi
-	done
-	echo
-}
-
-# JSON helpers: a number or null.
-jnum() { awk -v v="$1" 'BEGIN { if (v ~ /^[-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/) print v + 0; else print "null" }'; }
-jstr() {
-	local s=$1
-	s=${s//\\/\\\\}
-	s=${s//\"/\\\"}
-	printf '"%s"' "$s"
-}
-
-json_side() {
-	local mode=$1 side=$2 kv=$WORK/$2-$1.kv i c first=1
-	if [ ! -r "$kv" ]; then
-		printf 'null'
-		return
-	fi
-	printf '{"ok": %s, "clients": %s, "ok_clients": %s, "sent_per_sec": %s, "msg_per_sec": %s, "p50_usec": %s, "p99_usec": %s, "avg_usec": %s, "dropped": %s, "duplicated": %s, "out_of_order": %s' \
-		"$([ "$(kv_get "$kv" ok)" = 1 ] && echo true || echo false)" \
-		"$(jnum "$(kv_get "$kv" clients)")" "$(jnum "$(kv_get "$kv" ok_clients)")" \
-		"$(jnum "$(kv_get "$kv" sent_per_sec)")" "$(jnum "$(kv_get "$kv" msg_per_sec)")" \
-		"$(jnum "$(kv_get "$kv" p50)")" "$(jnum "$(kv_get "$kv" p99)")" "$(jnum "$(kv_get "$kv" avg_usec)")" \
-		"$(jnum "$(kv_get "$kv" dropped)")" "$(jnum "$(kv_get "$kv" duplicated)")" "$(jnum "$(kv_get "$kv" ooo)")"
-	if [ "$side" = steer ] && [ -r "$WORK/$side-$mode-exit" ]; then
-		printf ', "server_exit": %s' "$(jnum "$(cat "$WORK/$side-$mode-exit")")"
-		if [ -s "$WORK/$side-$mode-stats.json" ] && command -v jq >/dev/null && jq -e . "$WORK/$side-$mode-stats.json" >/dev/null 2>&1; then
-			printf ', "server_stats": %s' "$(jq -c . "$WORK/$side-$mode-stats.json")"
-		fi
-	fi
-	printf ', "per_client": ['
-	for ((i = 0; i < CLIENTS; i++)); do
-		c=$WORK/$side-$mode-client$i.kv
-		[ -r "$c" ] || continue
-		[ $first = 1 ] || printf ', '
-		first=0
-		printf '{"client_port": %s, "ok": %s, "error": %s, "valid_runtime_sec": %s, "valid_sent": %s, "valid_received": %s, "p50_usec": %s, "p99_usec": %s, "max_usec": %s, "avg_usec": %s, "dropped": %s, "duplicated": %s, "out_of_order": %s}' \
-			$((CLIENT_PORT + i)) "$([ "$(kv_get "$c" ok)" = 1 ] && echo true || echo false)" \
-			"$(if [ -n "$(kv_get "$c" error)" ]; then jstr "$(kv_get "$c" error)"; else echo null; fi)" \
-			"$(jnum "$(kv_get "$c" valid_runtime)")" "$(jnum "$(kv_get "$c" valid_sent)")" "$(jnum "$(kv_get "$c" valid_received)")" \
-			"$(jnum "$(kv_get "$c" p50)")" "$(jnum "$(kv_get "$c" p99)")" "$(jnum "$(kv_get "$c" max)")" "$(jnum "$(kv_get "$c" avg_usec)")" \
-			"$(jnum "$(kv_get "$c" dropped)")" "$(jnum "$(kv_get "$c" duplicated)")" "$(jnum "$(kv_get "$c" ooo)")"
-	done
-	printf ']}'
-}
-
-write_json() {
-	local json_file=$1 mode first=1 k s
-	{
-		printf '{"tool": "benches/compare-kernel.sh", "format": 1,\n'
-		printf ' "config": {"seconds": %s, "clients": %s, "cpus": %s, "port": %s, "client_port_base": %s, "msg_size": %s, "mps": %s, "interface": %s, "namespace": %s, "server_ip": %s, "sockperf": %s, "steer_cmd": %s, "rps": {"rps_cpus": %s, "rps_flow_cnt": %s, "rps_sock_flow_entries": %s}, "server_slice_us": %s, "latency": "one-way usec (RTT/2), median over clients"},\n' \
-			"$SECS" "$CLIENTS" "$(jstr "$CPUS")" "$PORT" "$CLIENT_PORT" "$MSG_SIZE" "$(jstr "$MPS")" \
-			"$(jstr "$NETNS_HOST_IF")" "$(jstr "$NETNS_NAME")" "$(jstr "$NETNS_HOST_V4")" \
-			"$(jstr "$(sockperf --version 2>&1 | head -n 1)")" "$(jstr "${STEER_CMD[*]:-}")" \
-			"$(jstr "$RPS_MASK")" "$RPS_FLOW_CNT" "$RPS_SOCK_FLOW_ENTRIES" "$SLICE_US"
-		printf ' "modes": {'
-		for mode in "${MODES[@]}"; do
-			[ $first = 1 ] || printf ','
-			first=0
-			k=$WORK/kernel-$mode.kv
-			s=$WORK/steer-$mode.kv
-			printf '\n  %s: {"kernel": %s,\n    "steer": %s,\n    "ratio": ' "$(jstr "$mode")" "$(json_side "$mode" kernel)" "$(json_side "$mode" steer)"
-			if [ -r "$k" ] && [ -r "$s" ]; then
-				printf '{"msg_per_sec": %s, "p50": %s, "p99": %s}, "goal_met": %s}' \
-					"$(jnum "$(ratio "$(kv_get "$s" msg_per_sec)" "$(kv_get "$k" msg_per_sec)")")" \
-					"$(jnum "$(ratio "$(kv_get "$s" p50)" "$(kv_get "$k" p50)")")" \
-					"$(jnum "$(ratio "$(kv_get "$s" p99)" "$(kv_get "$k" p99)")")" \
-					"$(goal_met "$mode" && echo true || echo false)"
-			else
-				printf 'null, "goal_met": null}'
-			fi
-		done
-		printf '\n }\n}\n'
-	} >"$json_file"
-}
-
-# ---------------------------------------------------------------------------
 
 usage() {
 	sed -n '4,/^$/{s/^# \{0,1\}//;p}' "$0"
@@ -688,11 +368,11 @@ STEER_CMD=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--self-test)
-		self_test
+		steer_bench sockperf check-fixtures "$FIXTURES"
 		exit $?
 		;;
 	--parse)
-		sockperf_parse "${2:?--parse FILE}"
+		steer_bench sockperf parse "${2:?--parse FILE}"
 		exit $?
 		;;
 	-t | --time) SECS=${2:?}; shift 2 ;;
@@ -806,23 +486,16 @@ for mode in "${MODES[@]}"; do
 	if [ "$RUN_STEER" = 1 ]; then run_steer "$mode"; fi
 done
 
-print_table
-if [ -n "$JSON_OUT" ]; then
-	write_json "$JSON_OUT"
-	log "JSON summary in $JSON_OUT"
-fi
-
+report_args=(sockperf compare --work "$WORK" --clients "$CLIENTS"
+	--modes "$(IFS=,; echo "${MODES[*]}")"
+	--set "seconds=$SECS" --set "clients=$CLIENTS" --set "cpus=$CPUS" --set "port=$PORT"
+	--set "client_port_base=$CLIENT_PORT" --set "msg_size=$MSG_SIZE" --set "mps=$MPS"
+	--set "interface=$NETNS_HOST_IF" --set "namespace=$NETNS_NAME" --set "server_ip=$NETNS_HOST_V4"
+	--set "sockperf=$(sockperf --version 2>&1 | head -n 1)" --set "steer_cmd=${STEER_CMD[*]:-}"
+	--set "rps_cpus=$RPS_MASK" --set "rps_flow_cnt=$RPS_FLOW_CNT"
+	--set "rps_sock_flow_entries=$RPS_SOCK_FLOW_ENTRIES" --set "server_slice_us=$SLICE_US")
+[ -n "$JSON_OUT" ] && report_args+=(--json "$JSON_OUT")
+[ "$REQUIRE_GOAL" = 1 ] && report_args+=(--require-goal)
 status=0
-for mode in "${MODES[@]}"; do
-	for side in kernel steer; do
-		kv=$WORK/$side-$mode.kv
-		if [ -r "$kv" ] && [ "$(kv_get "$kv" ok)" != 1 ]; then
-			log "$side $mode: not every client has results"
-			status=2
-		fi
-	done
-	if [ "$REQUIRE_GOAL" = 1 ] && ! goal_met "$mode"; then
-		status=3
-	fi
-done
+steer_bench "${report_args[@]}" || status=$?
 exit "$status"

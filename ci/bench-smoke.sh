@@ -11,16 +11,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+cargo build -p steer-bench -p steer-cli
+export STEER_BENCH="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer-bench"
 bash benches/compare-kernel.sh --self-test
 for f in ci/*.sh scripts/*.sh benches/*.sh benches/seeds/*.sh; do
   [ -e "$f" ] && bash -n "$f"
 done
 
-# Already built by ci/test.sh; a no-op then.
-cargo build -p steer-cli
 export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
 cargo bench --no-default-features --bench table --bench dispatch --no-run
 bash benches/compare-kernel.sh --quick
+# steer-bench: every server (XDP_TX reflector, raw AF_XDP turnaround, steer,
+# kernel echo, sockperf server) through every phase, 1 s windows; exits 2
+# unless it finds every number.
+"$STEER_BENCH" run --quick --steer-cmd "$STEER echo"
 for f in benches/seeds/seed*.sh; do
   bash "$f" --quick
 done

@@ -22,6 +22,8 @@ pub mod config;
 pub mod error;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
+/// Any caller-supplied XDP object: attach, maps by name, AF_XDP sockets in its XSKMAP.
+pub mod object;
 /// The owner: program + UMEM + sockets.
 pub mod port;
 /// The steer XDP program and its maps.

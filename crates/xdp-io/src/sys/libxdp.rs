@@ -160,6 +160,18 @@ impl XdpProgram {
         unsafe { xdp::xdp_program__id(self.prog.as_ptr()) }
     }
 
+    /// The program's name (the C function's name).
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: the program is valid (owned by `self`).
+        let name = unsafe { xdp::xdp_program__name(self.prog.as_ptr()) };
+        if name.is_null() {
+            return c"";
+        }
+        // SAFETY: a non-null name is a NUL-terminated string owned by the
+        // program, which lives as long as `self` and keeps its name.
+        unsafe { CStr::from_ptr(name) }
+    }
+
     /// The map `name` of the loaded object; ENOENT when there is no such map
     /// or it has not been created in the kernel.
     pub(crate) fn map(&self, name: &str) -> io::Result<Map<'_>> {
@@ -351,5 +363,17 @@ impl<'a> ProgramRef<'a> {
         // rebuilds the dispatcher in the kernel and leaves this snapshot's
         // memory alone.
         check_rc(unsafe { xdp::xdp_program__detach(self.prog.as_ptr(), ifindex, mode.0, 0) })
+    }
+}
+
+/// Stops libbpf's and libxdp's own messages to stderr (warnings such as "No
+/// bpffs found" that every load on a machine without bpffs prints); errors
+/// still come back as values.
+pub(crate) fn silence() {
+    // SAFETY: a NULL print function is libbpf's and libxdp's documented way
+    // to disable their output; neither keeps the previous one.
+    unsafe {
+        libbpf_sys::libbpf_set_print(None);
+        xdp::libxdp_set_print(None);
     }
 }

@@ -1,0 +1,329 @@
+//! One benchmark run: the test bed, the generator thread in the namespace,
+//! and every server in turn, `runs` times interleaved (run 1: every server,
+//! run 2: every server, ...), each through the same phases: `--rate max`
+//! (capacity), then each fixed rate (cost; the first is also the latency
+//! rate). The raw AF_XDP turnaround spins by design, so it only gets the
+//! capacity phase.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::AtomicBool,
+        mpsc::{channel, Receiver, Sender},
+    },
+    time::Duration,
+};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::{
+    clock, cpustat,
+    gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
+    netns::TestBed,
+    payload::Endpoints,
+    servers::{Kind, Running, ServerEnv},
+};
+
+/// Everything a run is configured with.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Servers, in visiting order.
+    pub servers: Vec<Kind>,
+    /// Interleaved runs.
+    pub runs: usize,
+    /// Phases per server: `None` = max, else a fixed rate (pps).
+    pub phases: Vec<Option<u64>>,
+    /// Flows (distinct source ports).
+    pub flows: u16,
+    /// Server UDP port.
+    pub port: u16,
+    /// First source port.
+    pub sport_base: u16,
+    /// The generator's CPU.
+    pub gen_cpu: usize,
+    /// The server CPUs.
+    pub server_cpus: Vec<usize>,
+    /// Queues per veth end.
+    pub queues: u32,
+    /// Phase timing.
+    pub warmup: Duration,
+    /// Measurement window.
+    pub window: Duration,
+    /// Drain after sending stops.
+    pub drain: Duration,
+    /// Generator tick at fixed rates.
+    pub tick: Duration,
+    /// steer's echo command.
+    pub steer_cmd: Vec<String>,
+    /// Each end's receive path on its owner's CPUs (threaded NAPI).
+    pub rx_on_receiver: bool,
+    /// Logs of the servers go here (a temporary directory otherwise).
+    pub log_dir: PathBuf,
+}
+
+/// The phase names: `max` and the fixed rates.
+pub fn phase_name(rate: Option<u64>) -> String {
+    rate.map_or("max".into(), |r| r.to_string())
+}
+
+/// One server in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerRun {
+    /// Run number (from 1).
+    pub run: usize,
+    /// Server.
+    pub server: Kind,
+    /// Why it has no numbers (did not start, did not answer).
+    pub error: Option<String>,
+    /// (phase name, result).
+    pub phases: Vec<(String, PhaseResult)>,
+    /// Where the server's threads ran.
+    pub ran_on: String,
+    /// Its last output line when it stopped.
+    pub last_words: String,
+    /// steer's --stats-json, when it is steer.
+    pub stats: Option<serde_json::Value>,
+}
+
+enum Cmd {
+    Phase(PhaseSpec),
+    Quit,
+}
+
+/// The generator thread's handle.
+struct GenThread {
+    tx: Sender<Cmd>,
+    rx: Receiver<Result<PhaseResult>>,
+    join: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GenThread {
+    fn spawn(
+        bed: &TestBed,
+        setup: GenSetup,
+        cpu: usize,
+        stop: &'static AtomicBool,
+    ) -> Result<Self> {
+        let (tx, cmd_rx) = channel::<Cmd>();
+        let (res_tx, rx) = channel::<Result<PhaseResult>>();
+        let ns = bed.ns.clone();
+        let bed_ns = TestBed::enter_fn(&ns);
+        let join = std::thread::Builder::new()
+            .name("generator".into())
+            .spawn(move || {
+                let open = (|| -> Result<Generator> {
+                    bed_ns()?;
+                    clock::pin(cpu)
+                        .with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                    clock::tight_timer_slack();
+                    Generator::open(setup)
+                })();
+                let mut gen = match open {
+                    Ok(g) => {
+                        let _ = res_tx.send(Err(anyhow!("ready")));
+                        g
+                    }
+                    Err(e) => {
+                        let _ = res_tx.send(Err(e));
+                        return;
+                    }
+                };
+                while let Ok(Cmd::Phase(spec)) = cmd_rx.recv() {
+                    if res_tx.send(gen.run(&spec, stop)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("spawning the generator thread")?;
+        let g = GenThread {
+            tx,
+            rx,
+            join: Some(join),
+        };
+        match g.rx.recv() {
+            Ok(Err(e)) if e.to_string() == "ready" => Ok(g),
+            Ok(Err(e)) => Err(e),
+            _ => bail!("the generator thread ended while starting"),
+        }
+    }
+
+    fn phase(&self, spec: PhaseSpec) -> Result<PhaseResult> {
+        self.tx
+            .send(Cmd::Phase(spec))
+            .map_err(|_| anyhow!("the generator thread is gone"))?;
+        self.rx
+            .recv()
+            .map_err(|_| anyhow!("the generator thread is gone"))?
+    }
+}
+
+impl Drop for GenThread {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Cmd::Quit);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// What a whole benchmark produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Every server run.
+    pub runs: Vec<ServerRun>,
+    /// The test bed's names and addresses.
+    pub bed: String,
+    /// Where the generator end's NAPI threads ran (`--rx-on receiver`).
+    pub generator_rx: Option<String>,
+}
+
+/// Runs the benchmark. `stop` is the Ctrl-C flag.
+pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
+    let bed = TestBed::create(cfg.queues)?;
+    let bed_desc =
+        format!(
+        "namespace {}, generator {} {} (CPU {}), server {} {}:{} (CPUs {:?}), {} queue(s) per end, receive path on the {}",
+        bed.ns, bed.peer_if, bed.peer_v4, cfg.gen_cpu, bed.host_if, bed.host_v4, cfg.port,
+        cfg.server_cpus, bed.queues,
+        if cfg.rx_on_receiver { "receiver's CPUs (threaded NAPI; kernel servers: RPS)" } else { "sender's CPU (veth default)" }
+    );
+    println!("test bed: {bed_desc}");
+    let setup = GenSetup {
+        interface: bed.peer_if.clone(),
+        endpoints: Endpoints {
+            dst_mac: bed.host_mac,
+            src_mac: bed.peer_mac,
+            src: bed.peer_v4,
+            dst: bed.host_v4,
+            dst_port: cfg.port,
+        },
+        flows: cfg.flows,
+        sport_base: cfg.sport_base,
+    };
+    let gen = GenThread::spawn(&bed, setup, cfg.gen_cpu, stop)?;
+    if cfg.rx_on_receiver {
+        crate::napi::thread_and_pin(Some(&bed.ns), &bed.peer_if, &[cfg.gen_cpu])?;
+    }
+    let env = ServerEnv {
+        interface: bed.host_if.clone(),
+        addr: bed.host_v4,
+        port: cfg.port,
+        cpus: cfg.server_cpus.clone(),
+        steer_cmd: cfg.steer_cmd.clone(),
+        self_exe: std::env::current_exe().context("finding this binary")?,
+        log_dir: cfg.log_dir.clone(),
+        rx_on_server: cfg.rx_on_receiver,
+    };
+    let mut tag = 0u32;
+    let mut spec = |rate: Option<u64>, warmup: Duration, window: Duration, drain: Duration| {
+        tag += 1;
+        PhaseSpec {
+            rate: rate.map(|r| r as f64),
+            warmup,
+            window,
+            drain,
+            tick: cfg.tick,
+            tag,
+        }
+    };
+    let mut out = Vec::new();
+    for run in 1..=cfg.runs {
+        for &kind in &cfg.servers {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            let mut sr = ServerRun {
+                run,
+                server: kind,
+                error: None,
+                phases: Vec::new(),
+                ran_on: String::new(),
+                last_words: String::new(),
+                stats: None,
+            };
+            info!(run, server = kind.name(), "starting");
+            let server = match Running::start(kind, &env) {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("{}: {e:#}", kind.name());
+                    sr.error = Some(format!("did not start: {e:#}"));
+                    out.push(sr);
+                    continue;
+                }
+            };
+            // Probe: does it answer at all? (Up to 3 s.)
+            let mut answered = false;
+            for _ in 0..6 {
+                let p = gen.phase(spec(
+                    Some(2000),
+                    Duration::from_millis(100),
+                    Duration::from_millis(200),
+                    Duration::from_millis(200),
+                ))?;
+                if p.total.answered > 0 {
+                    answered = true;
+                    break;
+                }
+            }
+            if !answered {
+                sr.error = Some(
+                    "the server does not answer (no replies to a 2k pps probe for 3 s)".into(),
+                );
+                sr.ran_on = server.where_it_ran();
+                let _ = server.stop();
+                out.push(sr);
+                continue;
+            }
+            // The turnaround spins: its cost at a fixed rate means nothing.
+            let alone = cfg.servers.len() == 1;
+            let rates = cfg
+                .phases
+                .iter()
+                .copied()
+                .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
+            for rate in rates {
+                let name = phase_name(rate);
+                let p = gen.phase(spec(rate, cfg.warmup, cfg.window, cfg.drain))?;
+                println!("  {}", crate::report::phase_line(run, kind, &name, &p));
+                sr.phases.push((name, p));
+            }
+            sr.ran_on = server.where_it_ran();
+            match server.stop() {
+                Ok((last, stats)) => {
+                    sr.last_words = last;
+                    sr.stats = stats;
+                }
+                Err(e) => sr.error = Some(format!("{e:#}")),
+            }
+            out.push(sr);
+        }
+    }
+    let generator_rx = crate::napi::describe(&bed.peer_if);
+    drop(gen);
+    drop(bed);
+    Ok(Outcome {
+        runs: out,
+        bed: bed_desc,
+        generator_rx,
+    })
+}
+
+/// "load 1.20 0.90 0.50, 35% of the CPUs busy over 1 s".
+pub fn machine_load() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let busy = (|| -> Option<f64> {
+        let a = cpustat::sample().ok()?;
+        std::thread::sleep(Duration::from_secs(1));
+        let b = cpustat::sample().ok()?;
+        let d = cpustat::delta(&a, &b, cpustat::ticks_per_sec());
+        Some(d.busy_secs / d.per_cpu_busy.len().max(1) as f64 * 100.0)
+    })();
+    format!(
+        "load average {}, {} of the CPUs busy over 1 s",
+        load.join(" "),
+        busy.map_or("?".into(), |b| format!("{b:.0}%"))
+    )
+}

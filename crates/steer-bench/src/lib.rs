@@ -1,0 +1,39 @@
+//! steer-bench: a load generator and checker that drives UDP echo servers
+//! over a veth pair it builds itself, and reports capacity, CPU per reply
+//! and latency for steer's echo server against the kernel (a
+//! recvmmsg/sendmmsg echo and `sockperf server`, both with RPS/RFS), the raw
+//! AF_XDP turnaround and an XDP_TX reflector (the floor). Also the sockperf
+//! report parser and comparison used by `benches/compare-kernel.sh`.
+//!
+//! See benches/README.md for the method.
+
+/// The XDP_TX-free AF_XDP turnaround server (`afxdp-echo`).
+pub mod afxdp_echo;
+/// One benchmark run: test bed, generator thread, servers in turn.
+pub mod bench;
+/// CLOCK_MONOTONIC, absolute sleeps, pinning.
+pub mod clock;
+/// /proc/stat and per-thread CPU.
+pub mod cpustat;
+/// Per-flow checking.
+pub mod flows;
+/// The AF_XDP generator and checker.
+pub mod gen;
+/// The kernel socket echo (`kernel-echo`).
+pub mod kernel_echo;
+/// Threaded NAPI pinned to the receiver's CPUs (`--rx-on receiver`).
+pub mod napi;
+/// Namespace, veth pair, RPS/RFS settings.
+pub mod netns;
+/// Token-bucket pacing.
+pub mod pacing;
+/// Request and reply frames.
+pub mod payload;
+/// Medians, own cost, ratios, table, JSON.
+pub mod report;
+/// The servers under test.
+pub mod servers;
+/// sockperf report parsing and the compare-kernel report.
+pub mod sockperf;
+/// The XDP programs of this crate.
+pub mod xdp;

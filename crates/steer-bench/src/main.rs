@@ -1,0 +1,609 @@
+//! `steer-bench`: see the crate docs and benches/README.md.
+//!
+//! ```text
+//! steer-bench run [--quick] [--runs 3] [--rates 50k,200k] [--servers steer,kernel-echo,...]
+//!                 [--steer-cmd CMD] [--json FILE]
+//! steer-bench load --server steer --rate 100k|max [--secs 5]
+//! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
+//! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
+//! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
+//! ```
+
+use std::{
+    net::SocketAddrV4,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+use steer_bench::{
+    bench::{self, BenchConfig},
+    report,
+    servers::Kind,
+    sockperf,
+};
+use tracing_subscriber::EnvFilter;
+
+/// Load generator and checker: steer's echo server against the kernel, the
+/// raw AF_XDP turnaround and an XDP_TX reflector, on a veth pair it builds.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The whole comparison: every server, capacity, cost at fixed rates, latency.
+    Run(RunArgs),
+    /// One server at one rate, with the per-flow table.
+    Load(LoadArgs),
+    /// sockperf client reports: parse, check the fixtures, compare (compare-kernel.sh).
+    #[command(subcommand)]
+    Sockperf(SockperfCmd),
+    /// Helper: the kernel UDP echo (recvmmsg/sendmmsg, SO_REUSEPORT, a pinned thread per CPU).
+    #[command(hide = true)]
+    KernelEcho {
+        /// Address to serve on.
+        #[arg(long)]
+        addr: SocketAddrV4,
+        /// Server CPUs (list: 1 or 0-3,5).
+        #[arg(long, value_parser = parse_cpus)]
+        cpus: CpuList,
+    },
+    /// Helper: the raw AF_XDP rx->tx turnaround.
+    #[command(hide = true)]
+    AfxdpEcho {
+        /// Interface.
+        #[arg(long)]
+        interface: String,
+        /// UDP port.
+        #[arg(long)]
+        port: u16,
+        /// CPU to poll on.
+        #[arg(long, default_value_t = 1)]
+        cpu: usize,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+struct Common {
+    /// Flows (distinct source ports).
+    #[arg(long, default_value_t = 64)]
+    flows: u16,
+    /// The server's UDP port.
+    #[arg(long, default_value_t = 11111)]
+    port: u16,
+    /// Source port of the first flow.
+    #[arg(long, default_value_t = 40000)]
+    sport_base: u16,
+    /// The generator's CPU.
+    #[arg(long, default_value_t = 0)]
+    gen_cpu: usize,
+    /// The server's CPUs (list).
+    #[arg(long, default_value = "1", value_parser = parse_cpus)]
+    server_cpus: CpuList,
+    /// Queues per veth end.
+    #[arg(long, default_value_t = 2)]
+    queues: u32,
+    /// steer's echo server command (words split on spaces; `--interface`,
+    /// `--port`, `--cpus`, `--no-table`, `--stats-json` are appended).
+    /// Default: `steer echo`, the `steer` binary next to this one.
+    #[arg(long, env = "STEER_CMD")]
+    steer_cmd: Option<String>,
+    /// Sending before each measurement window, ms.
+    #[arg(long, default_value_t = 1000)]
+    warmup_ms: u64,
+    /// Measurement window, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    window_secs: f64,
+    /// Waiting for late replies after sending stops, ms.
+    #[arg(long, default_value_t = 300)]
+    drain_ms: u64,
+    /// Generator wake-up period at fixed rates, us.
+    #[arg(long, default_value_t = 100)]
+    tick_us: u64,
+    /// Where each veth end's receive path (XDP, AF_XDP copy) runs: `sender`
+    /// (veth's default: in the softirq of the CPU that sent the frame) or
+    /// `receiver` (threaded NAPI pinned to the owner's CPUs, like a NIC
+    /// interrupting the server's CPU; for servers with an XDP program).
+    #[arg(long, default_value = "sender", value_parser = ["sender", "receiver"])]
+    rx_on: String,
+    /// Keep the servers' logs in this directory.
+    #[arg(long)]
+    keep_logs: Option<PathBuf>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Servers, in visiting order.
+    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf", value_parser = parse_kind)]
+    servers: Vec<Kind>,
+    /// Interleaved runs (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Fixed rates for the cost phases (the first is the latency rate).
+    #[arg(long, value_delimiter = ',', default_value = "50k,200k", value_parser = parse_pps)]
+    rates: Vec<u64>,
+    /// CI smoke: 1 run, 1 s windows; fails unless every number is found.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The server.
+    #[arg(long, value_parser = parse_kind, default_value = "steer")]
+    server: Kind,
+    /// Packets per second (`max`: as fast as the generator can).
+    #[arg(long, default_value = "max", value_parser = parse_rate)]
+    rate: Rate,
+}
+
+#[derive(Debug, Subcommand)]
+enum SockperfCmd {
+    /// Print what one client report says (key=value).
+    Parse {
+        /// sockperf's output.
+        file: PathBuf,
+    },
+    /// Check the parser on captured outputs and their expectations.
+    CheckFixtures {
+        /// Directory with sockperf-*.txt/.expected and aggregate-*.expected.
+        dir: PathBuf,
+    },
+    /// The steer-vs-kernel table and JSON from compare-kernel.sh's work directory.
+    Compare {
+        /// Work directory (<side>-<mode>-client<i>.log, ...).
+        #[arg(long)]
+        work: PathBuf,
+        /// Modes run.
+        #[arg(long, value_delimiter = ',', default_value = "under-load,ping-pong")]
+        modes: Vec<String>,
+        /// Clients per mode.
+        #[arg(long)]
+        clients: usize,
+        /// Write the JSON summary here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Exit 3 unless steer reaches the goal in every mode.
+        #[arg(long)]
+        require_goal: bool,
+        /// Settings to record (key=value, repeatable).
+        #[arg(long = "set", value_parser = parse_kv)]
+        settings: Vec<(String, String)>,
+    },
+}
+
+/// A rate: packets per second, or as fast as possible.
+#[derive(Debug, Clone, Copy)]
+enum Rate {
+    Max,
+    Pps(u64),
+}
+
+fn parse_pps(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.trim().to_ascii_lowercase() {
+        t if t.ends_with('k') => (t[..t.len() - 1].to_owned(), 1e3),
+        t if t.ends_with('m') => (t[..t.len() - 1].to_owned(), 1e6),
+        t => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| {
+        format!("{s:?} is not a rate: give packets per second, e.g. 50000, 50k or 1.2m")
+    })?;
+    let pps = (v * mult).round();
+    if !(1.0..=100e6).contains(&pps) {
+        return Err(format!("{s:?}: the rate must be between 1 and 100m pps"));
+    }
+    Ok(pps as u64)
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    if s == "max" {
+        Ok(Rate::Max)
+    } else {
+        parse_pps(s).map(Rate::Pps)
+    }
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    Kind::parse(s).ok_or_else(|| {
+        format!(
+            "unknown server {s:?}: one of {}",
+            Kind::ALL.map(Kind::name).join(", ")
+        )
+    })
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s:?}: want key=value"))
+}
+
+/// A CPU list (`1`, `0-3,5`).
+#[derive(Debug, Clone)]
+struct CpuList(Vec<usize>);
+
+fn parse_cpus(s: &str) -> Result<CpuList, String> {
+    let bad = || format!("{s:?} is not a CPU list (e.g. 1 or 0-3,5)");
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(CpuList(out))
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_none() {
+        // libbpf and libxdp warn on every load here (no bpffs, BTF sections
+        // they skip); RUST_LOG=debug keeps their messages.
+        xdp_io::object::silence_libxdp();
+    }
+    let result = match cli.cmd {
+        Cmd::Run(a) => cmd_run(a),
+        Cmd::Load(a) => cmd_load(a),
+        Cmd::Sockperf(c) => cmd_sockperf(c),
+        Cmd::KernelEcho { addr, cpus } => {
+            steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
+        }
+        Cmd::AfxdpEcho {
+            interface,
+            port,
+            cpu,
+        } => steer_bench::afxdp_echo::run(&interface, port, cpu).map(|_| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("steer-bench: {e:#}");
+            if format!("{e:#}").contains("interrupted") {
+                ExitCode::from(130)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+fn find_in_path(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
+    }
+    std::env::var_os("PATH")?
+        .to_string_lossy()
+        .split(':')
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// Checks what the command line asks for against the machine.
+fn config(
+    c: &Common,
+    servers: Vec<Kind>,
+    runs: usize,
+    phases: Vec<Option<u64>>,
+) -> Result<BenchConfig> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
+    }
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for &cpu in c.server_cpus.0.iter().chain([&c.gen_cpu]) {
+        if cpu >= ncpu {
+            bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
+        }
+    }
+    if c.server_cpus.0.contains(&c.gen_cpu) {
+        bail!(
+            "the generator's CPU {} is also a server CPU: give them different CPUs",
+            c.gen_cpu
+        );
+    }
+    if c.flows == 0 || u32::from(c.sport_base) + u32::from(c.flows) > 65535 || c.flows > 4096 {
+        bail!("--flows must be 1..=4096 and fit above --sport-base");
+    }
+    if c.queues == 0 || c.queues > 64 {
+        bail!("--queues must be 1..=64");
+    }
+    if !(0.1..=600.0).contains(&c.window_secs) {
+        bail!("--window-secs must be between 0.1 and 600");
+    }
+    let steer_cmd: Vec<String> = match &c.steer_cmd {
+        Some(s) => s.split_whitespace().map(str::to_owned).collect(),
+        None => {
+            let exe = std::env::current_exe().context("finding this binary")?;
+            let dir = exe.parent().context("this binary has no directory")?;
+            vec![
+                dir.join("steer").to_string_lossy().into_owned(),
+                "echo".into(),
+            ]
+        }
+    };
+    if servers.contains(&Kind::Steer) {
+        let Some(first) = steer_cmd.first() else {
+            bail!("--steer-cmd is empty")
+        };
+        if find_in_path(first).is_none() {
+            bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
+        }
+    }
+    let log_dir = match &c.keep_logs {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("steer-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    Ok(BenchConfig {
+        servers,
+        runs: runs.max(1),
+        phases,
+        flows: c.flows,
+        port: c.port,
+        sport_base: c.sport_base,
+        gen_cpu: c.gen_cpu,
+        server_cpus: c.server_cpus.0.clone(),
+        queues: c.queues,
+        warmup: Duration::from_millis(c.warmup_ms),
+        window: Duration::from_secs_f64(c.window_secs),
+        drain: Duration::from_millis(c.drain_ms),
+        tick: Duration::from_micros(c.tick_us.max(1)),
+        steer_cmd,
+        rx_on_receiver: c.rx_on == "receiver",
+        log_dir,
+    })
+}
+
+/// One measurement at a time (the same lock as compare-kernel.sh): runs
+/// sharing the CPUs would measure each other, and
+/// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
+fn measurement_lock() -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = "/run/lock/steer-compare-kernel.lock";
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {path}"))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("steer-bench: another measurement holds {path}: waiting");
+        // SAFETY: as above, blocking.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("waiting for the lock");
+        }
+    }
+    Ok(f)
+}
+
+fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
+    json!({
+        "servers": cfg.servers.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "runs": cfg.runs,
+        "phases": cfg.phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
+        "flows": cfg.flows,
+        "port": cfg.port,
+        "generator_cpu": cfg.gen_cpu,
+        "server_cpus": cfg.server_cpus,
+        "queues": cfg.queues,
+        "warmup_secs": cfg.warmup.as_secs_f64(),
+        "window_secs": cfg.window.as_secs_f64(),
+        "drain_secs": cfg.drain.as_secs_f64(),
+        "tick_us": cfg.tick.as_micros() as u64,
+        "steer_cmd": cfg.steer_cmd.join(" "),
+        "rx_on": if cfg.rx_on_receiver { "receiver" } else { "sender" },
+        "rps": {"rps_flow_cnt": steer_bench::netns::RPS_FLOW_CNT, "rps_sock_flow_entries": steer_bench::netns::RPS_SOCK_FLOW_ENTRIES},
+        "quick": quick,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+    })
+}
+
+fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    let mut c = a.common.clone();
+    let mut runs = a.runs;
+    if a.quick {
+        c.warmup_ms = c.warmup_ms.min(300);
+        c.window_secs = c.window_secs.min(1.0);
+        c.drain_ms = c.drain_ms.min(200);
+        runs = 1;
+    }
+    let mut phases = vec![None];
+    phases.extend(a.rates.iter().map(|&r| Some(r)));
+    let cfg = config(&c, a.servers.clone(), runs, phases)?;
+    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock()?;
+    let before = bench::machine_load();
+    println!("steer-bench: machine before the run: {before}");
+    let outcome = bench::run(&cfg, stop)?;
+    let after = bench::machine_load();
+    println!("steer-bench: machine after the run: {after}");
+    let sums = report::summarize(&cfg.servers, &outcome.runs, &a.rates);
+    let k = report::kernel_best(&sums, &a.rates);
+    let r = report::ratios(&sums, &k, &a.rates);
+    print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
+    if let Some(refl) = sums.iter().find(|s| s.server == "reflector") {
+        println!(
+            "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
+            refl.offered_at_max
+                .map_or("-".into(), |v| format!("{v:.0}")),
+            refl.capacity.map_or("-".into(), |v| format!("{v:.0}"))
+        );
+    }
+    println!(
+        "where it ran (last run): generator thread pinned to CPU {}{}",
+        cfg.gen_cpu,
+        outcome
+            .generator_rx
+            .as_deref()
+            .map(|d| format!("; its receive path (NAPI threads): {d}"))
+            .unwrap_or_default()
+    );
+    for s in &sums {
+        println!("  {:<12} {}", s.server, s.ran_on);
+    }
+    if let Some(path) = &c.json {
+        let j = report::json(
+            config_json(&cfg, a.quick),
+            json!({"before": before, "after": after, "bed": outcome.bed}),
+            &sums,
+            &k,
+            &r,
+            &outcome.runs,
+        );
+        std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON in {}", path.display());
+    }
+    if c.keep_logs.is_none() {
+        let _ = std::fs::remove_dir_all(&cfg.log_dir);
+    }
+    let missing = report::missing(&sums);
+    if !missing.is_empty() {
+        eprintln!("steer-bench: numbers not found: {}", missing.join(", "));
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
+    let phase = match a.rate {
+        Rate::Max => None,
+        Rate::Pps(p) => Some(p),
+    };
+    let cfg = config(&a.common, vec![a.server], 1, vec![phase])?;
+    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock()?;
+    println!(
+        "steer-bench: machine before the run: {}",
+        bench::machine_load()
+    );
+    let outcome = bench::run(&cfg, stop)?;
+    let Some(sr) = outcome.runs.first() else {
+        bail!("no result")
+    };
+    if let Some(e) = &sr.error {
+        bail!("{}: {e}", a.server.name());
+    }
+    for (_, p) in &sr.phases {
+        println!(
+            "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
+            "flow", "sent", "answered", "lost", "dup", "reord"
+        );
+        for (i, f) in p.per_flow.iter().enumerate() {
+            println!(
+                "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
+                i, f.sent, f.answered, f.lost, f.duplicated, f.reordered
+            );
+        }
+        println!(
+            "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
+            "all",
+            p.total.sent,
+            p.total.answered,
+            p.total.lost,
+            p.total.duplicated,
+            p.total.reordered
+        );
+    }
+    println!("{} ran on: {}", a.server.name(), sr.ran_on);
+    if let Some(path) = &a.common.json {
+        let j = json!({"tool": "steer-bench load", "config": config_json(&cfg, false), "run": sr});
+        std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let bad = sr.phases.iter().any(|(_, p)| p.answered_pps == 0.0);
+    Ok(if bad {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn cmd_sockperf(c: SockperfCmd) -> Result<ExitCode> {
+    match c {
+        SockperfCmd::Parse { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let r = sockperf::parse(&text);
+            print!("{}", r.to_kv());
+            Ok(if r.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        SockperfCmd::CheckFixtures { dir } => {
+            let (checks, fails) = sockperf::check_fixtures(&dir)?;
+            for f in &fails {
+                println!("FAIL {f}");
+            }
+            if fails.is_empty() {
+                println!("self-test: all {checks} checks passed");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("self-test: {} of {checks} checks FAILED", fails.len());
+                Ok(ExitCode::from(1))
+            }
+        }
+        SockperfCmd::Compare {
+            work,
+            modes,
+            clients,
+            json,
+            require_goal,
+            settings,
+        } => {
+            let modes = modes
+                .iter()
+                .map(|m| {
+                    sockperf::Mode::parse(m)
+                        .with_context(|| format!("unknown mode {m:?}: under-load or ping-pong"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let cmp = sockperf::Comparison {
+                work,
+                modes,
+                clients,
+                config: settings,
+            };
+            let (table, j, status) = sockperf::compare(&cmp, require_goal);
+            print!("{table}");
+            println!();
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&j)? + "\n")
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("compare-kernel: JSON summary in {}", path.display());
+            }
+            Ok(ExitCode::from(status as u8))
+        }
+    }
+}

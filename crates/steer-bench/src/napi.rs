@@ -1,0 +1,92 @@
+//! `--rx-on receiver`: each veth end's receive path (its NAPI, where its XDP
+//! program and the AF_XDP copy run) in a kernel thread pinned to the CPUs of
+//! whoever owns that end, instead of in the softirq of the CPU that sent
+//! the frame (veth's default). That is what a NIC does with its interrupt
+//! on the server's CPUs. veth has NAPI only while an XDP program is
+//! attached, so this applies to the generator's end (gen_rx) and to the
+//! servers that attach one (reflector, AF_XDP turnaround, steer); the
+//! kernel servers' receive work moves to their CPUs through RPS.
+//!
+//! Invariant: NAPI threads are found by name (`napi/<interface>-<id>`,
+//! cut to 15 characters by the kernel) and only those are pinned.
+
+use std::{fs, process::Command, time::Duration};
+
+use anyhow::{bail, Context, Result};
+
+/// Turns on threaded NAPI for `interface` (in namespace `ns`, or the root
+/// namespace) and pins its NAPI threads to `cpus`. Returns how many threads
+/// were pinned.
+pub fn thread_and_pin(ns: Option<&str>, interface: &str, cpus: &[usize]) -> Result<usize> {
+    let path = format!("/sys/class/net/{interface}/threaded");
+    match ns {
+        None => fs::write(&path, "1").with_context(|| format!("writing 1 to {path}"))?,
+        Some(ns) => {
+            // sysfs shows the namespace's devices only under `ip netns exec`.
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "sh", "-c", &format!("echo 1 > {path}")])
+                .output()
+                .context("running ip netns exec")?;
+            if !out.status.success() {
+                bail!(
+                    "threaded NAPI on {interface}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+    }
+    let prefix: String = format!("napi/{interface}-").chars().take(15).collect();
+    for _ in 0..50 {
+        let tids = threads_named(&prefix);
+        if !tids.is_empty() {
+            for &tid in &tids {
+                pin_task(tid, cpus)
+                    .with_context(|| format!("pinning NAPI thread {tid} of {interface}"))?;
+            }
+            return Ok(tids.len());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("no NAPI thread of {interface} appeared (is an XDP program attached?)")
+}
+
+/// "napi/x-8@cpu1 (1.20 s), ..." for `interface`'s NAPI threads, if any.
+pub fn describe(interface: &str) -> Option<String> {
+    let prefix: String = format!("napi/{interface}-").chars().take(15).collect();
+    let threads: Vec<crate::cpustat::ThreadCpu> = threads_named(&prefix)
+        .into_iter()
+        .filter_map(|tid| u32::try_from(tid).ok())
+        .flat_map(crate::cpustat::threads)
+        .collect();
+    (!threads.is_empty()).then(|| crate::cpustat::describe(&threads, 0.0))
+}
+
+fn threads_named(prefix: &str) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim_end().starts_with(prefix))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn pin_task(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call
+    // only reads the set.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! The test bed: a network namespace and a veth pair the tool creates and
+//! removes itself, the generator's end inside the namespace, the server's
+//! end in the root namespace; and the RPS/RFS settings of the kernel
+//! servers, restored afterwards.
+//!
+//! Invariants: names carry the process id (`sb<pid>`, `sb<pid>h`,
+//! `sb<pid>p`), so concurrent runs never share them; the /24 comes from
+//! 198.18.128.0/17 and is skipped while any address or route in the root
+//! namespace uses it. `Drop` removes the veth pair and the namespace (also
+//! on error and unwinding); [`RpsGuard`](crate::netns::RpsGuard)'s `Drop` writes back what it
+//! changed.
+
+use std::{
+    fs::{self, File},
+    net::Ipv4Addr,
+    os::fd::AsRawFd,
+    process::Command,
+};
+
+use anyhow::{bail, Context, Result};
+use tracing::{debug, warn};
+
+/// Runs `ip ARGS`, failing with its stderr.
+fn ip(args: &[&str]) -> Result<String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running `ip` (install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The namespace and veth pair of one run.
+#[derive(Debug)]
+pub struct TestBed {
+    /// Namespace name.
+    pub ns: String,
+    /// The server's end (root namespace).
+    pub host_if: String,
+    /// The generator's end (inside `ns`).
+    pub peer_if: String,
+    /// Server address.
+    pub host_v4: Ipv4Addr,
+    /// Generator address.
+    pub peer_v4: Ipv4Addr,
+    /// MAC of the server's end.
+    pub host_mac: [u8; 6],
+    /// MAC of the generator's end.
+    pub peer_mac: [u8; 6],
+    /// rx (and tx) queues on each end.
+    pub queues: u32,
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    if parts.len() != 6 {
+        bail!("bad MAC address {s:?}");
+    }
+    for (d, p) in m.iter_mut().zip(parts) {
+        *d = u8::from_str_radix(p, 16).with_context(|| format!("bad MAC address {s:?}"))?;
+    }
+    Ok(m)
+}
+
+fn free_slot(pid: u32) -> Result<u8> {
+    for i in 0..120u32 {
+        let slot = 128 + ((pid + i) % 120) as u8;
+        let net = format!("198.18.{slot}.0/24");
+        let used = !ip(&["-4", "-o", "addr", "show", "to", &net])?
+            .trim()
+            .is_empty()
+            || !ip(&["-4", "route", "show", "root", &net])?
+                .trim()
+                .is_empty();
+        if !used {
+            return Ok(slot);
+        }
+    }
+    bail!("no free /24 in 198.18.128.0/17 for the test bed (ip -4 addr)")
+}
+
+impl TestBed {
+    /// Creates the namespace and a veth pair with `queues` queues per end,
+    /// addresses, static neighbours both ways, both ends up.
+    pub fn create(queues: u32) -> Result<Self> {
+        let pid = std::process::id();
+        let ns = format!("sb{pid}");
+        let host_if = format!("sb{pid}h");
+        let peer_if = format!("sb{pid}p");
+        let slot = free_slot(pid)?;
+        let mut bed = TestBed {
+            ns,
+            host_if,
+            peer_if,
+            host_v4: Ipv4Addr::new(198, 18, slot, 1),
+            peer_v4: Ipv4Addr::new(198, 18, slot, 2),
+            host_mac: [0; 6],
+            peer_mac: [0; 6],
+            queues,
+        };
+        // From here `Drop` removes whatever was made.
+        ip(&["netns", "add", &bed.ns])?;
+        let q = queues.to_string();
+        ip(&[
+            "link",
+            "add",
+            &bed.host_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &bed.peer_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "netns",
+            &bed.ns,
+        ])?;
+        let (h, p, n) = (bed.host_if.clone(), bed.peer_if.clone(), bed.ns.clone());
+        ip(&["addr", "add", &format!("{}/24", bed.host_v4), "dev", &h])?;
+        ip(&["link", "set", &h, "up"])?;
+        ip(&[
+            "-n",
+            &n,
+            "addr",
+            "add",
+            &format!("{}/24", bed.peer_v4),
+            "dev",
+            &p,
+        ])?;
+        ip(&["-n", &n, "link", "set", &p, "up"])?;
+        ip(&["-n", &n, "link", "set", "lo", "up"])?;
+        bed.host_mac = parse_mac(&fs::read_to_string(format!("/sys/class/net/{h}/address"))?)?;
+        let link = ip(&["-n", &n, "-o", "link", "show", "dev", &p])?;
+        let mac = link
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .context("no MAC address in `ip link show` of the generator's end")?;
+        bed.peer_mac = parse_mac(mac)?;
+        let (hm, pm) = (fmt_mac(&bed.host_mac), fmt_mac(&bed.peer_mac));
+        ip(&[
+            "-n",
+            &n,
+            "neigh",
+            "replace",
+            &bed.host_v4.to_string(),
+            "lladdr",
+            &hm,
+            "nud",
+            "permanent",
+            "dev",
+            &p,
+        ])?;
+        ip(&[
+            "neigh",
+            "replace",
+            &bed.peer_v4.to_string(),
+            "lladdr",
+            &pm,
+            "nud",
+            "permanent",
+            "dev",
+            &h,
+        ])?;
+        debug!(?bed, "test bed up");
+        Ok(bed)
+    }
+
+    /// A closure that moves the thread calling it into namespace `ns`
+    /// (setns affects only that thread), for handing to a new thread.
+    pub fn enter_fn(ns: &str) -> impl FnOnce() -> Result<()> + Send + 'static {
+        let ns = ns.to_owned();
+        move || {
+            let path = format!("/run/netns/{ns}");
+            let file = File::open(&path).with_context(|| format!("opening {path}"))?;
+            // SAFETY: `file` is an open network namespace file; setns
+            // switches only the calling thread.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            if rc != 0 {
+                bail!("setns into {ns}: {}", std::io::Error::last_os_error());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+impl Drop for TestBed {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.host_if]);
+        if let Err(e) = ip(&["netns", "del", &self.ns]) {
+            warn!("removing namespace {}: {e:#}", self.ns);
+        }
+    }
+}
+
+/// RPS/RFS on an interface's rx queues (`rps_cpus`, `rps_flow_cnt`) and
+/// `net.core.rps_sock_flow_entries`, as compare-kernel.sh sets them;
+/// restored on drop.
+#[derive(Debug)]
+pub struct RpsGuard {
+    saved: Vec<(String, String)>,
+}
+
+/// Entries per rx queue flow table.
+pub const RPS_FLOW_CNT: u32 = 16384;
+/// Global socket flow table entries.
+pub const RPS_SOCK_FLOW_ENTRIES: u32 = 32768;
+
+impl RpsGuard {
+    /// Steers `interface`'s received packets to the CPUs of `mask` (hex, as
+    /// sysfs wants it) with RFS on.
+    pub fn configure(interface: &str, mask: &str) -> Result<Self> {
+        let mut guard = RpsGuard { saved: Vec::new() };
+        let mut set = |path: String, value: String| -> Result<()> {
+            let old = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            fs::write(&path, &value).with_context(|| format!("writing {value} to {path}"))?;
+            guard.saved.push((path, old.trim().to_owned()));
+            Ok(())
+        };
+        set(
+            "/proc/sys/net/core/rps_sock_flow_entries".into(),
+            RPS_SOCK_FLOW_ENTRIES.to_string(),
+        )?;
+        let dir = format!("/sys/class/net/{interface}/queues");
+        let mut queues: Vec<String> = fs::read_dir(&dir)
+            .with_context(|| format!("reading {dir}"))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("rx-"))
+            .collect();
+        queues.sort();
+        for q in queues {
+            set(format!("{dir}/{q}/rps_cpus"), mask.to_owned())?;
+            set(format!("{dir}/{q}/rps_flow_cnt"), RPS_FLOW_CNT.to_string())?;
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for RpsGuard {
+    fn drop(&mut self) {
+        for (path, value) in self.saved.iter().rev() {
+            if let Err(e) = fs::write(path, value) {
+                // The interface may be gone already; the sysctl must come back.
+                if !path.starts_with("/sys/class/net/") {
+                    warn!("restoring {path} to {value}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The sysfs hex mask of a CPU list (`[1]` -> `2`, `[0, 33]` -> `2,00000001`).
+pub fn cpu_mask(cpus: &[usize]) -> String {
+    let max = cpus.iter().copied().max().unwrap_or(0);
+    let mut words = vec![0u32; max / 32 + 1];
+    for &c in cpus {
+        words[c / 32] |= 1 << (c % 32);
+    }
+    let mut s = format!("{:x}", words[words.len() - 1]);
+    for w in words.iter().rev().skip(1) {
+        s.push_str(&format!(",{w:08x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_and_macs() {
+        assert_eq!(cpu_mask(&[1]), "2");
+        assert_eq!(cpu_mask(&[0, 1]), "3");
+        assert_eq!(cpu_mask(&[0, 33]), "2,00000001");
+        assert_eq!(
+            parse_mac("02:ab:00:00:00:01\n").unwrap(),
+            [2, 0xab, 0, 0, 0, 1]
+        );
+        assert!(parse_mac("02:ab").is_err());
+        assert_eq!(fmt_mac(&[2, 0xab, 0, 0, 0, 1]), "02:ab:00:00:00:01");
+    }
+}

@@ -1,0 +1,764 @@
+//! From raw phase results to the report: medians over the interleaved runs,
+//! each server's own cost (its whole-machine CPU per reply minus the
+//! reflector's at the same rate), the kernel's figure (the better of the
+//! kernel echo and sockperf, per number), the ratios, the flags, the table
+//! and the JSON.
+//!
+//! Invariant: a number that could not be measured is `None` and printed as
+//! `-` with a flag saying why; it is never replaced by a default.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::{
+    bench::{phase_name, ServerRun},
+    gen::PhaseResult,
+    servers::Kind,
+    sockperf::median,
+};
+
+/// Share of the asked rate below which a phase "did not hold the rate".
+pub const HOLD: f64 = 0.95;
+
+/// One line per phase as it finishes.
+pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> String {
+    let cpus: Vec<String> = p
+        .cpu
+        .per_cpu_busy
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("cpu{i} {:.0}%", b * 100.0))
+        .collect();
+    let answered = p.per_flow.iter().map(|f| f.answered);
+    let flows = match (answered.clone().min(), answered.max()) {
+        (Some(lo), Some(hi)) => format!(" | {} flows answered {lo}..{hi} each", p.per_flow.len()),
+        _ => String::new(),
+    };
+    let mut s = format!(
+        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | p50/p99/p99.9 {} us | generator on cpu{}",
+        kind.name(),
+        phase,
+        p.offered_pps,
+        p.answered_pps,
+        p.total.sent,
+        p.total.lost,
+        p.total.duplicated,
+        p.total.reordered,
+        cpus.join(" "),
+        p.cpu_us_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.latency.map_or("-".into(), |l| format!("{:.1}/{:.1}/{:.1}", l.p50_us, l.p99_us, l.p999_us)),
+        p.generator_cpu,
+    );
+    for f in phase_flags(p) {
+        s.push_str("  [");
+        s.push_str(&f);
+        s.push(']');
+    }
+    s
+}
+
+/// What is wrong with one phase, if anything.
+pub fn phase_flags(p: &PhaseResult) -> Vec<String> {
+    let mut f = Vec::new();
+    if p.answered_pps == 0.0 {
+        f.push("NO REPLIES".into());
+    }
+    if let Some(asked) = p.asked_pps {
+        if p.offered_pps < HOLD * asked {
+            f.push(format!(
+                "RATE NOT HELD: offered {:.0} of {:.0}/s",
+                p.offered_pps, asked
+            ));
+        } else if p.total.sent > 0 && p.total.lost as f64 > 0.01 * p.total.sent as f64 {
+            f.push(format!(
+                "lost {:.1}% below capacity",
+                100.0 * p.total.lost as f64 / p.total.sent as f64
+            ));
+        }
+    }
+    if p.foreign_cpu_secs > 0.02 * p.window_secs * p.cpu.per_cpu_busy.len().max(1) as f64 {
+        f.push(format!(
+            "BUSY MACHINE: other processes used {:.0}% of the CPUs",
+            100.0 * p.foreign_cpu_secs / (p.window_secs * p.cpu.per_cpu_busy.len().max(1) as f64)
+        ));
+    }
+    if p.total.reordered > 0 {
+        f.push(format!("{} reordered", p.total.reordered));
+    }
+    if p.total.duplicated > 0 {
+        f.push(format!("{} duplicated", p.total.duplicated));
+    }
+    if p.total.bogus > 0 {
+        f.push(format!("{} bogus replies", p.total.bogus));
+    }
+    f
+}
+
+/// One server's medians.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Server.
+    pub server: String,
+    /// Runs with numbers / runs.
+    pub runs_ok: usize,
+    /// Runs.
+    pub runs: usize,
+    /// Replies/s at --rate max.
+    pub capacity: Option<f64>,
+    /// Offered/s at --rate max.
+    pub offered_at_max: Option<f64>,
+    /// The most replies/s of any phase (0 reordered): under overload a
+    /// kernel server answers less than at a lower offered rate.
+    pub peak: Option<f64>,
+    /// Whole-machine CPU us per reply at --rate max.
+    pub cpu_us_at_max: Option<f64>,
+    /// Per fixed rate: (rate, whole-machine us/reply, own us/reply).
+    pub cost: Vec<(u64, Option<f64>, Option<f64>)>,
+    /// p50/p99/p99.9 us at the latency rate.
+    pub p50_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// 99.9th percentile.
+    pub p999_us: Option<f64>,
+    /// What is wrong or worth knowing.
+    pub flags: Vec<String>,
+    /// Where its threads ran (last run).
+    pub ran_on: String,
+}
+
+fn med(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.flatten().collect();
+    median(&v)
+}
+
+fn phase<'a>(r: &'a ServerRun, name: &str) -> Option<&'a PhaseResult> {
+    r.phases.iter().find(|(n, _)| n == name).map(|(_, p)| p)
+}
+
+/// The summaries of every server in `kinds` order, with own costs.
+pub fn summarize(kinds: &[Kind], runs: &[ServerRun], rates: &[u64]) -> Vec<Summary> {
+    let mut out: Vec<Summary> = kinds
+        .iter()
+        .map(|&k| summarize_one(k, runs, rates))
+        .collect();
+    let reflector: Option<Summary> = out.iter().find(|s| s.server == "reflector").cloned();
+    for s in out.iter_mut() {
+        for (i, c) in s.cost.iter_mut().enumerate() {
+            let base = reflector
+                .as_ref()
+                .and_then(|r| r.cost.get(i))
+                .and_then(|x| x.1);
+            c.2 = match (c.1, base) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            };
+        }
+    }
+    out
+}
+
+fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
+    let mine: Vec<&ServerRun> = runs.iter().filter(|r| r.server == kind).collect();
+    let mut s = Summary {
+        server: kind.name().into(),
+        runs: mine.len(),
+        runs_ok: mine
+            .iter()
+            .filter(|r| r.error.is_none() && !r.phases.is_empty())
+            .count(),
+        ran_on: mine.last().map(|r| r.ran_on.clone()).unwrap_or_default(),
+        ..Summary::default()
+    };
+    for r in &mine {
+        if let Some(e) = &r.error {
+            s.flags.push(format!("run {}: {e}", r.run));
+        }
+    }
+    let max: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, "max")).collect();
+    // Zero is a measurement too (a kernel server can livelock at max): it
+    // stays, flagged by the phase; only a server without phases has none.
+    s.capacity = med(max.iter().map(|p| Some(p.answered_pps)));
+    s.offered_at_max = med(max.iter().map(|p| Some(p.offered_pps)));
+    s.cpu_us_at_max = med(max.iter().map(|p| p.cpu_us_per_reply));
+    let reordered: u64 = max.iter().map(|p| p.total.reordered).sum();
+    if reordered > 0 && kind == Kind::Reflector {
+        // veth sends XDP_TX frames to the peer queue of the CPU that ran
+        // the program, so a flow can straddle two queues: the floor's rate
+        // still stands, flagged.
+        s.flags.push(format!(
+            "{reordered} reordered at max (veth's XDP_TX queue follows the CPU)"
+        ));
+    } else if reordered > 0 {
+        s.flags
+            .push(format!("{reordered} reordered at max: no clean capacity"));
+        s.capacity = None;
+    }
+    if let (Some(c), Some(o)) = (s.capacity, s.offered_at_max) {
+        if c >= HOLD * o {
+            s.flags.push(format!(
+                "generator-bound: answered all it was offered ({o:.0}/s); capacity is a lower bound"
+            ));
+        }
+    }
+    s.peak = med(mine.iter().map(|r| {
+        r.phases
+            .iter()
+            .filter(|(_, p)| p.total.reordered == 0 && p.answered_pps > 0.0)
+            .map(|(_, p)| p.answered_pps)
+            .reduce(f64::max)
+    }));
+    if let (Some(c), Some(p)) = (s.capacity, s.peak) {
+        if p > 1.05 * c {
+            s.flags.push(format!(
+                "overload collapse: {c:.0}/s at max, but {p:.0}/s at a lower offered rate"
+            ));
+        }
+    }
+    if kind == Kind::Afxdp {
+        return s;
+    }
+    for (i, &rate) in rates.iter().enumerate() {
+        let name = phase_name(Some(rate));
+        let ps: Vec<&PhaseResult> = mine.iter().filter_map(|r| phase(r, &name)).collect();
+        // A phase that missed its rate still counts, flagged (below).
+        let held = |p: &PhaseResult| p.answered_pps > 0.0;
+        let bad: Vec<String> = ps.iter().flat_map(|p| phase_flags(p)).collect();
+        for b in bad.iter().take(2) {
+            s.flags.push(format!("@{rate}: {b}"));
+        }
+        s.cost.push((
+            rate,
+            med(ps.iter().filter(|p| held(p)).map(|p| p.cpu_us_per_reply)),
+            None,
+        ));
+        if i == 0 {
+            let l: Vec<_> = ps
+                .iter()
+                .filter(|p| held(p))
+                .filter_map(|p| p.latency)
+                .collect();
+            s.p50_us = median(&l.iter().map(|l| l.p50_us).collect::<Vec<_>>());
+            s.p99_us = median(&l.iter().map(|l| l.p99_us).collect::<Vec<_>>());
+            s.p999_us = median(&l.iter().map(|l| l.p999_us).collect::<Vec<_>>());
+        }
+    }
+    s
+}
+
+/// The kernel's figure: per number, the better of the kernel servers
+/// (higher capacity, lower cost and latency), with the server that gave it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KernelBest {
+    /// (value, server) of capacity.
+    pub capacity: Option<(f64, String)>,
+    /// (value, server) of the peak reply rate.
+    pub peak: Option<(f64, String)>,
+    /// Per rate: (own us/reply, server).
+    pub own_cost: Vec<Option<(f64, String)>>,
+    /// Per rate: (whole-machine us/reply, server).
+    pub cost: Vec<Option<(f64, String)>>,
+    /// p99 at the latency rate.
+    pub p99_us: Option<(f64, String)>,
+}
+
+fn best(it: impl Iterator<Item = (Option<f64>, String)>, higher: bool) -> Option<(f64, String)> {
+    it.filter_map(|(v, n)| v.map(|v| (v, n))).reduce(|a, b| {
+        if (b.0 > a.0) == higher && b.0 != a.0 {
+            b
+        } else {
+            a
+        }
+    })
+}
+
+/// The kernel's figure from the summaries.
+pub fn kernel_best(sums: &[Summary], rates: &[u64]) -> KernelBest {
+    let k: Vec<&Summary> = sums
+        .iter()
+        .filter(|s| s.server == "kernel-echo" || s.server == "sockperf")
+        .collect();
+    KernelBest {
+        capacity: best(k.iter().map(|s| (s.capacity, s.server.clone())), true),
+        peak: best(k.iter().map(|s| (s.peak, s.server.clone())), true),
+        own_cost: (0..rates.len())
+            .map(|i| {
+                best(
+                    k.iter()
+                        .map(|s| (s.cost.get(i).and_then(|c| c.2), s.server.clone())),
+                    false,
+                )
+            })
+            .collect(),
+        cost: (0..rates.len())
+            .map(|i| {
+                best(
+                    k.iter()
+                        .map(|s| (s.cost.get(i).and_then(|c| c.1), s.server.clone())),
+                    false,
+                )
+            })
+            .collect(),
+        p99_us: best(k.iter().map(|s| (s.p99_us, s.server.clone())), false),
+    }
+}
+
+fn f0(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0}"))
+}
+fn f2(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+fn f1(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The ratios the issue asks for (steer over the kernel's figure, steer's
+/// capacity over the raw AF_XDP turnaround's).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ratios {
+    /// steer capacity / kernel capacity.
+    pub capacity: Option<f64>,
+    /// steer peak / kernel peak.
+    pub peak: Option<f64>,
+    /// Per rate: steer own cost / kernel own cost.
+    pub own_cost: Vec<(u64, Option<f64>)>,
+    /// Per rate: steer whole-machine cost / kernel whole-machine cost.
+    pub cost: Vec<(u64, Option<f64>)>,
+    /// steer p99 / kernel p99 at the latency rate.
+    pub p99: Option<f64>,
+    /// steer capacity / raw AF_XDP turnaround capacity.
+    pub capacity_vs_afxdp: Option<f64>,
+    /// steer's whole-machine cost at the latency rate / at capacity.
+    pub wakeup_tax: Option<f64>,
+}
+
+/// Computes the ratios.
+pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
+    let get = |n: &str| sums.iter().find(|s| s.server == n);
+    let steer = get("steer");
+    let afxdp = get("afxdp");
+    Ratios {
+        capacity: ratio(
+            steer.and_then(|s| s.capacity),
+            k.capacity.as_ref().map(|x| x.0),
+        ),
+        peak: ratio(steer.and_then(|s| s.peak), k.peak.as_ref().map(|x| x.0)),
+        own_cost: rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.2);
+                (
+                    r,
+                    ratio(s, k.own_cost.get(i).cloned().flatten().map(|x| x.0)),
+                )
+            })
+            .collect(),
+        cost: rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.1);
+                (r, ratio(s, k.cost.get(i).cloned().flatten().map(|x| x.0)))
+            })
+            .collect(),
+        p99: ratio(steer.and_then(|s| s.p99_us), k.p99_us.as_ref().map(|x| x.0)),
+        capacity_vs_afxdp: ratio(
+            steer.and_then(|s| s.capacity),
+            afxdp.and_then(|s| s.capacity),
+        ),
+        wakeup_tax: ratio(
+            steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
+            steer.and_then(|s| s.cpu_us_at_max),
+        ),
+    }
+}
+
+/// The table.
+pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: usize) -> String {
+    let mut t = String::new();
+    let lat = rates.first().copied().unwrap_or(0);
+    let _ = writeln!(
+        t,
+        "\nmedians of {runs} interleaved run(s); cost = whole-machine busy CPU (all CPUs, all contexts, /proc/stat) per reply, own = minus the reflector's at the same rate; latency at {lat}/s, send to arrival in XDP"
+    );
+    let mut head = format!(
+        "{:<12} {:>11} {:>11} {:>9}",
+        "server", "capacity/s", "offered/s", "peak/s"
+    );
+    for rate in rates {
+        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
+    }
+    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
+    let _ = writeln!(t, "{head}");
+    for s in sums {
+        let mut row = format!(
+            "{:<12} {:>11} {:>11} {:>9}",
+            s.server,
+            f0(s.capacity),
+            f0(s.offered_at_max),
+            f0(s.peak)
+        );
+        for i in 0..rates.len() {
+            let c = s.cost.get(i);
+            let _ = write!(
+                row,
+                " {:>10} {:>8}",
+                f2(c.and_then(|c| c.1)),
+                f2(c.and_then(|c| c.2))
+            );
+        }
+        let _ = write!(
+            row,
+            " {:>8} {:>8} {:>8}",
+            f1(s.p50_us),
+            f1(s.p99_us),
+            f1(s.p999_us)
+        );
+        let _ = writeln!(t, "{row}");
+    }
+    let name = |x: &Option<(f64, String)>| x.as_ref().map_or("-".to_owned(), |x| x.1.clone());
+    let mut krow = format!(
+        "{:<12} {:>11} {:>11} {:>9}",
+        "kernel=best",
+        f0(k.capacity.as_ref().map(|x| x.0)),
+        "",
+        f0(k.peak.as_ref().map(|x| x.0))
+    );
+    for i in 0..rates.len() {
+        let c = k.cost.get(i).cloned().flatten().map(|x| x.0);
+        let o = k.own_cost.get(i).cloned().flatten().map(|x| x.0);
+        let _ = write!(krow, " {:>10} {:>8}", f2(c), f2(o));
+    }
+    let _ = write!(krow, " {:>8} {:>8}", "", f1(k.p99_us.as_ref().map(|x| x.0)));
+    let _ = writeln!(t, "{krow}");
+    let mut rrow = format!(
+        "{:<12} {:>11} {:>11} {:>9}",
+        "steer/kernel",
+        f2(r.capacity),
+        "",
+        f2(r.peak)
+    );
+    for i in 0..rates.len() {
+        let _ = write!(
+            rrow,
+            " {:>10} {:>8}",
+            f2(r.cost.get(i).and_then(|x| x.1)),
+            f2(r.own_cost.get(i).and_then(|x| x.1))
+        );
+    }
+    let _ = write!(rrow, " {:>8} {:>8}", "", f2(r.p99));
+    let _ = writeln!(t, "{rrow}");
+    let _ = writeln!(
+        t,
+        "kernel figures from: capacity {}, peak {}, own cost {}, p99 {}",
+        name(&k.capacity),
+        name(&k.peak),
+        k.own_cost.iter().map(name).collect::<Vec<_>>().join(" / "),
+        name(&k.p99_us)
+    );
+    let _ = writeln!(
+        t,
+        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} (target <= 1.5)",
+        f2(r.capacity_vs_afxdp),
+        lat,
+        f2(r.wakeup_tax)
+    );
+    if sums.iter().any(|s| {
+        (s.server == "kernel-echo" || s.server == "sockperf")
+            && s.flags.iter().any(|f| f.starts_with("overload collapse"))
+    }) {
+        let _ = writeln!(
+            t,
+            "note: a kernel server collapses under overload, so capacity (at max) compares steer with a livelocked kernel; peak compares best with best"
+        );
+    }
+    for s in sums {
+        for f in &s.flags {
+            let _ = writeln!(t, "! {}: {f}", s.server);
+        }
+    }
+    t
+}
+
+fn short(rate: u64) -> String {
+    if rate % 1000 == 0 {
+        format!("{}k", rate / 1000)
+    } else {
+        rate.to_string()
+    }
+}
+
+/// Which numbers are missing (for `--quick` and the exit status).
+pub fn missing(sums: &[Summary]) -> Vec<String> {
+    let mut m = Vec::new();
+    for s in sums {
+        if s.capacity.is_none() {
+            m.push(format!("{}: capacity", s.server));
+        }
+        if s.server == "afxdp" {
+            continue;
+        }
+        for (rate, c, _) in &s.cost {
+            if c.is_none() {
+                m.push(format!("{}: cost at {rate}/s", s.server));
+            }
+        }
+        if s.p99_us.is_none() {
+            m.push(format!("{}: latency", s.server));
+        }
+    }
+    m
+}
+
+/// The JSON document.
+pub fn json(
+    config: Value,
+    machine: Value,
+    sums: &[Summary],
+    k: &KernelBest,
+    r: &Ratios,
+    runs: &[ServerRun],
+) -> Value {
+    let named = |x: &Option<(f64, String)>| {
+        x.as_ref()
+            .map_or(Value::Null, |(v, s)| json!({"value": v, "server": s}))
+    };
+    let summary: Vec<Value> = sums
+        .iter()
+        .map(|s| {
+            json!({
+                "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
+                "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
+                "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
+                "cost": s.cost.iter().map(|(rate, us, own)| json!({
+                    "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
+                })).collect::<Vec<_>>(),
+                "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
+                "flags": s.flags, "ran_on": s.ran_on,
+            })
+        })
+        .collect();
+    let per_rate = |v: &[(u64, Option<f64>)]| {
+        v.iter()
+            .map(|(rate, x)| json!({"rate_pps": rate, "ratio": x}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "tool": "steer-bench",
+        "format": 1,
+        "config": config,
+        "machine": machine,
+        "summary": summary,
+        "kernel_best": {
+            "capacity_pps": named(&k.capacity),
+            "peak_pps": named(&k.peak),
+            "us_per_reply": k.cost.iter().map(named).collect::<Vec<_>>(),
+            "own_us_per_reply": k.own_cost.iter().map(named).collect::<Vec<_>>(),
+            "p99_us": named(&k.p99_us),
+        },
+        "ratios_steer_over_kernel": {
+            "capacity": r.capacity, "peak": r.peak,
+            "us_per_reply": per_rate(&r.cost), "own_us_per_reply": per_rate(&r.own_cost),
+            "p99": r.p99,
+        },
+        "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
+        "steer_wakeup_tax": r.wakeup_tax,
+        "runs": runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{cpustat::CpuUse, flows::FlowCounts, gen::Latency};
+
+    fn phase(asked: Option<f64>, offered: f64, answered: f64, us: f64, p99: f64) -> PhaseResult {
+        let sent = (offered * 3.0) as u64;
+        let got = (answered * 3.0) as u64;
+        PhaseResult {
+            asked_pps: asked,
+            window_secs: 3.0,
+            offered_pps: offered,
+            answered_pps: answered,
+            total: FlowCounts {
+                sent,
+                answered: got,
+                lost: sent - got,
+                ..FlowCounts::default()
+            },
+            per_flow: Vec::new(),
+            stale: 0,
+            foreign: 0,
+            unsent: 0,
+            tx_stalls: 0,
+            latency: Some(Latency {
+                count: got,
+                p50_us: p99 / 2.0,
+                p99_us: p99,
+                p999_us: p99 * 2.0,
+                max_us: p99 * 3.0,
+            }),
+            cpu: CpuUse {
+                busy_secs: 1.0,
+                per_cpu_busy: vec![0.5, 0.5],
+                per_cpu_softirq: vec![0.0, 0.0],
+            },
+            foreign_cpu_secs: 0.0,
+            cpu_us_per_reply: Some(us),
+            generator_cpu: 0,
+        }
+    }
+
+    fn run(n: usize, kind: Kind, phases: Vec<(&str, PhaseResult)>) -> ServerRun {
+        ServerRun {
+            run: n,
+            server: kind,
+            error: None,
+            phases: phases.into_iter().map(|(a, b)| (a.to_owned(), b)).collect(),
+            ran_on: String::new(),
+            last_words: String::new(),
+            stats: None,
+        }
+    }
+
+    #[test]
+    fn medians_own_cost_kernel_best_and_ratios() {
+        let rates = [50_000, 200_000];
+        let mut runs = Vec::new();
+        for n in 1..=3 {
+            let j = n as f64; // varies per run: medians pick run 2
+            runs.push(run(
+                n,
+                Kind::Reflector,
+                vec![
+                    ("max", phase(None, 600e3, 600e3, 2.0, 50.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 3.0 + j, 20.0)),
+                    ("200000", phase(Some(2e5), 2e5, 2e5, 2.0, 30.0)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::Steer,
+                vec![
+                    ("max", phase(None, 500e3, 400e3 + j, 4.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 10.0 + j, 80.0 + j)),
+                    ("200000", phase(Some(2e5), 2e5, 2e5, 5.0, 90.0)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::KernelEcho,
+                vec![
+                    ("max", phase(None, 1.5e6, 5e3, 400.0, 9e5)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 8.0, 100.0)),
+                    ("200000", phase(Some(2e5), 2e5, 1.9e5, 6.0, 4e4)),
+                ],
+            ));
+            runs.push(run(
+                n,
+                Kind::Sockperf,
+                vec![
+                    ("max", phase(None, 1.5e6, 2e3, 900.0, 9e5)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 7.0, 150.0)),
+                    ("200000", phase(Some(2e5), 2e5, 1.6e5, 8.0, 1e3)),
+                ],
+            ));
+        }
+        let kinds = [
+            Kind::Reflector,
+            Kind::Steer,
+            Kind::KernelEcho,
+            Kind::Sockperf,
+        ];
+        let sums = summarize(&kinds, &runs, &rates);
+        let steer = &sums[1];
+        assert_eq!(steer.capacity, Some(400e3 + 2.0));
+        assert_eq!(steer.cost[0], (50_000, Some(12.0), Some(12.0 - 5.0)));
+        assert_eq!(steer.p99_us, Some(82.0));
+        let kernel = &sums[2];
+        assert_eq!(kernel.peak, Some(1.9e5));
+        assert!(
+            kernel
+                .flags
+                .iter()
+                .any(|f| f.starts_with("overload collapse")),
+            "{:?}",
+            kernel.flags
+        );
+        assert!(
+            kernel.flags.iter().any(|f| f.contains("lost 5.0%")),
+            "{:?}",
+            kernel.flags
+        );
+        let k = kernel_best(&sums, &rates);
+        assert_eq!(k.capacity, Some((5e3, "kernel-echo".into())));
+        assert_eq!(k.own_cost[0], Some((7.0 - 5.0, "sockperf".into())));
+        assert_eq!(k.p99_us, Some((100.0, "kernel-echo".into())));
+        let r = ratios(&sums, &k, &rates);
+        assert!((r.peak.unwrap() - (400e3 + 2.0) / 1.9e5).abs() < 1e-9);
+        assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
+        assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
+        assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
+        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
+        assert_eq!(
+            j["kernel_best"]["own_us_per_reply"][0]["server"],
+            json!("sockperf")
+        );
+        assert_eq!(
+            j["ratios_steer_over_kernel"]["own_us_per_reply"][0]["rate_pps"],
+            json!(50_000)
+        );
+        let t = table(&sums, &k, &r, &rates, 3);
+        assert!(
+            t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn flags_and_missing_numbers() {
+        let rates = [50_000];
+        let mut p = phase(Some(5e4), 4e4, 4e4, 9.0, 100.0);
+        p.total.reordered = 3;
+        assert!(phase_flags(&p)
+            .iter()
+            .any(|f| f.starts_with("RATE NOT HELD")));
+        assert!(phase_flags(&p).iter().any(|f| f == "3 reordered"));
+        let mut max = phase(None, 5e5, 4.9e5, 4.0, 900.0);
+        max.total.reordered = 1;
+        let runs = vec![
+            run(1, Kind::Steer, vec![("max", max.clone()), ("50000", p)]),
+            run(1, Kind::Reflector, vec![("max", max)]),
+            ServerRun {
+                error: Some("did not start".into()),
+                ..run(1, Kind::Sockperf, vec![])
+            },
+        ];
+        let sums = summarize(
+            &[Kind::Steer, Kind::Reflector, Kind::Sockperf],
+            &runs,
+            &rates,
+        );
+        assert_eq!(sums[0].capacity, None, "reordered: no clean capacity");
+        assert_eq!(
+            sums[1].capacity,
+            Some(4.9e5),
+            "the reflector's stands, flagged"
+        );
+        assert!(sums[1].flags.iter().any(|f| f.contains("generator-bound")));
+        let m = missing(&sums);
+        assert!(m.contains(&"steer: capacity".to_owned()), "{m:?}");
+        assert!(m.contains(&"sockperf: latency".to_owned()), "{m:?}");
+        assert!(sums[2].flags.iter().any(|f| f.contains("did not start")));
+    }
+}

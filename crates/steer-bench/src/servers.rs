@@ -1,0 +1,359 @@
+//! The servers under test, each started on the server's veth end and
+//! stopped again: steer's echo server (an external command), the kernel
+//! echo (this binary's `kernel-echo`), `sockperf server`, the XDP_TX
+//! reflector (attached in process) and the raw AF_XDP turnaround (this
+//! binary's `afxdp-echo`).
+//!
+//! Invariants: a [`Running`](crate::servers::Running) server owns what it started (child process,
+//! XDP program, RPS settings) and `Drop` ends and removes it, also on error
+//! or Ctrl-C; processes are pinned to the server CPUs before they exec.
+//! Started processes print a line with the word `ready` when they serve
+//! (sockperf prints nothing: the generator's probe decides).
+
+use std::{
+    fs::{self, File},
+    io::Read,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use tracing::{debug, warn};
+use xdp_io::object::XdpObject;
+
+use crate::{cpustat, netns::RpsGuard, xdp};
+
+/// A server kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// XDP_TX in the driver: the path with no server.
+    Reflector,
+    /// The raw AF_XDP rx->tx turnaround.
+    Afxdp,
+    /// steer's echo server.
+    Steer,
+    /// The recvmmsg/sendmmsg kernel echo with RPS/RFS.
+    KernelEcho,
+    /// `sockperf server` with RPS/RFS.
+    Sockperf,
+}
+
+impl Kind {
+    /// Every kind, in the order a run visits them.
+    pub const ALL: [Kind; 5] = [
+        Kind::Reflector,
+        Kind::Afxdp,
+        Kind::Steer,
+        Kind::KernelEcho,
+        Kind::Sockperf,
+    ];
+
+    /// Short name (table rows, JSON keys, `--servers`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Reflector => "reflector",
+            Kind::Afxdp => "afxdp",
+            Kind::Steer => "steer",
+            Kind::KernelEcho => "kernel-echo",
+            Kind::Sockperf => "sockperf",
+        }
+    }
+
+    /// Parses a short name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether the kernel's socket path serves (RPS/RFS configured).
+    pub fn is_kernel(self) -> bool {
+        matches!(self, Kind::KernelEcho | Kind::Sockperf)
+    }
+}
+
+/// What the servers need to know.
+#[derive(Debug, Clone)]
+pub struct ServerEnv {
+    /// The server's veth end.
+    pub interface: String,
+    /// Its address.
+    pub addr: std::net::Ipv4Addr,
+    /// The UDP port served.
+    pub port: u16,
+    /// Server CPUs.
+    pub cpus: Vec<usize>,
+    /// steer's echo command (words), `--interface ...` appended.
+    pub steer_cmd: Vec<String>,
+    /// This binary.
+    pub self_exe: PathBuf,
+    /// Where logs go.
+    pub log_dir: PathBuf,
+    /// Run the server end's NAPI in threads on the server CPUs (when the
+    /// server attaches an XDP program).
+    pub rx_on_server: bool,
+}
+
+/// A started server.
+pub struct Running {
+    /// Its kind.
+    pub kind: Kind,
+    child: Option<Child>,
+    log: PathBuf,
+    // Dropped after the child is stopped (see Drop).
+    reflector: Option<XdpObject>,
+    rps: Option<RpsGuard>,
+    stats_json: Option<PathBuf>,
+    /// The server end, when its NAPI runs in threads (`--rx-on receiver`).
+    napi_if: Option<String>,
+}
+
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn spawn_pinned(argv: &[String], cpus: &[usize], log: &Path) -> Result<Child> {
+    let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let cpus = cpus.to_vec();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // sched_setaffinity on a stack value (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in &cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .with_context(|| format!("starting {} (is it installed?)", argv[0]))
+}
+
+fn log_text(log: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = File::open(log) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+fn tail(log: &Path, lines: usize) -> String {
+    let text = log_text(log);
+    let v: Vec<&str> = text.lines().collect();
+    v[v.len().saturating_sub(lines)..].join(" | ")
+}
+
+impl Running {
+    /// Starts `kind` and waits until it says it is ready (at most 60 s).
+    pub fn start(kind: Kind, env: &ServerEnv) -> Result<Self> {
+        let log = env.log_dir.join(format!("{}.log", kind.name()));
+        let mut r = Running {
+            kind,
+            child: None,
+            log: log.clone(),
+            reflector: None,
+            rps: None,
+            stats_json: None,
+            napi_if: None,
+        };
+        if kind.is_kernel() {
+            r.rps = Some(RpsGuard::configure(
+                &env.interface,
+                &crate::netns::cpu_mask(&env.cpus),
+            )?);
+        }
+        let addr = format!("{}:{}", env.addr, env.port);
+        let exe = env.self_exe.to_string_lossy().into_owned();
+        let argv: Vec<String> = match kind {
+            Kind::Reflector => {
+                r.reflector = Some(xdp::attach_reflector(&env.interface, env.port)?);
+                r.napi(env)?;
+                return Ok(r);
+            }
+            Kind::Afxdp => vec![
+                exe,
+                "afxdp-echo".into(),
+                "--interface".into(),
+                env.interface.clone(),
+                "--port".into(),
+                env.port.to_string(),
+                "--cpu".into(),
+                env.cpus[0].to_string(),
+            ],
+            Kind::KernelEcho => vec![
+                exe,
+                "kernel-echo".into(),
+                "--addr".into(),
+                addr,
+                "--cpus".into(),
+                cpu_list(&env.cpus),
+            ],
+            Kind::Sockperf => vec![
+                "sockperf".into(),
+                "server".into(),
+                "-i".into(),
+                env.addr.to_string(),
+                "-p".into(),
+                env.port.to_string(),
+            ],
+            Kind::Steer => {
+                let stats = env.log_dir.join("steer-stats.json");
+                r.stats_json = Some(stats.clone());
+                let mut v = env.steer_cmd.clone();
+                v.extend([
+                    "--interface".into(),
+                    env.interface.clone(),
+                    "--port".into(),
+                    env.port.to_string(),
+                    "--cpus".into(),
+                    cpu_list(&env.cpus),
+                    "--no-table".into(),
+                    "--stats-json".into(),
+                    stats.to_string_lossy().into_owned(),
+                ]);
+                v
+            }
+        };
+        debug!(?argv, "starting {}", kind.name());
+        r.child = Some(spawn_pinned(&argv, &env.cpus, &log)?);
+        if kind == Kind::Sockperf {
+            // It prints nothing useful when ready: the probe decides.
+            std::thread::sleep(Duration::from_millis(300));
+            r.check_alive()?;
+            return Ok(r);
+        }
+        let t = Instant::now();
+        loop {
+            if log_text(&log).split_whitespace().any(|w| w == "ready") {
+                r.napi(env)?;
+                return Ok(r);
+            }
+            r.check_alive()?;
+            if t.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "{} did not say `ready` within 60 s: {}",
+                    kind.name(),
+                    tail(&log, 3)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `--rx-on receiver`: the server end's NAPI threads on the server CPUs.
+    fn napi(&mut self, env: &ServerEnv) -> Result<()> {
+        if env.rx_on_server && !self.kind.is_kernel() {
+            crate::napi::thread_and_pin(None, &env.interface, &env.cpus)?;
+            self.napi_if = Some(env.interface.clone());
+        }
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.child {
+            if let Some(st) = c.try_wait()? {
+                bail!(
+                    "{} exited early ({st}): {}",
+                    self.kind.name(),
+                    tail(&self.log, 3)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The process id of the server process (none for the reflector).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Where its threads ran and how much CPU each used, e.g.
+    /// `pid 123 allowed 1: steer-w1@cpu1 (1.20 s)`.
+    pub fn where_it_ran(&self) -> String {
+        let napi = self
+            .napi_if
+            .as_deref()
+            .and_then(crate::napi::describe)
+            .map(|d| format!("; receive path (NAPI threads): {d}"))
+            .unwrap_or_default();
+        let main = match self.pid() {
+            None if self.napi_if.is_some() => "XDP program in the driver".into(),
+            None => "XDP program in the driver: runs in the softirq of the CPU that sends".into(),
+            Some(pid) => format!(
+                "pid {pid}, allowed CPUs {}: {}",
+                cpustat::allowed_cpus(pid).unwrap_or_else(|| "?".into()),
+                cpustat::describe(&cpustat::threads(pid), 0.05)
+            ),
+        };
+        main + &napi
+    }
+
+    /// Stops it: SIGINT, then SIGKILL after 10 s. Returns its last output
+    /// line and, for steer, its `--stats-json`; or why it failed.
+    pub fn stop(mut self) -> Result<(String, Option<serde_json::Value>)> {
+        let out = self.stop_child();
+        self.reflector = None;
+        self.rps = None;
+        let stats = self.stats_json.as_deref().and_then(read_json);
+        out.map(|last| (last, stats))
+    }
+
+    fn stop_child(&mut self) -> Result<String> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(String::new());
+        };
+        let pid = c.id() as libc::pid_t;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let t = Instant::now();
+        let status = loop {
+            if let Some(st) = c.try_wait()? {
+                break st;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                warn!("{} ignored SIGINT for 10 s: killing it", self.kind.name());
+                let _ = c.kill();
+                break c.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let last = tail(&self.log, 1);
+        // sockperf server exits with a signal status; steer's echo must exit 0.
+        if !status.success() && self.kind != Kind::Sockperf {
+            bail!(
+                "{} exited with {status}: {}",
+                self.kind.name(),
+                tail(&self.log, 3)
+            );
+        }
+        Ok(last)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_child() {
+            warn!("{e:#}");
+        }
+    }
+}
+
+/// Reads a file into a JSON value, if it is one.
+pub fn read_json(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
+}

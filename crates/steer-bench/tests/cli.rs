@@ -1,0 +1,171 @@
+//! steer-bench end to end: bad input gives one line, the generator and the
+//! XDP reflector agree on every request, a rate the generator cannot hold is
+//! flagged, a server that never answers is reported. The runs build their
+//! own namespace and veth pair, so they need root (as CI has).
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_steer-bench"))
+        .args(args)
+        .output()
+        .expect("running steer-bench")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid,
+        0,
+        "steer-bench's end-to-end tests need root (namespaces, veth, XDP): run them as root, as CI does"
+    );
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("sb-test-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn bad_input_gives_one_line() {
+    require_root();
+    for (args, want) in [
+        (&["run", "--servers", "nope"][..], "unknown server"),
+        (&["load", "--rate", "fast"][..], "is not a rate"),
+        (
+            &["load", "--gen-cpu", "1", "--server-cpus", "1"][..],
+            "also a server CPU",
+        ),
+        (
+            &["load", "--server-cpus", "4096"][..],
+            "does not exist here",
+        ),
+        (
+            &[
+                "load",
+                "--server",
+                "steer",
+                "--steer-cmd",
+                "/nonexistent/echo",
+            ][..],
+            "not found",
+        ),
+    ] {
+        let o = bench(args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            err.lines().filter(|l| !l.trim().is_empty()).count() <= 3,
+            "{args:?}: not a short error: {err}"
+        );
+    }
+}
+
+#[test]
+fn reflector_answers_every_request_in_order() {
+    require_root();
+    let json = tmp("reflector.json");
+    let o = bench(&[
+        "load",
+        "--server",
+        "reflector",
+        "--rate",
+        "20k",
+        "--flows",
+        "8",
+        "--warmup-ms",
+        "100",
+        "--window-secs",
+        "0.5",
+        "--drain-ms",
+        "200",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let phase = &j["run"]["phases"][0][1];
+    let total = &phase["total"];
+    let sent = total["sent"].as_u64().unwrap();
+    assert!(sent > 5_000, "{total}");
+    assert_eq!(total["answered"], total["sent"], "{total}");
+    for k in ["lost", "duplicated", "reordered", "bogus"] {
+        assert_eq!(total[k], 0, "{k}: {total}");
+    }
+    let flows = phase["per_flow"].as_array().unwrap();
+    assert_eq!(flows.len(), 8);
+    assert!(
+        flows.iter().all(|f| f["sent"].as_u64().unwrap() > 0),
+        "every flow sends"
+    );
+    let offered = phase["offered_pps"].as_f64().unwrap();
+    assert!(
+        (15_000.0..=21_000.0).contains(&offered),
+        "offered {offered}"
+    );
+    let p99 = phase["latency"]["p99_us"].as_f64().unwrap();
+    assert!(p99 > 0.0 && p99 < 1e6, "p99 {p99}");
+    assert!(phase["cpu_us_per_reply"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_rate_it_cannot_hold_is_flagged() {
+    require_root();
+    let o = bench(&[
+        "load",
+        "--server",
+        "reflector",
+        "--rate",
+        "50m",
+        "--warmup-ms",
+        "100",
+        "--window-secs",
+        "0.3",
+        "--drain-ms",
+        "100",
+    ]);
+    let (out, err) = text(&o);
+    assert!(out.contains("RATE NOT HELD"), "{out}\n{err}");
+}
+
+#[test]
+fn a_server_that_does_not_answer_is_reported() {
+    require_root();
+    let script = tmp("silent.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ready\nexec sleep 60\n").unwrap();
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let o = bench(&[
+        "load",
+        "--server",
+        "steer",
+        "--steer-cmd",
+        script.to_str().unwrap(),
+        "--rate",
+        "10k",
+        "--window-secs",
+        "0.3",
+    ]);
+    let _ = std::fs::remove_file(&script);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(err.contains("does not answer"), "{out}\n{err}");
+}
