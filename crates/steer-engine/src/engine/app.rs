@@ -110,3 +110,49 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
         self.counters.flush(self.ctx.cpu, &mut self.local);
     }
 }
+
+/// An application layer run by the engine's workers: it builds each
+/// worker's [`PacketHandler`] and hears when the engine stops. A plain
+/// handler ([`EngineBuilder::handler`](super::EngineBuilder::handler)) is
+/// one; flow delivery ([`crate::flows`]) is another, built from the
+/// [`EngineParts`] the engine hands it before any worker starts.
+pub trait Application: Send + Sync + 'static {
+    /// The handler of the worker on `cpu`, built on that worker's thread.
+    fn handler(&self, cpu: CpuId) -> Box<dyn PacketHandler>;
+
+    /// The engine is stopping; called before the workers stop (default:
+    /// nothing). Whatever the application sends must stop here.
+    fn stop(&self) {}
+}
+
+/// A [`HandlerFactory`] as an [`Application`].
+pub(crate) struct FactoryApp(pub(crate) HandlerFactory);
+
+impl Application for FactoryApp {
+    fn handler(&self, cpu: CpuId) -> Box<dyn PacketHandler> {
+        (self.0)(cpu)
+    }
+}
+
+/// What the engine hands an application layer at start, after the port is
+/// open and the shared tables exist and before any worker runs.
+pub struct EngineParts {
+    /// The desired-CPU table, layout, stats, pins and switches the
+    /// dispatchers use; record consumption and pin flows through it.
+    pub shared: steer_core::dispatch::Shared,
+    /// The worker CPUs, in order.
+    pub cpus: Vec<CpuId>,
+    /// The hasher the dispatchers classify with, so flows recorded by the
+    /// application hash alike.
+    pub hasher: steer_core::flow::KeyedHasher,
+    /// Where replies the application sends from its own threads go.
+    pub(crate) tx: crate::frames::TxResources,
+}
+
+impl std::fmt::Debug for EngineParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineParts")
+            .field("cpus", &self.cpus)
+            .finish_non_exhaustive()
+    }
+}

@@ -14,18 +14,19 @@ use topology::Topology;
 use tracing::info;
 use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
 
-use super::app::HandlerFactory;
+use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
 use super::setup::EngineSetup;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
-use crate::flows::{FlowDemux, FlowOptions, Hub};
-use crate::frames::{SharedSocket, SparePool, UmemPool, XskSource};
+use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::sleep::MioSleeper;
 
-/// `start` checked that exactly one of handler and flow delivery is set.
-fn unreachable_config() -> ! {
-    unreachable!("EngineBuilder::start validated handler xor flows")
-}
+/// Builds the application layer from the engine's parts; returns it as
+/// the engine runs it and as the owner may look it up again
+/// ([`Engine::application`]).
+type AppBuilder = Box<
+    dyn FnOnce(&EngineParts) -> (Arc<dyn Application>, Arc<dyn std::any::Any + Send + Sync>) + Send,
+>;
 
 /// Settings of an [`Engine`]; see [`Engine::builder`].
 pub struct EngineBuilder {
@@ -35,8 +36,10 @@ pub struct EngineBuilder {
     topology: Option<Topology>,
     pin: bool,
     use_rx_hash: bool,
-    handler: Option<HandlerFactory>,
-    flows: Option<FlowOptions>,
+    app: Option<AppBuilder>,
+    /// One in this many UMEM frames is kept back from receive for replies
+    /// the application sends from its own threads (0: none).
+    pub(crate) reply_reserve_div: usize,
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
 }
@@ -67,8 +70,8 @@ impl EngineBuilder {
             topology: None,
             pin: true,
             use_rx_hash: false,
-            handler: None,
-            flows: None,
+            app: None,
+            reply_reserve_div: 0,
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
         }
@@ -213,31 +216,43 @@ impl EngineBuilder {
     }
 
     /// The handler each worker runs, built on the worker's thread.
-    pub fn handler<F>(mut self, factory: F) -> Self
+    pub fn handler<F>(self, factory: F) -> Self
     where
         F: Fn(CpuId) -> Box<dyn PacketHandler> + Send + Sync + 'static,
     {
-        self.handler = Some(Arc::new(factory));
-        self
+        self.application(move |_parts| FactoryApp(Arc::new(factory)))
     }
 
-    /// Delivers each UDP flow to the application as a [`Flow`](crate::flows::Flow)
-    /// (see [`crate::flows`]) instead of running a packet handler; take the
-    /// listener(s) with [`Engine::listener`] / [`Engine::listener_for`].
-    pub fn deliver_flows(mut self, options: FlowOptions) -> Self {
-        self.flows = Some(options);
+    /// Runs an application layer built from the engine's parts (the shared
+    /// tables, the worker CPUs, the hasher) once the port is open and
+    /// before any worker starts; the running engine hands it back with
+    /// [`Engine::application`]. [`EngineBuilder::handler`] and flow delivery
+    /// ([`EngineBuilder::deliver_flows`]) are built on this; the last call
+    /// of the three wins.
+    pub fn application<A, F>(mut self, build: F) -> Self
+    where
+        A: Application,
+        F: FnOnce(&EngineParts) -> A + Send + 'static,
+    {
+        self.app = Some(Box::new(move |parts| {
+            let app = Arc::new(build(parts));
+            (
+                Arc::clone(&app) as Arc<dyn Application>,
+                app as Arc<dyn std::any::Any + Send + Sync>,
+            )
+        }));
         self
     }
 
     /// Opens the port and starts the workers.
     pub fn start(self) -> Result<Engine, EngineError> {
-        if self.handler.is_some() == self.flows.is_some() {
+        let Some(build_app) = self.app else {
             return Err(EngineError::Config(
-                "give exactly one of a packet handler (EngineBuilder::handler) or flow delivery \
-                 (EngineBuilder::deliver_flows)"
+                "no application: give a packet handler (EngineBuilder::handler) or flow \
+                 delivery (EngineBuilder::deliver_flows)"
                     .into(),
             ));
-        }
+        };
         if self.port.owned.is_empty() {
             return Err(EngineError::Config(
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
@@ -268,30 +283,22 @@ impl EngineBuilder {
             .into_iter()
             .map(|s| Arc::new(Mutex::new(s)))
             .collect();
-        // Flow delivery sends replies from spare frames: keep an eighth back.
-        let reserve = if self.flows.is_some() { total / 8 } else { 0 };
+        let reserve = total.checked_div(self.reply_reserve_div).unwrap_or(0);
         let spare = Arc::new(SparePool::new(total, reserve));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
         let hasher = KeyedHasher::random();
-        let hub = self.flows.map(|options| {
-            Hub::new(
-                options,
-                hasher.clone(),
-                cpu_list.clone(),
-                sockets.clone(),
-                Arc::clone(&spare),
-                umem.clone(),
-            )
+        let shared = cfg.shared(Arc::clone(&layout))?;
+        let (app, app_any) = build_app(&EngineParts {
+            shared: shared.clone(),
+            cpus: cpu_list.clone(),
+            hasher: hasher.clone(),
+            tx: TxResources {
+                sockets: sockets.clone(),
+                spare: Arc::clone(&spare),
+                umem: umem.clone(),
+            },
         });
-        let factory: HandlerFactory = match (&hub, self.handler) {
-            (Some(hub), _) => {
-                let hub = Arc::clone(hub);
-                Arc::new(move |_cpu| Box::new(FlowDemux::new(Arc::clone(&hub))))
-            }
-            (None, Some(f)) => f,
-            (None, None) => unreachable_config(),
-        };
 
         // Each worker sleeps on its doorbell and on the sockets it polls.
         let mut sleepers = Vec::with_capacity(cpu_list.len());
@@ -318,7 +325,7 @@ impl EngineBuilder {
             tx_sockets: sockets.clone(),
             cpus: cpu_list.clone(),
             ring_size,
-            factory,
+            app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
         });
@@ -329,10 +336,7 @@ impl EngineBuilder {
                     as Box<dyn RxSource<RawFrame>>
             })
             .collect();
-        let runtime = Runtime::start_with_layout(cfg, layout, setup, sources)?;
-        if let Some(hub) = &hub {
-            hub.set_shared(runtime.shared().clone());
-        }
+        let runtime = Runtime::start(cfg, shared, setup, sources)?;
         info!(
             interface = %interface,
             modes = ?port.modes(),
@@ -342,7 +346,8 @@ impl EngineBuilder {
         );
         Ok(Engine {
             runtime: Some(runtime),
-            hub,
+            app,
+            app_any,
             port,
             sockets,
             spare,

@@ -46,7 +46,7 @@ use steer_core::runtime::{RuntimeError, WorkerState};
 use topology::Topology;
 use xdp_io::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort};
 
-pub use app::{HandlerFactory, PacketContext, PacketHandler, Verdict};
+pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHandler, Verdict};
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
 pub use stats::{CpuRow, EngineReport, EngineStats};
@@ -54,7 +54,6 @@ pub use stats::{CpuRow, EngineReport, EngineStats};
 use counters::EngineCounters;
 use setup::EngineSetup;
 
-use crate::flows::{FlowListener, Hub, HubStats};
 use crate::frames::{lock, SharedSocket, SparePool};
 
 type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
@@ -86,7 +85,10 @@ pub enum EngineError {
 /// A running engine. Dropping it stops it too, without the report.
 pub struct Engine {
     runtime: Option<Runtime>,
-    hub: Option<Arc<Hub>>,
+    /// The application layer (a handler factory, flow delivery), as the
+    /// workers run it and as its owner looks it up again.
+    app: Arc<dyn Application>,
+    app_any: Arc<dyn std::any::Any + Send + Sync>,
     port: XdpPort,
     sockets: Vec<SharedSocket>,
     spare: Arc<SparePool>,
@@ -141,21 +143,14 @@ impl Engine {
         self.runtime().shared()
     }
 
-    /// The listener of new flows ([`AcceptMode::Single`](crate::flows::AcceptMode::Single)
-    /// flow delivery; `None` otherwise).
-    pub fn listener(&self) -> Option<FlowListener> {
-        self.hub.as_ref()?.listener(None)
-    }
-
-    /// The listener of the flows first received on `cpu`
-    /// ([`AcceptMode::PerCpu`](crate::flows::AcceptMode::PerCpu) flow
-    /// delivery; `None` otherwise or for a CPU without a worker).
-    pub fn listener_for(&self, cpu: CpuId) -> Option<FlowListener> {
-        self.hub.as_ref()?.listener(Some(cpu))
+    /// The application layer the engine runs, if it is an `A` (flow
+    /// delivery uses this to reach its state from the engine).
+    pub fn application<A: Application>(&self) -> Option<Arc<A>> {
+        Arc::clone(&self.app_any).downcast::<A>().ok()
     }
 
     /// Runs every flow to UDP/TCP port `port` on `cpu` (explicit affinity
-    /// for a listener's work; overrides learning, like [`Flow::pin_to`](crate::flows::Flow::pin_to)).
+    /// for a listener's work; overrides learning, like a flow's own pin).
     pub fn pin_port(&self, port: u16, cpu: CpuId) {
         self.shared().pins.pin_port(port, cpu);
     }
@@ -163,11 +158,6 @@ impl Engine {
     /// Removes a [`Engine::pin_port`].
     pub fn unpin_port(&self, port: u16) {
         self.shared().pins.unpin_port(port);
-    }
-
-    /// Flow-delivery counters (`None` without flow delivery).
-    pub fn flow_stats(&self) -> Option<HubStats> {
-        Some(self.hub.as_ref()?.stats())
     }
 
     /// The topology the LLC rule uses.
@@ -216,9 +206,7 @@ impl Engine {
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
-        if let Some(hub) = &self.hub {
-            hub.stop();
-        }
+        self.app.stop();
         let runtime = self
             .runtime
             .take()
@@ -286,9 +274,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if let Some(hub) = &self.hub {
-            hub.stop();
-        }
+        self.app.stop();
         if let Some(rt) = self.runtime.take() {
             rt.stop();
         }

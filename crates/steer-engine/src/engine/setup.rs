@@ -15,7 +15,7 @@ use topology::Topology;
 use tracing::{info, warn};
 use xdp_io::RawFrame;
 
-use super::app::{HandlerFactory, PacketContext, WorkerHandler};
+use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
 use super::sched;
 use crate::frames::{SharedSocket, TxPath, UmemPool};
@@ -32,7 +32,7 @@ pub(super) struct EngineSetup {
     pub(super) tx_sockets: Vec<SharedSocket>,
     pub(super) cpus: Vec<CpuId>,
     pub(super) ring_size: usize,
-    pub(super) factory: HandlerFactory,
+    pub(super) app: Arc<dyn Application>,
     pub(super) counters: Arc<EngineCounters>,
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
 }
@@ -77,7 +77,7 @@ impl Setup<RawFrame> for EngineSetup {
         let j = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
         let socket = Arc::clone(&self.tx_sockets[j % self.tx_sockets.len()]);
         WorkerHandler {
-            app: (self.factory)(cpu),
+            app: self.app.handler(cpu),
             ctx: PacketContext { cpu },
             umem: self.pool.umem.clone(),
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),

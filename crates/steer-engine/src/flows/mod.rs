@@ -45,15 +45,16 @@ mod reply;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
 use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
 use steer_core::record::Recorder;
-use xdp_io::{Frame, UmemView};
+use xdp_io::Frame;
 
-use crate::frames::{lock, send_or_recycle, SharedSocket, SparePool};
+use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
+use crate::frames::{lock, send_or_recycle, TxResources};
 use crate::probe::LiveProbe;
 
 pub(crate) use deliver::FlowDemux;
@@ -123,13 +124,6 @@ pub struct HubStats {
     pub open: u64,
 }
 
-/// The transmit resources replies use (taken away at stop).
-struct HubTx {
-    sockets: Vec<SharedSocket>,
-    spare: Arc<SparePool>,
-    umem: UmemView,
-}
-
 static NEXT_HUB_ID: AtomicUsize = AtomicUsize::new(1);
 
 thread_local! {
@@ -148,8 +142,9 @@ pub(crate) struct Hub {
     cpus: Vec<CpuId>,
     flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
     accept: Vec<listener::AcceptQueue>,
-    shared: OnceLock<Shared>,
-    tx: RwLock<Option<HubTx>>,
+    shared: Shared,
+    /// The transmit resources replies use (taken away at stop).
+    tx: RwLock<Option<TxResources>>,
     stopped: AtomicBool,
     accepted: AtomicU64,
     accept_drops: AtomicU64,
@@ -165,42 +160,26 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub(crate) fn new(
-        options: FlowOptions,
-        hasher: KeyedHasher,
-        cpus: Vec<CpuId>,
-        sockets: Vec<SharedSocket>,
-        spare: Arc<SparePool>,
-        umem: UmemView,
-    ) -> Arc<Self> {
+    pub(crate) fn new(options: FlowOptions, parts: &EngineParts) -> Self {
         let listeners = match options.accept {
             AcceptMode::Single => 1,
-            AcceptMode::PerCpu => cpus.len().max(1),
+            AcceptMode::PerCpu => parts.cpus.len().max(1),
         };
-        Arc::new(Self {
+        Self {
             id: NEXT_HUB_ID.fetch_add(1, Ordering::Relaxed),
             options,
-            hasher,
-            cpus,
+            hasher: parts.hasher.clone(),
+            cpus: parts.cpus.clone(),
             flows: Mutex::new(HashMap::new()),
             accept: (0..listeners)
                 .map(|_| listener::AcceptQueue::new(options.backlog))
                 .collect(),
-            shared: OnceLock::new(),
-            tx: RwLock::new(Some(HubTx {
-                sockets,
-                spare,
-                umem,
-            })),
+            shared: parts.shared.clone(),
+            tx: RwLock::new(Some(parts.tx.clone())),
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             accept_drops: AtomicU64::new(0),
-        })
-    }
-
-    /// The engine's tables and pins, once its runtime started.
-    pub(crate) fn set_shared(&self, shared: Shared) {
-        let _ = self.shared.set(shared);
+        }
     }
 
     pub(crate) fn listener(self: &Arc<Self>, cpu: Option<CpuId>) -> Option<FlowListener> {
@@ -263,9 +242,7 @@ impl Hub {
 
     /// Records the calling thread's CPU for flow `hash` (the RFS step).
     pub(crate) fn record(&self, hash: u32) {
-        let Some(shared) = self.shared.get() else {
-            return;
-        };
+        let shared = &self.shared;
         RECORDERS.with(|r| {
             let mut r = r.borrow_mut();
             let rec = match r.iter().position(|(id, _)| *id == self.id) {
@@ -288,15 +265,11 @@ impl Hub {
     }
 
     pub(crate) fn pin_flow(&self, hash: u32, cpu: CpuId) {
-        if let Some(s) = self.shared.get() {
-            s.pins.pin_flow(hash, cpu);
-        }
+        self.shared.pins.pin_flow(hash, cpu);
     }
 
     pub(crate) fn unpin_flow(&self, hash: u32) {
-        if let Some(s) = self.shared.get() {
-            s.pins.unpin_flow(hash);
-        }
+        self.shared.pins.unpin_flow(hash);
     }
 
     pub(crate) fn is_stopped(&self) -> bool {
@@ -304,7 +277,7 @@ impl Hub {
     }
 
     /// The engine is stopping: no more sends; readers and acceptors see the end.
-    pub(crate) fn stop(&self) {
+    fn shut(&self) {
         self.stopped.store(true, Ordering::Release);
         *self.tx.write().unwrap_or_else(PoisonError::into_inner) = None;
         for q in &self.accept {
@@ -360,5 +333,56 @@ impl Hub {
         }
         flow.sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Flow delivery as the application the engine runs: each worker's handler
+/// is a demultiplexer feeding the hub's flows.
+pub(crate) struct HubHandle(Arc<Hub>);
+
+impl Application for HubHandle {
+    fn handler(&self, _cpu: CpuId) -> Box<dyn PacketHandler> {
+        Box::new(FlowDemux::new(Arc::clone(&self.0)))
+    }
+
+    fn stop(&self) {
+        self.0.shut();
+    }
+}
+
+/// Flow delivery's settings on the engine's builder.
+impl EngineBuilder {
+    /// Delivers each UDP flow to the application as a [`Flow`] instead of
+    /// running a packet handler; take the listener(s) with
+    /// [`Engine::listener`] / [`Engine::listener_for`]. An eighth of the
+    /// UMEM frames is kept back for the replies flows send.
+    pub fn deliver_flows(mut self, options: FlowOptions) -> Self {
+        self.reply_reserve_div = 8;
+        self.application(move |parts| HubHandle(Arc::new(Hub::new(options, parts))))
+    }
+}
+
+/// Flow delivery's handles on the running engine.
+impl Engine {
+    fn hub(&self) -> Option<Arc<Hub>> {
+        Some(Arc::clone(&self.application::<HubHandle>()?.0))
+    }
+
+    /// The listener of new flows ([`AcceptMode::Single`] flow delivery;
+    /// `None` otherwise).
+    pub fn listener(&self) -> Option<FlowListener> {
+        self.hub()?.listener(None)
+    }
+
+    /// The listener of the flows first received on `cpu`
+    /// ([`AcceptMode::PerCpu`] flow delivery; `None` otherwise or for a CPU
+    /// without a worker).
+    pub fn listener_for(&self, cpu: CpuId) -> Option<FlowListener> {
+        self.hub()?.listener(Some(cpu))
+    }
+
+    /// Flow-delivery counters (`None` without flow delivery).
+    pub fn flow_stats(&self) -> Option<HubStats> {
+        Some(self.hub()?.stats())
     }
 }

@@ -57,3 +57,13 @@ pub(crate) fn adopt(desc: RawFrame) -> Frame {
     // only callers: nobody else holds `desc`, so it becomes a Frame once.
     unsafe { Frame::from_raw(desc) }
 }
+
+/// The transmit resources of a port, for sends from outside the workers
+/// (flow delivery's replies): every queue's socket, the spare pool and the
+/// UMEM.
+#[derive(Debug, Clone)]
+pub(crate) struct TxResources {
+    pub(crate) sockets: Vec<SharedSocket>,
+    pub(crate) spare: Arc<SparePool>,
+    pub(crate) umem: xdp_io::UmemView,
+}
