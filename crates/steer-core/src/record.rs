@@ -87,12 +87,28 @@ impl<P: CpuProbe> Recorder<P> {
     /// The calling thread consumed flow `hash`: record its current CPU.
     #[inline]
     pub fn record(&mut self, hash: u32) -> Result<RecordOutcome, RecordError> {
+        self.record_on(hash).1
+    }
+
+    /// [`Recorder::record`], also saying which CPU it recorded (for tools
+    /// that log consumption, such as a trace recorder). The allowed set it
+    /// used is [`Recorder::allowed`] right after the call.
+    #[inline]
+    pub fn record_on(&mut self, hash: u32) -> (CpuId, Result<RecordOutcome, RecordError>) {
         let cpu = self.probe.current_cpu();
         self.since_refresh += 1;
         if self.since_refresh >= Self::REFRESH_EVERY || !self.allowed.contains(cpu) {
             self.refresh_affinity();
         }
-        self.desired.record(hash, cpu, &self.allowed, &self.layout)
+        (
+            cpu,
+            self.desired.record(hash, cpu, &self.allowed, &self.layout),
+        )
+    }
+
+    /// The thread's allowed CPUs as last read (what records use).
+    pub fn allowed(&self) -> &CpuSet {
+        &self.allowed
     }
 }
 
@@ -148,7 +164,9 @@ mod tests {
         fake.allowed.set(CpuSet::first(4));
         fake.cpu.set(3);
         let before = fake.reads.get();
-        rec.record(0x100).unwrap();
+        let (cpu, outcome) = rec.record_on(0x100);
+        assert_eq!((cpu, outcome.unwrap().wrote()), (3, true));
         assert_eq!(fake.reads.get(), before + 1);
+        assert_eq!(*rec.allowed(), CpuSet::first(4));
     }
 }
