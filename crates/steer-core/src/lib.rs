@@ -19,6 +19,9 @@
 //!   state it shares with the application (`Shared`).
 //! - [`runtime`]: pinned workers, the ring matrix, panic recovery, shutdown,
 //!   started on a `Shared` built beforehand.
+//! - [`sim`]: a deterministic replay of the whole steering decision (tables,
+//!   policy, hook, fast path) over a model of the rings draining, for
+//!   what-if questions on recorded traffic.
 //!
 //! Types and functions that mirror the kernel's carry its names as doc
 //! aliases, so the documentation's search finds `rps_sock_flow_table`,
@@ -44,6 +47,7 @@ pub mod policy;
 pub mod record;
 pub mod ring;
 pub mod runtime;
+pub mod sim;
 pub mod stats;
 pub mod table;
 pub mod wake;
