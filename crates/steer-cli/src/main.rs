@@ -2,7 +2,8 @@
 //!
 //! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
-//! - `steer replay`: how many steering updates a rule makes on a trace;
+//! - `steer replay`: how many steering updates a rule makes on a trace or a
+//!   capture;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer completions`: shell completions.
 //!
@@ -43,8 +44,8 @@ enum Command {
     Echo(echo::EchoArgs),
     /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
     Proxy(proxy::ProxyArgs),
-    /// Replay a flow-consumption trace through the desired-CPU table; print
-    /// the update counts as JSON.
+    /// Replay a trace or a pcap capture through steer's steering decision;
+    /// print the steering updates each rule makes, as JSON.
     Replay(replay::ReplayArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),

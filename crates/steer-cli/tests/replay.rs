@@ -215,3 +215,193 @@ fn readme_example_trace() {
         assert!(llc[reason].as_u64().unwrap() >= 1, "{reason}");
     }
 }
+
+/// Writes a classic pcap (Ethernet, microsecond stamps) of `frames`.
+fn write_pcap(path: &std::path::Path, frames: &[(u64, Vec<u8>)]) {
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&4u16.to_le_bytes());
+    out.extend_from_slice(&[0; 8]); // thiszone, sigfigs
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+    for (us, f) in frames {
+        out.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+        out.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    std::fs::write(path, out).expect("write pcap");
+}
+
+/// Writes the same frames as pcapng (one Ethernet interface, microseconds).
+fn write_pcapng(path: &std::path::Path, frames: &[(u64, Vec<u8>)]) {
+    fn block(out: &mut Vec<u8>, kind: u32, body: &[u8]) {
+        let pad = (4 - body.len() % 4) % 4;
+        let len = (12 + body.len() + pad) as u32;
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&vec![0; pad]);
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+    let mut out = Vec::new();
+    let mut shb = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    block(&mut out, 0x0A0D_0D0A, &shb);
+    let mut idb = 1u16.to_le_bytes().to_vec();
+    idb.extend_from_slice(&0u16.to_le_bytes());
+    idb.extend_from_slice(&65535u32.to_le_bytes());
+    block(&mut out, 1, &idb);
+    for (us, f) in frames {
+        let mut epb = 0u32.to_le_bytes().to_vec();
+        epb.extend_from_slice(&((us >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*us as u32).to_le_bytes());
+        epb.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        epb.extend_from_slice(f);
+        epb.extend_from_slice(&vec![0; (4 - f.len() % 4) % 4]);
+        block(&mut out, 6, &epb);
+    }
+    std::fs::write(path, out).expect("write pcapng");
+}
+
+/// 24 UDP flows to port 53 (IPv4 and IPv6), a packet each every 200 us
+/// for 100 ms, plus one flow to port 80 and an ARP frame now and then.
+fn capture() -> Vec<(u64, Vec<u8>)> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use steer_core::packet::build::FrameBuilder;
+    let mut frames = Vec::new();
+    for step in 0..500u64 {
+        for f in 0..24u16 {
+            let (src, dst): (IpAddr, IpAddr) = if f % 2 == 0 {
+                (
+                    Ipv4Addr::new(10, 0, 0, 1 + f as u8).into(),
+                    Ipv4Addr::new(10, 0, 1, 1).into(),
+                )
+            } else {
+                (
+                    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + f).into(),
+                    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, 1).into(),
+                )
+            };
+            let frame = FrameBuilder::udp(src, dst, 40000 + f, 53)
+                .payload(b"query")
+                .build();
+            frames.push((1_700_000_000_000_000 + step * 200 + u64::from(f), frame));
+        }
+        if step % 50 == 0 {
+            let web = FrameBuilder::tcp(
+                Ipv4Addr::new(10, 0, 0, 99).into(),
+                Ipv4Addr::new(10, 0, 1, 1).into(),
+                5555,
+                80,
+            )
+            .build();
+            frames.push((1_700_000_000_000_000 + step * 200 + 50, web));
+            let mut arp = vec![0xff; 12];
+            arp.extend_from_slice(&[0x08, 0x06]);
+            arp.extend_from_slice(&[0; 28]);
+            frames.push((1_700_000_000_000_000 + step * 200 + 60, arp));
+        }
+    }
+    frames
+}
+
+/// A capture written with steer-core's frame builder, replayed end to end:
+/// pcap and pcapng give the same answer, the port filter and non-IP frames
+/// are counted, and with consumers migrating like tokio's threads the LLC
+/// rule makes fewer steering updates than `always`.
+#[test]
+fn replays_a_pcap_capture() {
+    let dir = std::env::temp_dir();
+    let pcap = dir.join(format!("steer-replay-{}.pcap", std::process::id()));
+    let pcapng = dir.join(format!("steer-replay-{}.pcapng", std::process::id()));
+    let frames = capture();
+    write_pcap(&pcap, &frames);
+    write_pcapng(&pcapng, &frames);
+    let topo = ["--topology", "pack:1 l3:2 core:4 pu:1"];
+    let args = |file: &std::path::Path, consumer: &str| {
+        vec![
+            "--policy".to_string(),
+            "both".into(),
+            "--pcap".into(),
+            file.to_str().unwrap().into(),
+            "--port".into(),
+            "53".into(),
+            "--consumer".into(),
+            consumer.into(),
+            topo[0].into(),
+            topo[1].into(),
+        ]
+    };
+    let run_args = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        json(&run(&a, ""))
+    };
+    let v = run_args(args(&pcap, "migrate:1:0.9"));
+    let ng = run_args(args(&pcapng, "migrate:1:0.9"));
+    let _ = std::fs::remove_file(&pcapng);
+    assert_eq!(v, ng, "pcap and pcapng replay alike");
+    assert_eq!(v["pcap"]["frames"], 12_000 + 20);
+    assert_eq!(v["pcap"]["packets"], 12_000);
+    assert_eq!(v["pcap"]["other_port"], 10);
+    assert_eq!(v["pcap"]["not_ip"], 10);
+    assert_eq!(v["cpus"], 8);
+    assert_eq!(v["table"], 65536);
+    for p in ["always", "llc"] {
+        assert_eq!(v[p]["packets"], 12_000, "{v:#}");
+        assert_eq!(v[p]["flows"], 24);
+        assert_eq!(v[p]["records"], 12_000, "every handled packet is read");
+        assert!(v[p]["duration_ns"].as_u64().unwrap() >= 99_000_000);
+    }
+    let (a, l) = (
+        v["always"]["steering_updates"].as_u64().unwrap(),
+        v["llc"]["steering_updates"].as_u64().unwrap(),
+    );
+    assert!(a > 24 && l * 2 < a, "always {a}, llc {l}");
+    assert_eq!(v["saved_by_llc"]["steering_updates"]["count"], a - l);
+    assert_eq!(v["setup"]["queues"], 8);
+    assert_eq!(v["setup"]["consumer"], "migrate:1:0.9");
+
+    // Consumers that never move: both rules place each flow once.
+    let h = run_args(args(&pcap, "hash"));
+    assert_eq!(
+        h["always"]["steering_updates"],
+        h["llc"]["steering_updates"]
+    );
+    // The table says the same as the JSON.
+    let mut with_table = args(&pcap, "migrate:1:0.9");
+    with_table.push("--table".into());
+    let with_table: Vec<&str> = with_table.iter().map(String::as_str).collect();
+    let out = run(&with_table, "");
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("steering updates"))
+        .expect("a steering updates row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[2..4], [a.to_string(), l.to_string()], "{table}");
+    // Without a consumer model or trace: a one-line error that says what to give.
+    let out = run(&["--pcap", pcap.to_str().unwrap(), topo[0], topo[1]], "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--consumer"));
+    let out = run(
+        &[
+            "--pcap",
+            "/nonexistent.pcap",
+            "--consumer",
+            "hash",
+            topo[0],
+            topo[1],
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    let _ = std::fs::remove_file(&pcap);
+}

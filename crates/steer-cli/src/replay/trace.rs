@@ -1,0 +1,410 @@
+//! The text trace `steer replay` reads and `--record-trace` writes: one
+//! event per line, `#` starts a comment.
+//!
+//! ```text
+//! topology pack:2 l3:16 core:8 pu:1   # the machine: hwloc synthetic spec ...
+//! llcs 0-3 4-7                        # ... or its LLCs, one CPU list each
+//! table 4096                          # desired-table slots, before any c or p
+//! engine workers=0-7 queues=8 rps=local fast_path=on rx_table=4096 ring=1024
+//! p 0x9e3779b9 2 t=1500               # a packet of that flow on rx queue 2
+//! c 0x9e3779b9 3 t=2100               # a thread on CPU 3 consumed the flow
+//! c udp/10.0.0.1:5000/10.0.0.2:53 17 allowed=16-31
+//! off 3 t=9000                        # CPU 3 goes offline
+//! on 3                                # ... and comes back
+//! ```
+//!
+//! A flow is a non-zero u32 hash (decimal or 0x hex) or a 5-tuple
+//! `proto/src:port/dst:port` (IPv6 addresses in brackets), hashed by the
+//! replay. `t=` is the event's time in ns (the previous event's when
+//! absent, 0 at the start); times never go backwards. Today's traces
+//! (`topology`, `table`, `c`, `off`, `on` without times) read as before.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use steer_core::cpu::{CpuId, CpuSet};
+use steer_core::flow::{FlowAddrs, FlowKey, Ports};
+use steer_core::runtime::RpsMode;
+
+/// A flow as a trace names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// The flow hash itself (non-zero).
+    Hash(u32),
+    /// A 5-tuple, hashed by the replay.
+    Tuple(FlowKey),
+}
+
+/// The engine settings an `engine` line gives (each optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineLine {
+    pub workers: Option<CpuSet>,
+    pub queues: Option<usize>,
+    pub rps: Option<RpsMode>,
+    pub fast_path: Option<bool>,
+    pub rx_table: Option<usize>,
+    pub ring: Option<usize>,
+    pub idle_ms: Option<u32>,
+}
+
+/// One trace event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `topology <hwloc synthetic spec>`.
+    Topology(String),
+    /// `llcs <cpulist>...`: the CPUs behind each LLC.
+    Llcs(Vec<CpuSet>),
+    /// `table <entries>`.
+    Table(usize),
+    /// `engine key=value...`.
+    Engine(EngineLine),
+    /// `c <flow> <cpu> [allowed=<cpulist>] [t=<ns>]`.
+    Consume {
+        flow: Flow,
+        cpu: CpuId,
+        allowed: Option<CpuSet>,
+        t: Option<u64>,
+    },
+    /// `p <flow> <rxq> [t=<ns>]`.
+    Packet {
+        flow: Flow,
+        rxq: u32,
+        t: Option<u64>,
+    },
+    /// `off <cpu> [t=<ns>]`.
+    Off(CpuId, Option<u64>),
+    /// `on <cpu> [t=<ns>]`.
+    On(CpuId, Option<u64>),
+}
+
+/// A bad trace line: its 1-based number and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for LineError {}
+
+pub fn parse_hash(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse::<u32>(),
+    };
+    match parsed {
+        Ok(0) => Err("flow hash 0 means \"no hash\" and cannot be recorded".into()),
+        Ok(h) => Ok(h),
+        Err(_) => Err(format!(
+            "bad flow hash {s:?}: expected a non-zero u32 in decimal or 0x hex"
+        )),
+    }
+}
+
+/// A flow: a hash, or `proto/src:port/dst:port`.
+fn parse_flow(s: &str) -> Result<Flow, String> {
+    let Some((proto, rest)) = s.split_once('/') else {
+        return parse_hash(s).map(Flow::Hash);
+    };
+    let bad = || {
+        format!(
+            "bad flow {s:?}: expected a hash or `udp|tcp/<src>:<port>/<dst>:<port>` \
+             (IPv6 in brackets)"
+        )
+    };
+    let protocol = match proto {
+        "udp" => 17,
+        "tcp" => 6,
+        _ => return Err(bad()),
+    };
+    let (src, dst) = rest.split_once('/').ok_or_else(bad)?;
+    let src: SocketAddr = src.parse().map_err(|_| bad())?;
+    let dst: SocketAddr = dst.parse().map_err(|_| bad())?;
+    let addrs = match (src, dst) {
+        (SocketAddr::V4(a), SocketAddr::V4(b)) => FlowAddrs::V4 {
+            src: *a.ip(),
+            dst: *b.ip(),
+        },
+        (SocketAddr::V6(a), SocketAddr::V6(b)) => FlowAddrs::V6 {
+            src: *a.ip(),
+            dst: *b.ip(),
+        },
+        _ => return Err(format!("bad flow {s:?}: mixes IPv4 and IPv6")),
+    };
+    Ok(Flow::Tuple(FlowKey {
+        addrs,
+        protocol,
+        ports: Some(Ports {
+            src: src.port(),
+            dst: dst.port(),
+        }),
+    }))
+}
+
+pub fn parse_cpu(s: &str) -> Result<CpuId, String> {
+    s.parse::<CpuId>()
+        .map_err(|_| format!("bad CPU {s:?}: expected a CPU number"))
+}
+
+fn parse_list(s: &str, what: &str) -> Result<CpuSet, String> {
+    let set = s
+        .parse::<CpuSet>()
+        .map_err(|e| format!("bad {what} list: {e}"))?;
+    if set.is_empty() {
+        return Err(format!("the {what} list is empty"));
+    }
+    Ok(set)
+}
+
+fn parse_count(s: &str, what: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .map_err(|_| format!("bad {what} {s:?}: expected a number"))
+}
+
+/// The `key=value` options after an event's fields: `t=` always, plus
+/// `allowed=` where `allow_allowed`.
+fn parse_options(
+    extra: &[&str],
+    allow_allowed: bool,
+    usage: &str,
+) -> Result<(Option<CpuSet>, Option<u64>), String> {
+    let (mut allowed, mut t) = (None, None);
+    for a in extra {
+        match a.split_once('=') {
+            Some(("allowed", list)) if allow_allowed && allowed.is_none() => {
+                allowed = Some(parse_list(list, "allowed")?);
+            }
+            Some(("t", ns)) if t.is_none() => {
+                t = Some(
+                    ns.parse::<u64>()
+                        .map_err(|_| format!("bad time {ns:?}: expected t=<ns>"))?,
+                );
+            }
+            _ => return Err(format!("unexpected {a:?}: expected `{usage}`")),
+        }
+    }
+    Ok((allowed, t))
+}
+
+fn parse_engine(args: &[&str]) -> Result<EngineLine, String> {
+    let mut e = EngineLine::default();
+    for a in args {
+        let Some((k, v)) = a.split_once('=') else {
+            return Err(format!("unexpected {a:?}: expected key=value"));
+        };
+        match k {
+            "workers" => e.workers = Some(parse_list(v, "workers")?),
+            "queues" => e.queues = Some(parse_count(v, "queue count")?),
+            "rps" => {
+                e.rps = Some(match v {
+                    "local" => RpsMode::Local,
+                    "spread" => RpsMode::Spread,
+                    _ => return Err(format!("bad rps {v:?}: expected local or spread")),
+                })
+            }
+            "fast_path" => {
+                e.fast_path = Some(match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("bad fast_path {v:?}: expected on or off")),
+                })
+            }
+            "rx_table" => e.rx_table = Some(parse_count(v, "rx table size")?),
+            "ring" => e.ring = Some(parse_count(v, "ring size")?),
+            "idle_ms" => {
+                e.idle_ms = Some(
+                    v.parse::<u32>()
+                        .map_err(|_| format!("bad idle_ms {v:?}: expected milliseconds"))?,
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "unknown engine setting {k:?}: expected workers, queues, rps, fast_path, \
+                     rx_table, ring or idle_ms"
+                ))
+            }
+        }
+    }
+    Ok(e)
+}
+
+const C_USAGE: &str = "c <flow> <cpu> [allowed=<cpulist>] [t=<ns>]";
+
+/// Parses one line; `Ok(None)` for blank and comment-only lines.
+pub fn parse_line(line: &str) -> Result<Option<Event>, String> {
+    let text = line
+        .split_once('#')
+        .map_or(line, |(before, _)| before)
+        .trim();
+    let Some((verb, rest)) = text
+        .split_once(char::is_whitespace)
+        .map(|(v, r)| (v, r.trim()))
+        .or_else(|| (!text.is_empty()).then_some((text, "")))
+    else {
+        return Ok(None);
+    };
+    let args: Vec<&str> = rest.split_whitespace().collect();
+    let event = match (verb, args.as_slice()) {
+        ("topology", []) => return Err("`topology` needs an hwloc synthetic spec".into()),
+        ("topology", _) => Event::Topology(rest.to_string()),
+        ("llcs", []) => return Err("`llcs` needs one CPU list per LLC".into()),
+        ("llcs", lists) => Event::Llcs(
+            lists
+                .iter()
+                .map(|l| parse_list(l, "LLC"))
+                .collect::<Result<_, _>>()?,
+        ),
+        ("engine", settings) => Event::Engine(parse_engine(settings)?),
+        ("table", [n]) => Event::Table(
+            n.parse::<usize>()
+                .map_err(|_| format!("bad table size {n:?}: expected a power of two"))?,
+        ),
+        ("c", [flow, cpu, extra @ ..]) => {
+            if extra.len() > 2 {
+                return Err(format!("too many fields: `{C_USAGE}`"));
+            }
+            let (allowed, t) = parse_options(extra, true, C_USAGE)?;
+            Event::Consume {
+                flow: parse_flow(flow)?,
+                cpu: parse_cpu(cpu)?,
+                allowed,
+                t,
+            }
+        }
+        ("p", [flow, rxq, extra @ ..]) => {
+            let (_, t) = parse_options(extra, false, "p <flow> <rxq> [t=<ns>]")?;
+            Event::Packet {
+                flow: parse_flow(flow)?,
+                rxq: rxq
+                    .parse::<u32>()
+                    .map_err(|_| format!("bad rx queue {rxq:?}: expected a number"))?,
+                t,
+            }
+        }
+        ("off", [cpu, extra @ ..]) => Event::Off(
+            parse_cpu(cpu)?,
+            parse_options(extra, false, "off <cpu> [t=<ns>]")?.1,
+        ),
+        ("on", [cpu, extra @ ..]) => Event::On(
+            parse_cpu(cpu)?,
+            parse_options(extra, false, "on <cpu> [t=<ns>]")?.1,
+        ),
+        ("table" | "c" | "p" | "off" | "on", _) => {
+            return Err(format!(
+                "wrong fields for `{verb}`: expected `table <entries>`, `{C_USAGE}`, \
+                 `p <flow> <rxq> [t=<ns>]`, `off <cpu>` or `on <cpu>`"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "unknown event {verb:?}: expected topology, llcs, table, engine, c, p, off or on"
+            ))
+        }
+    };
+    Ok(Some(event))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events() {
+        assert_eq!(parse_line("  # just a comment"), Ok(None));
+        assert_eq!(parse_line(""), Ok(None));
+        assert_eq!(
+            parse_line("c 0x10 3 allowed=0-3 # note"),
+            Ok(Some(Event::Consume {
+                flow: Flow::Hash(16),
+                cpu: 3,
+                allowed: Some("0-3".parse().unwrap()),
+                t: None,
+            }))
+        );
+        assert_eq!(
+            parse_line("c 0x10 3 t=99 allowed=1"),
+            Ok(Some(Event::Consume {
+                flow: Flow::Hash(16),
+                cpu: 3,
+                allowed: Some("1".parse().unwrap()),
+                t: Some(99),
+            }))
+        );
+        assert_eq!(
+            parse_line("topology pack:2  l3:16 core:8 pu:1"),
+            Ok(Some(Event::Topology("pack:2  l3:16 core:8 pu:1".into())))
+        );
+        assert_eq!(parse_line("table 64"), Ok(Some(Event::Table(64))));
+        assert_eq!(parse_line("off 2"), Ok(Some(Event::Off(2, None))));
+        assert_eq!(parse_line("on 2 t=5"), Ok(Some(Event::On(2, Some(5)))));
+        assert_eq!(
+            parse_line("p 7 1 t=10"),
+            Ok(Some(Event::Packet {
+                flow: Flow::Hash(7),
+                rxq: 1,
+                t: Some(10)
+            }))
+        );
+        assert_eq!(
+            parse_line("llcs 0-1 2,3"),
+            Ok(Some(Event::Llcs(vec![
+                "0-1".parse().unwrap(),
+                "2-3".parse().unwrap()
+            ])))
+        );
+        let Ok(Some(Event::Engine(e))) =
+            parse_line("engine workers=0-3 queues=2 rps=spread fast_path=off ring=64")
+        else {
+            panic!("engine line")
+        };
+        assert_eq!(
+            (e.queues, e.rps, e.fast_path, e.ring, e.rx_table),
+            (Some(2), Some(RpsMode::Spread), Some(false), Some(64), None)
+        );
+        let Ok(Some(Event::Packet {
+            flow: Flow::Tuple(k),
+            ..
+        })) = parse_line("p udp/[2001:db8::1]:5000/[2001:db8::2]:53 0")
+        else {
+            panic!("tuple flow")
+        };
+        assert_eq!((k.protocol, k.src_port(), k.dst_port()), (17, 5000, 53));
+        for bad in [
+            "c 0 1",
+            "c 0x1g 1",
+            "c 4294967296 1",
+            "c 1",
+            "c 1 x",
+            "c 1 2 cpus=3",
+            "c 1 2 allowed=3-1",
+            "c 1 2 allowed=",
+            "c 1 2 allowed=1 extra",
+            "c 1 2 allowed=1 allowed=2",
+            "c 1 2 t=-1",
+            "c 1 2 t=1 t=2 t=3",
+            "c sctp/1.1.1.1:1/2.2.2.2:2 1",
+            "c udp/1.1.1.1:1/[::1]:2 1",
+            "p 1",
+            "p 1 x",
+            "p 1 0 allowed=1",
+            "table",
+            "table -4",
+            "off",
+            "on 1 2",
+            "topology",
+            "llcs",
+            "llcs 0-1 x",
+            "engine queues=x",
+            "engine speed=9",
+            "engine rps=sometimes",
+            "jump 3",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad:?} should fail");
+        }
+    }
+}
