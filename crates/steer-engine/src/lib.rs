@@ -11,6 +11,8 @@
 //! - [`echo`]: the L4 UDP echo (a reply rewritten in place), sockperf's rule.
 //! - [`sleep`]: the workers' sleeper (mio: doorbell and socket readiness).
 //! - [`probe`]: the live CPU probe recorders use (current and allowed CPUs).
+//! - [`trace`]: recording the trace `steer replay` reads (packet arrivals and
+//!   consumption), off the hot path.
 //!
 //! The layering, bottom up: `frames` (where UMEM frames live between the
 //! sockets: the spare pool, the rx source, the transmit path) below
@@ -27,3 +29,4 @@ pub mod flows;
 mod frames;
 pub mod probe;
 pub mod sleep;
+pub mod trace;

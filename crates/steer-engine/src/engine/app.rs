@@ -147,6 +147,8 @@ pub struct EngineParts {
     pub hasher: steer_core::flow::KeyedHasher,
     /// Where replies the application sends from its own threads go.
     pub(crate) tx: crate::frames::TxResources,
+    /// Where consumption is recorded for the trace, when recording.
+    pub(crate) trace: Option<Arc<crate::trace::TraceSink>>,
 }
 
 impl std::fmt::Debug for EngineParts {

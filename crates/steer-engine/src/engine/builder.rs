@@ -3,13 +3,14 @@
 //! workers' parts, and starts the runtime.
 
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::KeyedHasher;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource};
+use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
 use topology::Topology;
 use tracing::info;
 use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
@@ -20,6 +21,7 @@ use super::setup::EngineSetup;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::sleep::MioSleeper;
+use crate::trace::{TraceWriter, TracedSource};
 
 /// Builds the application layer from the engine's parts; returns it as
 /// the engine runs it and as the owner may look it up again
@@ -42,6 +44,8 @@ pub struct EngineBuilder {
     pub(crate) reply_reserve_div: usize,
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
+    /// Record a replayable trace here, at most this many events.
+    trace: Option<(PathBuf, u64)>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -74,6 +78,7 @@ impl EngineBuilder {
             reply_reserve_div: 0,
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
+            trace: None,
         }
     }
 
@@ -215,6 +220,31 @@ impl EngineBuilder {
         self
     }
 
+    /// Records what the engine sees as a trace `steer replay` reads: the
+    /// machine's LLCs and the engine's settings, then every packet arrival
+    /// (flow hash, rx queue, time) and every consumption flow delivery
+    /// records (flow, CPU, allowed CPUs, time), at most `max_events` events.
+    /// Written off the hot path by a background thread (see
+    /// [`crate::trace`]); the counts are in [`EngineReport::trace`](super::EngineReport::trace).
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::Engine;
+    /// use steer_engine::flows::FlowOptions;
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .deliver_flows(FlowOptions::default())
+    ///     .record_trace("/tmp/steer.trace", 1_000_000)
+    ///     .start()?;
+    /// // ... serve; then `steer replay --policy both /tmp/steer.trace`
+    /// let report = engine.stop()?;
+    /// println!("{:?}", report.trace);
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn record_trace(mut self, path: impl Into<PathBuf>, max_events: u64) -> Self {
+        self.trace = Some((path.into(), max_events));
+        self
+    }
+
     /// The handler each worker runs, built on the worker's thread.
     pub fn handler<F>(self, factory: F) -> Self
     where
@@ -258,6 +288,12 @@ impl EngineBuilder {
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
             ));
         }
+        if let Some((path, 0)) = &self.trace {
+            return Err(EngineError::Config(format!(
+                "record_trace({}): max_events must be at least 1",
+                path.display()
+            )));
+        }
         let topology = match self.topology {
             Some(t) => t,
             None => Topology::live()?,
@@ -289,6 +325,24 @@ impl EngineBuilder {
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
         let hasher = KeyedHasher::random();
         let shared = cfg.shared(Arc::clone(&layout))?;
+        let trace = match &self.trace {
+            Some((path, max)) => Some(
+                TraceWriter::create(
+                    path,
+                    *max,
+                    &trace_header(&topology, &cfg, sockets.len()),
+                    CpuSet::first(layout.nr_cpus()),
+                )
+                .map_err(|e| {
+                    EngineError::Config(format!(
+                        "cannot write the trace to {}: {e}",
+                        path.display()
+                    ))
+                })?,
+            ),
+            None => None,
+        };
+        let sink = trace.as_ref().map(TraceWriter::sink);
         let (app, app_any) = build_app(&EngineParts {
             shared: shared.clone(),
             cpus: cpu_list.clone(),
@@ -298,6 +352,7 @@ impl EngineBuilder {
                 spare: Arc::clone(&spare),
                 umem: umem.clone(),
             },
+            trace: sink.clone(),
         });
 
         // Each worker sleeps on its doorbell and on the sockets it polls.
@@ -331,9 +386,20 @@ impl EngineBuilder {
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()
-            .map(|s| {
-                Box::new(XskSource::new(Arc::clone(s), Arc::clone(&spare), ring_size))
-                    as Box<dyn RxSource<RawFrame>>
+            .enumerate()
+            .map(|(rxq, s)| {
+                let source = XskSource::new(Arc::clone(s), Arc::clone(&spare), ring_size);
+                match &sink {
+                    // Recording: the same classifier as the queue's dispatcher.
+                    Some(sink) => Box::new(TracedSource::new(
+                        source,
+                        setup.pool.clone(),
+                        setup.classifier(rxq as u32),
+                        rxq as u32,
+                        Arc::clone(sink),
+                    )) as Box<dyn RxSource<RawFrame>>,
+                    None => Box::new(source) as Box<dyn RxSource<RawFrame>>,
+                }
             })
             .collect();
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
@@ -355,6 +421,44 @@ impl EngineBuilder {
             topology,
             cpus,
             started: Instant::now(),
+            trace,
         })
     }
+}
+
+/// The trace's header: the machine (its LLCs, offline CPUs) and the
+/// engine's settings, so a replay reproduces this engine by default.
+fn trace_header(topology: &Topology, cfg: &RuntimeConfig, queues: usize) -> String {
+    let llcs: Vec<String> = topology
+        .llcs()
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(ToString::to_string)
+        .collect();
+    let mut h = format!(
+        "# steer trace, recorded by a running engine ({} topology); replay it with\n\
+         # `steer replay --policy both --table FILE`\n\
+         llcs {}\n",
+        topology.source().name(),
+        llcs.join(" ")
+    );
+    let layout = topology.layout();
+    for cpu in (0..layout.nr_cpus()).filter(|&c| layout.llc_of(c).is_some() && !layout.is_online(c))
+    {
+        h.push_str(&format!("off {cpu}\n"));
+    }
+    h.push_str(&format!(
+        "table {}\nengine workers={} queues={queues} rps={} fast_path={} rx_table={} ring={} idle_ms={}\n",
+        cfg.desired_entries,
+        cfg.cpus,
+        match cfg.rps {
+            RpsMode::Local => "local",
+            RpsMode::Spread => "spread",
+        },
+        if cfg.fast_path { "on" } else { "off" },
+        cfg.rx_table_entries,
+        cfg.ring_capacity,
+        cfg.flow_idle_ms,
+    ));
+    h
 }

@@ -96,6 +96,8 @@ pub struct Engine {
     topology: Topology,
     cpus: CpuSet,
     started: Instant,
+    /// The trace being recorded, if any.
+    trace: Option<crate::trace::TraceWriter>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -213,6 +215,8 @@ impl Engine {
             .expect("engine runtime present until stop");
         let shared = runtime.shared().clone();
         let states = runtime.stop();
+        // Nothing records any more: close the trace.
+        let trace = self.trace.take().map(crate::trace::TraceWriter::finish);
         // Workers flushed their counters on the way out.
         let final_stats = self.collect(&shared);
         let (census, kernel) = self.settle()?;
@@ -223,6 +227,7 @@ impl Engine {
             spare_lost: self.spare.lost.load(std::sync::atomic::Ordering::Relaxed),
             workers: states,
             program,
+            trace,
         };
         Ok(report)
     }
@@ -278,5 +283,6 @@ impl Drop for Engine {
         if let Some(rt) = self.runtime.take() {
             rt.stop();
         }
+        drop(self.trace.take());
     }
 }

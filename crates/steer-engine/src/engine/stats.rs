@@ -230,6 +230,8 @@ pub struct EngineReport {
     pub workers: Vec<(CpuId, WorkerState)>,
     /// The XDP program's counters just before the stop.
     pub program: Option<ProgramStats>,
+    /// The trace recorded ([`EngineBuilder::record_trace`](super::EngineBuilder::record_trace)), if any.
+    pub trace: Option<crate::trace::TraceSummary>,
 }
 
 impl EngineReport {
@@ -289,6 +291,18 @@ impl EngineReport {
                         "passed": p.passed,
                         "redirect_failed": p.redirect_failed,
                         "dropped": p.dropped,
+                    }),
+                );
+            }
+            if let Some(t) = &self.trace {
+                m.insert(
+                    "trace".into(),
+                    json!({
+                        "path": t.path.display().to_string(),
+                        "events": t.events,
+                        "dropped": t.dropped,
+                        "over_limit": t.over_limit,
+                        "error": t.error,
                     }),
                 );
             }

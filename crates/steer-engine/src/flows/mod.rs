@@ -143,6 +143,8 @@ pub(crate) struct Hub {
     flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
     accept: Vec<listener::AcceptQueue>,
     shared: Shared,
+    /// Where consumption is recorded for a trace, when recording.
+    trace: Option<Arc<crate::trace::TraceSink>>,
     /// The transmit resources replies use (taken away at stop).
     tx: RwLock<Option<TxResources>>,
     stopped: AtomicBool,
@@ -175,6 +177,7 @@ impl Hub {
                 .map(|_| listener::AcceptQueue::new(options.backlog))
                 .collect(),
             shared: parts.shared.clone(),
+            trace: parts.trace.clone(),
             tx: RwLock::new(Some(parts.tx.clone())),
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
@@ -260,7 +263,10 @@ impl Hub {
                 }
             };
             // A table refusal (CPU outside the table) only loses the hint.
-            let _ = rec.record(hash);
+            let (cpu, _) = rec.record_on(hash);
+            if let Some(trace) = &self.trace {
+                trace.consumed(hash, cpu, rec.allowed());
+            }
         });
     }
 
