@@ -2,12 +2,14 @@
 //! proxy`), flattened into each command's arguments, and the one place that
 //! turns them into an [`EngineBuilder`].
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuSet;
 use steer_core::policy::Policy;
-use steer_engine::engine::{Engine, EngineBuilder, RpsMode};
+use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
 use topology::Topology;
 use xdp_io::{BindMode, XdpMode};
 
@@ -117,6 +119,13 @@ pub struct EngineArgs {
     /// the kernel grants 100 or more); 0 keeps the kernel's default.
     #[arg(long, default_value_t = 100)]
     pub worker_slice_us: u64,
+    /// Record a trace `steer replay` reads (packet arrivals, consumption,
+    /// the machine and these settings) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub record_trace: Option<PathBuf>,
+    /// At most this many events in the trace.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub record_trace_max: u64,
 }
 
 impl EngineArgs {
@@ -153,6 +162,9 @@ impl EngineArgs {
         if let Some(spec) = &self.topology {
             builder = builder.topology(Topology::synthetic(spec)?);
         }
+        if let Some(path) = &self.record_trace {
+            builder = builder.record_trace(path, self.record_trace_max);
+        }
         // After `topology`, which turns pinning off for a model.
         builder = builder.pin_workers(!self.no_pin);
         match self.rps {
@@ -161,6 +173,25 @@ impl EngineArgs {
             Rps::Spread => builder = builder.rps(RpsMode::Spread),
         }
         Ok(builder)
+    }
+}
+
+/// Says where the trace went, if one was recorded (stdout may be gone).
+pub fn print_trace(command: &str, report: &EngineReport) {
+    if let Some(t) = &report.trace {
+        let _ = writeln!(
+            std::io::stdout(),
+            "steer {command}: trace {}: {} events ({} lost, {} over the limit){}; \
+             replay it with `steer replay --policy both --table {}`",
+            t.path.display(),
+            t.events,
+            t.dropped,
+            t.over_limit,
+            t.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(", cut short: {e}")),
+            t.path.display(),
+        );
     }
 }
 

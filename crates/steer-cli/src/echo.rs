@@ -114,6 +114,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         report.stats.steering_updates(),
         report.kernel.rx_dropped + report.kernel.rx_ring_full,
     );
+    crate::args::print_trace("echo", &report);
     let balanced = report.census_ok();
     println!(
         "steer echo: frames {} of {} back, accounting {}",

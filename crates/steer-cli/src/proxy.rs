@@ -232,6 +232,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         report.stats.desired.updates(),
         report.stats.desired.suppressed,
     );
+    crate::args::print_trace("proxy", &report);
     if let Some(path) = &args.stats_json {
         let mut v = report.to_json_value();
         if let serde_json::Value::Object(m) = &mut v {
