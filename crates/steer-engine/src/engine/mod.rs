@@ -7,7 +7,7 @@
 //!
 //! Wiring (one UMEM, one socket per rx queue, one worker per CPU):
 //! - rx queue `i`'s socket is polled and dispatched by the `i % n`-th worker
-//!   (an [`XskSource`](frames::XskSource));
+//!   (an `XskSource`, in `frames`);
 //! - the worker on the `j`-th CPU transmits on socket `j % queues` (sockets
 //!   are shared through a mutex taken once per batch; with as many queues as
 //!   CPUs each socket has one rx and one tx user on the same thread);
