@@ -6,7 +6,7 @@
 //! replay reproduces this engine by default.
 //!
 //! Off the hot path: the workers and reading threads only push small
-//! events into a bounded lock-free queue ([`TraceSink`]); a background
+//! events into a bounded lock-free queue (the crate-private `TraceSink`); a background
 //! thread drains it to the file every millisecond. A full queue drops the
 //! event (counted, never blocks); after `max_events` events the file is
 //! complete and the rest are not recorded (counted). Times are ns since the
@@ -15,7 +15,8 @@
 //! time order within a drain, and clamped across drains).
 //!
 //! Invariants: the file always starts with the header and ends with a
-//! `# recorded ...` comment once [`TraceWriter::finish`] ran; at most
+//! `# recorded ...` comment once the recording is finished (the engine
+//! stops); at most
 //! `max_events` event lines are written.
 
 mod source;
