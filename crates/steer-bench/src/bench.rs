@@ -19,11 +19,12 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::{
-    clock, cpustat,
+    cpustat,
     gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
     netns::TestBed,
     payload::Endpoints,
     servers::{Kind, Running, ServerEnv},
+    sys,
 };
 
 /// Everything a run is configured with.
@@ -115,9 +116,8 @@ impl GenThread {
             .spawn(move || {
                 let open = (|| -> Result<Generator> {
                     bed_ns()?;
-                    clock::pin(cpu)
-                        .with_context(|| format!("pinning the generator to CPU {cpu}"))?;
-                    clock::tight_timer_slack();
+                    sys::pin(cpu).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                    sys::tight_timer_slack();
                     Generator::open(setup)
                 })();
                 let mut gen = match open {

@@ -9,6 +9,8 @@
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
 
+#![deny(unsafe_code)]
+
 use std::{
     net::SocketAddrV4,
     path::{Path, PathBuf},
@@ -23,7 +25,7 @@ use steer_bench::{
     bench::{self, BenchConfig},
     report,
     servers::Kind,
-    sockperf,
+    sockperf, sys,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -313,8 +315,7 @@ fn config(
     runs: usize,
     phases: Vec<Option<u64>>,
 ) -> Result<BenchConfig> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !sys::is_root() {
         bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -386,7 +387,7 @@ fn config(
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
 fn measurement_lock() -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let path = "/run/lock/steer-compare-kernel.lock";
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -394,13 +395,9 @@ fn measurement_lock() -> Result<std::fs::File> {
         .write(true)
         .open(path)
         .with_context(|| format!("opening {path}"))?;
-    // SAFETY: flock on a file descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if !sys::lock_exclusive(f.as_fd(), false).with_context(|| format!("locking {path}"))? {
         eprintln!("steer-bench: another measurement holds {path}: waiting");
-        // SAFETY: as above, blocking.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("waiting for the lock");
-        }
+        sys::lock_exclusive(f.as_fd(), true).context("waiting for the lock")?;
     }
     Ok(f)
 }

@@ -13,7 +13,6 @@
 use std::{
     fs::{self, File},
     io::Read,
-    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -125,21 +124,7 @@ fn spawn_pinned(argv: &[String], cpus: &[usize], log: &Path) -> Result<Child> {
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    let cpus = cpus.to_vec();
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // sched_setaffinity on a stack value (async-signal-safe).
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for &c in &cpus {
-                libc::CPU_SET(c, &mut set);
-            }
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::sys::pin_child(&mut cmd, cpus);
     cmd.spawn()
         .with_context(|| format!("starting {} (is it installed?)", argv[0]))
 }
@@ -317,9 +302,7 @@ impl Running {
         let Some(mut c) = self.child.take() else {
             return Ok(String::new());
         };
-        let pid = c.id() as libc::pid_t;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        let _ = crate::sys::interrupt(c.id());
         let t = Instant::now();
         let status = loop {
             if let Some(st) = c.try_wait()? {
