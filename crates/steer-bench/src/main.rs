@@ -128,7 +128,7 @@ struct RunArgs {
     #[command(flatten)]
     common: Common,
     /// Servers, in visiting order.
-    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf", value_parser = parse_kind)]
+    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf,steer-proxy,kernel-proxy", value_parser = parse_kind)]
     servers: Vec<Kind>,
     /// Interleaved runs (medians are reported).
     #[arg(long, default_value_t = 3)]
@@ -339,16 +339,12 @@ fn config(
     if !(0.1..=600.0).contains(&c.window_secs) {
         bail!("--window-secs must be between 0.1 and 600");
     }
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let dir = exe.parent().context("this binary has no directory")?;
+    let steer_bin = dir.join("steer").to_string_lossy().into_owned();
     let steer_cmd: Vec<String> = match &c.steer_cmd {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
-        None => {
-            let exe = std::env::current_exe().context("finding this binary")?;
-            let dir = exe.parent().context("this binary has no directory")?;
-            vec![
-                dir.join("steer").to_string_lossy().into_owned(),
-                "echo".into(),
-            ]
-        }
+        None => vec![steer_bin.clone(), "echo".into()],
     };
     if servers.contains(&Kind::Steer) {
         let Some(first) = steer_cmd.first() else {
@@ -357,6 +353,9 @@ fn config(
         if find_in_path(first).is_none() {
             bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
         }
+    }
+    if servers.iter().any(|k| k.is_proxy()) && find_in_path(&steer_bin).is_none() {
+        bail!("the proxies need {steer_bin:?}: build it (cargo build --release -p steer-cli)");
     }
     let log_dir = match &c.keep_logs {
         Some(d) => d.clone(),
@@ -378,6 +377,7 @@ fn config(
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
         steer_cmd,
+        steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
         log_dir,
     })

@@ -197,3 +197,23 @@ fn the_kernel_io_baseline_forwards_every_datagram_in_order() {
     assert_eq!(report["proxy"]["to_client"], total, "{report:#}");
     assert_eq!(report["proxy"]["send_errors"], 0, "{report:#}");
 }
+
+#[test]
+fn the_proxy_serves_with_workers_on_a_subset_of_the_cpus() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-cpu1-{}.json", std::process::id()));
+    let proxy = Proxy::start(
+        &net,
+        backend,
+        &["--cpus", "1", "--runtime", "per-core"],
+        &json,
+    );
+    let got = drive_flows(&net, 4, 100, 10);
+    assert_in_order(&got, 100, "--cpus 1");
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["proxy"]["to_client"], 400, "{report:#}");
+}

@@ -156,13 +156,17 @@ fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
     {
         let done = Arc::clone(&done);
         std::thread::spawn(move || {
+            // End of input (stdin closed or /dev/null) is not a quit.
             for line in std::io::stdin().lock().lines() {
                 match line.as_deref().map(str::trim) {
-                    Ok("quit") | Err(_) => break,
+                    Ok("quit") => {
+                        done.store(true, Ordering::Relaxed);
+                        break;
+                    }
                     Ok(_) => eprintln!("steer proxy (io kernel): commands: quit"),
+                    Err(_) => break,
                 }
             }
-            done.store(true, Ordering::Relaxed);
         });
     }
     kernel::serve(
@@ -219,7 +223,8 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     let done = Arc::new(AtomicBool::new(false));
 
     // One acceptor per worker CPU, on a current_thread runtime pinned there.
-    let cpus: Vec<CpuId> = engine.topology().online_cpus().iter().collect();
+    // The engine's worker CPUs (`--cpus`), not every online CPU.
+    let cpus: Vec<CpuId> = engine.worker_states().into_iter().map(|(c, _)| c).collect();
     let mut acceptors = Vec::new();
     for &cpu in &cpus {
         let listener = engine
