@@ -338,6 +338,10 @@ pub struct Ratios {
     pub capacity_vs_afxdp: Option<f64>,
     /// steer's whole-machine cost at the latency rate / at capacity.
     pub wakeup_tax: Option<f64>,
+    /// The same for steer's own cost (minus the reflector's at the same
+    /// rate, and at capacity minus the reflector's at max): without the
+    /// generator's own per-wake-up cost, which is not steer's.
+    pub wakeup_tax_own: Option<f64>,
     /// Per rate: steer-proxy whole-machine cost per forwarded datagram /
     /// kernel-proxy's (the same forwarder on plain tokio).
     pub proxy_cost: Vec<(u64, Option<f64>)>,
@@ -385,6 +389,16 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
         wakeup_tax: ratio(
             steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
             steer.and_then(|s| s.cpu_us_at_max),
+        ),
+        wakeup_tax_own: ratio(
+            steer.and_then(|s| s.cost.first()).and_then(|c| c.2),
+            match (
+                steer.and_then(|s| s.cpu_us_at_max),
+                get("reflector").and_then(|s| s.cpu_us_at_max),
+            ) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            },
         ),
         proxy_cost: rates
             .iter()
@@ -516,10 +530,11 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     );
     let _ = writeln!(
         t,
-        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} (target <= 1.5)",
+        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} whole-machine, {} own (target <= 1.5)",
         f2(r.capacity_vs_afxdp),
         lat,
-        f2(r.wakeup_tax)
+        f2(r.wakeup_tax),
+        f2(r.wakeup_tax_own)
     );
     if sums.iter().any(|s| {
         (s.server == "kernel-echo" || s.server == "sockperf")
@@ -621,6 +636,7 @@ pub fn json(
         },
         "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
         "steer_wakeup_tax": r.wakeup_tax,
+        "steer_wakeup_tax_own": r.wakeup_tax_own,
         "ratios_steer_proxy_over_kernel_proxy": {
             "capacity": r.proxy_capacity,
             "us_per_reply": per_rate(&r.proxy_cost),
@@ -761,6 +777,8 @@ mod tests {
         assert!((r.peak.unwrap() - (400e3 + 2.0) / 1.9e5).abs() < 1e-9);
         assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
+        // Own: (12 - 5) at 50k over (4 - 2) at max.
+        assert!((r.wakeup_tax_own.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
         let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
         assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
