@@ -271,6 +271,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}",
         args.engine.interface, args.port, args.backend, args.engine.policy, args.runtime
     );
+    crate::args::print_endpoints("proxy", &engine, &args.engine.interface);
 
     // Control lines on stdin.
     {
