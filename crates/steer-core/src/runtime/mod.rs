@@ -8,10 +8,15 @@
 //! 1. polls its rx queues and dispatches each batch (inline fast path, or to
 //!    the target's ring, ringing its doorbell);
 //! 2. drains each inbound ring with
-//!    [`Consumer::consume`](crate::ring::Consumer::consume), at most `batch`
-//!    packets per ring per round (a full budget with packets left counts a
-//!    `time_squeeze`), so the head advances only after the handler returned;
-//! 3. when idle: maintenance (flow-table expiry, never per packet), then,
+//!    [`Consumer::consume_unpublished`](crate::ring::Consumer::consume_unpublished),
+//!    at most `batch` packets per ring per round (a full budget with packets
+//!    left counts a `time_squeeze`);
+//! 3. flushes the handler ([`Handler::flush`](crate::dispatch::Handler::flush):
+//!    staged replies go on the tx ring), then publishes each drained ring's
+//!    head, once per ring per round: a head passes a packet only after the
+//!    handler returned *and* its reply left, which is what `last_qtail`
+//!    compares against;
+//! 4. when idle: maintenance (flow-table expiry, never per packet), then,
 //!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
