@@ -202,8 +202,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
         }
         // Frames pushed to a worker that died around our liveness check
-        // would be stranded in its ring: take them back (counted as
-        // dropped). Rings pushed to in this batch may have lost their
+        // would be stranded in its ring: take them back (counted in
+        // `worker_gone_drops`). Rings pushed to in this batch may have lost their
         // consumer meanwhile; after a worker exit, any ring may hold some.
         let exits = self.shared.switches.worker_exits.load(Ordering::Acquire);
         if exits != self.seen_worker_exits {
@@ -220,7 +220,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             if let Some(p) = self.producers.get_mut(cpu).and_then(Option::as_mut) {
                 let local = &mut self.local;
                 p.reclaim_abandoned(|d| {
-                    local.dropped += 1;
+                    local.worker_gone_drops += 1;
                     pool.release(d);
                 });
             }

@@ -29,7 +29,8 @@
 //! flow leaving this CPU after packets ran inline in the batch gets a
 //! `flush` before its next packet is queued elsewhere; every frame handed to
 //! [`Dispatcher::dispatch`] ends in exactly one of: the handler, a ring, or
-//! the pool (counted as `dropped`, `flow_limit_drops` or `malformed`).
+//! the pool (counted as `dropped`, `flow_limit_drops`, `malformed` or
+//! `worker_gone_drops`).
 //!
 //! Where things are: the [`Dispatcher`] itself (`dispatcher.rs`); what the
 //! dispatchers share with the rest of the engine, [`Shared`] and its

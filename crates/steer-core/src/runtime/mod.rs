@@ -21,8 +21,8 @@
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
-//! the frames still queued to it are returned to the pool and counted as
-//! dropped, its rx queues are adopted by a surviving worker, and its rings
+//! the frames still queued to it are returned to the pool and counted in
+//! `worker_gone_drops`, its rx queues are adopted by a surviving worker, and its rings
 //! are dropped so every dispatcher routes around it. The rest keep running.
 //!
 //! The state the workers share with the application (the desired-CPU

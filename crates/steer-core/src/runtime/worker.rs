@@ -15,7 +15,7 @@
 //!   polling, so no frame is left in a ring, then flush.
 //! - Panic recovery ([`Worker::run`] catches the unwind): the CPU is marked
 //!   offline, the batch being dispatched goes back to its source, frames
-//!   queued to the worker return to the pool (counted as dropped), its rings
+//!   queued to the worker return to the pool (counted in `worker_gone_drops`), its rings
 //!   are abandoned so dispatchers route around it, and its rx queues are
 //!   handed to the survivors.
 
@@ -408,6 +408,9 @@ where
         if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
             let from = part.dispatcher.taken_in_batch().min(self.polled);
             part.source.give_back(&self.buf[from..self.polled]);
+            // Received (counted in rx), never handled: dropped with the
+            // worker. (A source that queues them again receives them anew.)
+            self.local.worker_gone_drops += (self.polled - from) as u64;
         }
         // What the handler staged before it panicked still goes out, if the
         // handler can still do that much: before any head is published past
@@ -419,7 +422,7 @@ where
         // pop publishes the head past everything taken before it).
         for inbound in &mut self.inbound {
             while let Some(d) = inbound.consumer.pop() {
-                self.local.dropped += 1;
+                self.local.worker_gone_drops += 1;
                 self.pool.release(d);
             }
         }
