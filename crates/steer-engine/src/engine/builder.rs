@@ -18,6 +18,7 @@ use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPor
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
 use super::setup::EngineSetup;
+use super::steering::FlowSteering;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::sleep::MioSleeper;
@@ -366,6 +367,12 @@ impl EngineBuilder {
             }
             sleepers.push((cpu, sleeper));
         }
+        let steering = Arc::new(FlowSteering::new(
+            shared.clone(),
+            hasher.clone(),
+            cpus,
+            sink.clone(),
+        ));
         let setup = Arc::new(EngineSetup {
             topology: topology.clone(),
             pin: self.pin,
@@ -383,6 +390,7 @@ impl EngineBuilder {
             app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
+            steering,
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()

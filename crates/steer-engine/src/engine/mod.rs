@@ -35,6 +35,7 @@ mod counters;
 mod sched;
 mod setup;
 mod stats;
+mod steering;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHan
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
 pub use stats::{CpuRow, EngineReport, EngineStats};
+pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
 use setup::EngineSetup;
