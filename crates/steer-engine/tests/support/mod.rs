@@ -1,10 +1,12 @@
 //! What the engine tests share: the netns test hosts of xdp-io, an echo
-//! engine on them, a multi-flow UDP driver and the accounting check.
+//! engine on them, a multi-flow UDP driver, an ordered echo load with a
+//! handler that moves its flows (`ordered`) and the accounting check.
 
 #![allow(dead_code)]
 
 #[path = "../../../xdp-io/tests/common/mod.rs"]
 pub mod net;
+pub mod ordered;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
