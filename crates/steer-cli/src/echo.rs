@@ -102,7 +102,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
     let report = engine.stop()?;
     let t = &report.stats.total;
     println!(
-        "steer echo: stopped after {:.1} s: rx {} tx {} fast path {} steered {} drops {} (ring {}, tx {}, malformed {}, refused {}), steering updates {}, kernel rx drops {}",
+        "steer echo: stopped after {:.1} s: rx {} tx {} fast path {} steered {} drops {} (ring {}, tx {}, malformed {}, refused {}, worker gone {}, handler panicked {}), steering updates {}, kernel rx drops {}",
         report.stats.elapsed.as_secs_f64(),
         t.core.rx,
         t.engine.tx,
@@ -113,6 +113,8 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         t.engine.tx_dropped,
         t.core.malformed,
         t.engine.app_dropped,
+        t.core.worker_gone_drops,
+        t.engine.app_panicked,
         report.stats.steering_updates(),
         report.kernel.rx_dropped + report.kernel.rx_ring_full,
     );

@@ -88,6 +88,8 @@ counters! {
     malformed,
     /// Frames without a flow (non-IP), steered by the fallback rule.
     no_flow,
+    /// Packets dropped because their worker died: queued to it, or pushed to its ring as it went (frame returned to its pool).
+    worker_gone_drops,
 }
 
 /// The shared counters of every CPU, one cache-padded block each.

@@ -20,6 +20,7 @@ use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
+use super::steering::FlowSteering;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
@@ -447,6 +448,12 @@ impl EngineBuilder {
             }
             sleepers.push((cpu, sleeper));
         }
+        let steering = Arc::new(FlowSteering::new(
+            shared.clone(),
+            hasher.clone(),
+            cpus,
+            sink.clone(),
+        ));
         let setup = Arc::new(EngineSetup {
             topology: topology.clone(),
             pin: self.pin,
@@ -464,6 +471,7 @@ impl EngineBuilder {
             app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
+            steering,
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()

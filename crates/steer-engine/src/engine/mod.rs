@@ -36,6 +36,7 @@ mod publish;
 mod sched;
 mod setup;
 mod stats;
+mod steering;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,7 @@ pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHan
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
 pub use stats::{CpuRow, EngineReport, EngineStats};
+pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
 use setup::EngineSetup;
