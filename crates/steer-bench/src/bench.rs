@@ -36,6 +36,8 @@ pub struct BenchConfig {
     pub runs: usize,
     /// Phases per server: `None` = max, else a fixed rate (pps).
     pub phases: Vec<Option<u64>>,
+    /// The proxies' phases (they forward less than an echo answers).
+    pub proxy_phases: Vec<Option<u64>>,
     /// Flows (distinct source ports).
     pub flows: u16,
     /// Server UDP port.
@@ -281,8 +283,12 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
             }
             // The turnaround spins: its cost at a fixed rate means nothing.
             let alone = cfg.servers.len() == 1;
-            let rates = cfg
-                .phases
+            let phases = if kind.is_proxy() {
+                &cfg.proxy_phases
+            } else {
+                &cfg.phases
+            };
+            let rates = phases
                 .iter()
                 .copied()
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
