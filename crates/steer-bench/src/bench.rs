@@ -283,14 +283,23 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
             }
             // The turnaround spins: its cost at a fixed rate means nothing.
             let alone = cfg.servers.len() == 1;
-            let phases = if kind.is_proxy() {
-                &cfg.proxy_phases
+            // The reflector is the floor of both the echo servers and the
+            // proxies: it runs every rate either uses.
+            let with_proxies = kind == Kind::Reflector && cfg.servers.iter().any(|k| k.is_proxy());
+            let mut phases = if kind.is_proxy() {
+                cfg.proxy_phases.clone()
             } else {
-                &cfg.phases
+                cfg.phases.clone()
             };
+            if with_proxies {
+                for p in &cfg.proxy_phases {
+                    if !phases.contains(p) {
+                        phases.push(*p);
+                    }
+                }
+            }
             let rates = phases
-                .iter()
-                .copied()
+                .into_iter()
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
             for rate in rates {
                 let name = phase_name(rate);

@@ -458,7 +458,14 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let sums = report::summarize(&echo_kinds, &outcome.runs, &a.rates);
     let k = report::kernel_best(&sums, &a.rates);
     let r = report::ratios(&sums, &k, &a.rates);
-    let proxies = report::summarize(&proxy_kinds, &outcome.runs, &a.proxy_rates);
+    // The proxies' own cost subtracts the reflector's at their rates.
+    let mut floor_and_proxies = echo_kinds
+        .iter()
+        .copied()
+        .filter(|&k| k == Kind::Reflector)
+        .collect::<Vec<_>>();
+    floor_and_proxies.extend(&proxy_kinds);
+    let proxies = report::summarize(&floor_and_proxies, &outcome.runs, &a.proxy_rates);
     let pr = report::proxy_ratios(&proxies, &a.proxy_rates);
     if !echo_kinds.is_empty() {
         print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
@@ -483,7 +490,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .map(|d| format!("; its receive path (NAPI threads): {d}"))
             .unwrap_or_default()
     );
-    for s in sums.iter().chain(&proxies) {
+    for s in sums
+        .iter()
+        .chain(proxies.iter().filter(|s| s.server != "reflector"))
+    {
         println!("  {:<12} {}", s.server, s.ran_on);
     }
     if let Some(path) = &c.json {

@@ -352,6 +352,8 @@ pub struct ProxyRatios {
     pub capacity: Option<f64>,
     /// Per rate: whole-machine CPU per forwarded datagram.
     pub cost: Vec<(u64, Option<f64>)>,
+    /// Per rate: own CPU per forwarded datagram (minus the reflector's).
+    pub own_cost: Vec<(u64, Option<f64>)>,
     /// p99 at the first proxy rate.
     pub p99: Option<f64>,
 }
@@ -368,6 +370,12 @@ pub fn proxy_ratios(sums: &[Summary], rates: &[u64]) -> ProxyRatios {
                 (rates[i], ratio(cost(s), cost(k)))
             })
             .collect(),
+        own_cost: (0..rates.len())
+            .map(|i| {
+                let own = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.2);
+                (rates[i], ratio(own(s), own(k)))
+            })
+            .collect(),
         p99: ratio(s.and_then(|s| s.p99_us), k.and_then(|k| k.p99_us)),
     }
 }
@@ -379,11 +387,11 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
     let lat = rates.first().copied().unwrap_or(0);
     let _ = writeln!(
         t,
-        "\nproxies (a reply = a datagram forwarded to a kernel echo on loopback and back; the echo on the server CPUs too); cost = whole-machine busy CPU per reply; latency at {lat}/s"
+        "\nproxies (a reply = a datagram forwarded to a kernel echo on loopback and back; the echo on the server CPUs too); cost = whole-machine busy CPU per reply, own = minus the reflector's; latency at {lat}/s"
     );
     let mut head = format!("{:<12} {:>11} {:>11}", "proxy", "capacity/s", "offered/s");
     for rate in rates {
-        let _ = write!(head, " {:>10}", format!("us@{}", short(*rate)));
+        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
     }
     let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
     let _ = writeln!(t, "{head}");
@@ -395,7 +403,13 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
             f0(s.offered_at_max)
         );
         for i in 0..rates.len() {
-            let _ = write!(row, " {:>10}", f2(s.cost.get(i).and_then(|c| c.1)));
+            let c = s.cost.get(i);
+            let _ = write!(
+                row,
+                " {:>10} {:>8}",
+                f2(c.and_then(|c| c.1)),
+                f2(c.and_then(|c| c.2))
+            );
         }
         let _ = write!(
             row,
@@ -408,7 +422,12 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
     }
     let mut row = format!("{:<12} {:>11} {:>11}", "steer/tokio", f2(r.capacity), "");
     for i in 0..rates.len() {
-        let _ = write!(row, " {:>10}", f2(r.cost.get(i).and_then(|x| x.1)));
+        let _ = write!(
+            row,
+            " {:>10} {:>8}",
+            f2(r.cost.get(i).and_then(|x| x.1)),
+            f2(r.own_cost.get(i).and_then(|x| x.1))
+        );
     }
     let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
     let _ = writeln!(t, "{row}");
@@ -671,7 +690,8 @@ pub fn json(
         "proxies": {
             "summary": summarize(proxies),
             "ratios_steer_over_tokio": {
-                "capacity": pr.capacity, "us_per_reply": per_rate(&pr.cost), "p99": pr.p99,
+                "capacity": pr.capacity, "us_per_reply": per_rate(&pr.cost),
+                "own_us_per_reply": per_rate(&pr.own_cost), "p99": pr.p99,
             },
         },
         "runs": runs,
@@ -844,6 +864,14 @@ mod tests {
         let runs = vec![
             run(
                 1,
+                Kind::Reflector,
+                vec![
+                    ("max", phase(None, 6e5, 6e5, 2.0, 50.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 3.0, 20.0)),
+                ],
+            ),
+            run(
+                1,
                 Kind::SteerProxy,
                 vec![
                     ("max", phase(None, 3e5, 2e5, 6.0, 900.0)),
@@ -859,9 +887,14 @@ mod tests {
                 ],
             ),
         ];
-        let sums = summarize(&[Kind::SteerProxy, Kind::KernelProxy], &runs, &rates);
+        let sums = summarize(
+            &[Kind::Reflector, Kind::SteerProxy, Kind::KernelProxy],
+            &runs,
+            &rates,
+        );
         let r = proxy_ratios(&sums, &rates);
         assert!((r.cost[0].1.unwrap() - 9.0 / 12.0).abs() < 1e-9);
+        assert!((r.own_cost[0].1.unwrap() - 6.0 / 9.0).abs() < 1e-9);
         assert!((r.capacity.unwrap() - 2.0).abs() < 1e-9);
         assert!((r.p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
         let t = proxy_table(&sums, &r, &rates);
@@ -881,7 +914,7 @@ mod tests {
             j["proxies"]["ratios_steer_over_tokio"]["us_per_reply"][0]["ratio"],
             json!(0.75)
         );
-        assert_eq!(j["proxies"]["summary"][1]["server"], json!("kernel-proxy"));
+        assert_eq!(j["proxies"]["summary"][2]["server"], json!("kernel-proxy"));
     }
 
     #[test]
