@@ -11,7 +11,8 @@
 //!
 //! How a worker sleeps is pluggable ([`Sleeper`]): plain thread parking here;
 //! an event loop (mio `Waker`, eventfd) when the worker also waits for socket
-//! readiness.
+//! readiness; an async executor when the worker also runs the application's
+//! tasks (it gets a word on idle rounds too: [`Sleeper::idle`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +26,12 @@ pub trait Sleeper: Send + Sync {
     fn sleep(&self, timeout: Duration);
     /// Wake the sleeper (or make its next sleep return at once).
     fn wake(&self);
+    /// The worker found no work this round and does not sleep yet (it
+    /// spins before sleeping, or busy-polls): a sleeper that also runs
+    /// deferred work (an executor's timers and I/O) may do a bounded,
+    /// non-blocking share of it here. Called on every such round, so it
+    /// must be cheap when nothing is due. Default: nothing.
+    fn idle(&self) {}
 }
 
 /// A [`Sleeper`] using `std::thread::park_timeout`; bind it to the worker's
@@ -107,6 +114,13 @@ impl Doorbell {
         };
         self.sleeping.store(false, Ordering::SeqCst);
         slept
+    }
+
+    /// Worker side, on a round without work that does not sleep: passes it
+    /// on to [`Sleeper::idle`].
+    #[inline]
+    pub fn idle(&self) {
+        self.sleeper.idle();
     }
 
     /// Whether the worker is (about to be) asleep.

@@ -89,6 +89,22 @@ struct App {
     poison: Option<(u32, CpuId)>,
     /// CPU 0's sleeper, woken by the test when it feeds queue 0.
     cpu0_sleeper: Option<Arc<CondSleeper>>,
+    /// Every worker's sleeper counts its idle turns here.
+    idle_turns: Option<Arc<AtomicUsize>>,
+}
+
+/// Thread parking that counts the worker's idle turns.
+struct CountingSleeper(ThreadSleeper, Arc<AtomicUsize>);
+impl Sleeper for CountingSleeper {
+    fn sleep(&self, timeout: Duration) {
+        self.0.sleep(timeout);
+    }
+    fn wake(&self) {
+        self.0.wake();
+    }
+    fn idle(&self) {
+        self.1.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Setup<usize> for App {
@@ -106,6 +122,9 @@ impl Setup<usize> for App {
         PoolHandle(self.frames.clone())
     }
     fn sleeper(&self, cpu: CpuId) -> Box<dyn Sleeper> {
+        if let Some(turns) = &self.idle_turns {
+            return Box::new(CountingSleeper(ThreadSleeper::current(), turns.clone()));
+        }
         match (&self.cpu0_sleeper, cpu) {
             (Some(s), 0) => Box::new(SharedSleeper(s.clone())),
             _ => Box::new(ThreadSleeper::current()),
@@ -178,6 +197,7 @@ fn order_and_accounting_under_concurrent_migration() {
             log: log.clone(),
             poison: None,
             cpu0_sleeper: None,
+            idle_turns: None,
         });
         let feeds = [Feed::default(), Feed::default()];
         let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap()); // two LLCs: every move crosses
@@ -254,6 +274,7 @@ fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
         log: log.clone(),
         poison: Some((3, 1)),
         cpu0_sleeper: None,
+        idle_turns: None,
     });
     let feeds = [Feed::default(), Feed::default()];
     let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
@@ -324,6 +345,7 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
         log: Default::default(),
         poison: None,
         cpu0_sleeper: Some(cpu0.clone()),
+        idle_turns: None,
     });
     let feeds = [Feed::default(), Feed::default()];
     let rt = Runtime::start_with_layout(
@@ -367,6 +389,51 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
     rt.stop();
 }
 
+/// A worker that polls without sleeping (busy-poll), or spins before it
+/// sleeps, gives its sleeper an idle turn on each round without work (an
+/// executor's timers and I/O run there); one that sleeps at once does not.
+#[test]
+fn rounds_without_work_that_do_not_sleep_give_the_sleeper_idle_turns() {
+    for (busy_poll, idle_spins, expect_many) in
+        [(true, 0, true), (false, 1000, true), (false, 0, false)]
+    {
+        let (frames, _) = frames(2, 10);
+        let turns = Arc::new(AtomicUsize::new(0));
+        let app = Arc::new(App {
+            frames,
+            log: Default::default(),
+            poison: None,
+            cpu0_sleeper: None,
+            idle_turns: Some(turns.clone()),
+        });
+        let rt = Runtime::start_with_layout(
+            RuntimeConfig {
+                busy_poll,
+                idle_spins,
+                sleep_timeout: Duration::from_millis(5),
+                ..config(64)
+            },
+            Arc::new(CpuLayout::uniform(2, 1).unwrap()),
+            app,
+            vec![Box::new(Feed::default()) as Box<dyn RxSource<usize>>],
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        rt.stop();
+        let n = turns.load(Ordering::Relaxed);
+        if expect_many {
+            // Busy-polling: every round; spinning: 1000 rounds per sleep.
+            assert!(
+                n >= 1000,
+                "busy_poll {busy_poll} spins {idle_spins}: {n} idle turns"
+            );
+        } else {
+            // Sleeping after the first empty round: no round spins.
+            assert_eq!(n, 0, "a worker that sleeps at once got {n} idle turns");
+        }
+    }
+}
+
 /// The shared state is built before the start: pins and consumer records
 /// made then steer the very first packets, and the runtime runs on that
 /// state itself (not a copy).
@@ -402,6 +469,7 @@ fn shared_state_built_before_start_steers_from_the_first_packet() {
         log: Default::default(),
         poison: None,
         cpu0_sleeper: None,
+        idle_turns: None,
     });
     let stats = shared.stats.clone();
     let pins = shared.pins.clone();
@@ -442,6 +510,7 @@ fn shared_state_sized_for_other_cpus_is_refused() {
         log: Default::default(),
         poison: None,
         cpu0_sleeper: None,
+        idle_turns: None,
     });
     let err = Runtime::start(cfg, shared, app, vec![Box::new(Feed::default())]).unwrap_err();
     assert_eq!(

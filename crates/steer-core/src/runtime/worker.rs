@@ -8,7 +8,9 @@
 //!   handler (its staged replies go out), and only then publish the rings'
 //!   heads past the packets drained (so a ring's head never passes a packet
 //!   whose reply is still staged: see [`Worker::flush`]); tick the flow
-//!   tables' clock and expire idle flows when idle, sleep on its doorbell.
+//!   tables' clock and expire idle flows when idle, sleep on its doorbell
+//!   (rounds without work that do not sleep give the sleeper its
+//!   [`Sleeper::idle`] turn).
 //! - Adoption: rx queues left by a worker that died are taken over by
 //!   whichever survivor sees them first.
 //! - Finish (stop requested): drain until every running worker has stopped
@@ -149,6 +151,9 @@ impl Sleeper for BoxedSleeper {
     fn wake(&self) {
         self.0.wake()
     }
+    fn idle(&self) {
+        self.0.idle()
+    }
 }
 
 struct Worker<D, St: Setup<D>> {
@@ -287,6 +292,9 @@ where
                     self.common.cfg.sleep_timeout,
                 );
             } else {
+                // Spinning before a sleep, or busy-polling: a sleeper that
+                // runs deferred work gets its turn (a no-op by default).
+                self.bell.idle();
                 std::hint::spin_loop();
             }
         }
