@@ -48,6 +48,27 @@ pub fn async_fd(
     socket.into_async_fd(tokio::io::Interest::READABLE)
 }
 
+/// Watches an fd of a socket for readability with the current tokio
+/// runtime, while the socket itself stays where it is (behind a lock,
+/// polled by another part of the program): `fd` is a duplicate, e.g.
+/// `socket.as_fd().try_clone_to_owned()`, owned by the returned `AsyncFd`.
+/// Must be called inside a tokio runtime.
+///
+/// ```
+/// use std::os::fd::AsFd;
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+/// let _inside = rt.enter();
+/// let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let watched = xdp_io::readiness::async_readable(socket.as_fd().try_clone_to_owned().unwrap());
+/// assert!(watched.is_ok());
+/// ```
+#[cfg(feature = "tokio")]
+pub fn async_readable(
+    fd: std::os::fd::OwnedFd,
+) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    crate::socket::register_owned(fd, tokio::io::Interest::READABLE)
+}
+
 /// Receives from `socket` in a tight loop (no sleeping, no blocking): each
 /// round takes up to `batch` frames (possibly none) and hands them to
 /// `handler`, which owns them: it sends, recycles or keeps them (frames left

@@ -12,7 +12,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, RawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd},
     sync::Arc,
     thread,
     time::Duration,
@@ -473,6 +473,30 @@ impl AsRawFd for QueueSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.rx.fd().as_raw_fd()
     }
+}
+
+/// The socket's fd, e.g. to duplicate it (`as_fd().try_clone_to_owned()`)
+/// for an event loop that watches the socket's readiness while the socket
+/// itself is used elsewhere ([`crate::readiness::async_readable`]).
+impl AsFd for QueueSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the rx ring's socket fd is opened when the QueueSocket is
+        // created and closed only when it is dropped; the borrow cannot
+        // outlive `self`.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+/// Registers `fd` with the current tokio runtime for `interest`.
+#[cfg(feature = "tokio")]
+pub(crate) fn register_owned(
+    fd: OwnedFd,
+    interest: tokio::io::Interest,
+) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd owns `fd`: it stays open, and the same, until the
+    // AsyncFd is dropped (or gives it back with `into_inner`).
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }
+        .map_err(io::Error::from)
 }
 
 /// The rings `Socket::new` returns: tx, rx, and the fill and completion
