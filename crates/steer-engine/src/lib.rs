@@ -10,6 +10,9 @@
 //!   recording the reader's CPU (RFS).
 //! - [`echo`]: the L4 UDP echo (a reply rewritten in place), sockperf's rule.
 //! - [`sleep`]: the workers' sleeper (mio: doorbell and socket readiness).
+//! - `tasks`: the application's tasks on the workers' own threads (a tokio
+//!   current_thread runtime per worker, which is also its sleeper), for
+//!   flow delivery without a thread hop.
 //! - [`probe`]: the live CPU probe recorders use (current and allowed CPUs).
 //! - [`trace`]: recording the trace `steer replay` reads (packet arrivals and
 //!   consumption), off the hot path.
@@ -18,8 +21,8 @@
 //!   top`) and Prometheus metrics on `/metrics`.
 //!
 //! The layering, bottom up: `frames` (where UMEM frames live between the
-//! sockets: the spare pool, the rx source, the transmit path) and `observe`
-//! (the published snapshot's format and its two servers) below `engine`,
+//! sockets: the spare pool, the rx source, the transmit path), `tasks` and
+//! `observe` (the published snapshot's format and its two servers) below `engine`,
 //! `engine` below `flows`; nothing below imports anything above.
 //! `unsafe` is denied crate-wide and allowed only in `frames` (the one
 //! place a descriptor becomes a frame again, UMEM reads, prefetch) and in
@@ -34,4 +37,5 @@ mod frames;
 pub mod observe;
 pub mod probe;
 pub mod sleep;
+mod tasks;
 pub mod trace;

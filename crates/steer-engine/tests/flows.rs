@@ -3,7 +3,8 @@
 //! mio loop, replies sent on the flow; reading records the reader's CPU so
 //! the flow's packets follow it; a reader that moves threads mid-flow keeps
 //! its order; a slow reader drops only its own datagrams; explicit pins win
-//! over learning. Needs root, as CI runs it.
+//! over learning; tasks on the engine's own workers (thread-per-core) read,
+//! answer and end cleanly at stop. Needs root, as CI runs it.
 
 mod support;
 
@@ -337,4 +338,123 @@ fn explicit_flow_and_port_pins_override_learning() {
     assert!(stats.desired.updates() > 0, "{}", stats.table(None));
     assert_clean_stop(engine);
     rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// Thread-per-core: the flows' tasks run on the engine's worker threads.
+/// Every datagram is answered in order, each read happens on a worker
+/// thread (so each flow is recorded once, on the CPU that received it, and
+/// never moves), and stopping the engine with every task still waiting on
+/// its flow (and a timer) ends them all: each sees the end, the acceptors
+/// too, and the frames balance.
+#[test]
+fn tasks_on_the_workers_answer_every_flow_and_end_at_stop() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let net = TestNet::new();
+    let ended = Arc::new(AtomicUsize::new(0));
+    let acceptors_ended = Arc::new(AtomicUsize::new(0));
+    let off_worker_reads = Arc::new(AtomicUsize::new(0));
+    let (e, a, off) = (
+        Arc::clone(&ended),
+        Arc::clone(&acceptors_ended),
+        Arc::clone(&off_worker_reads),
+    );
+    let engine = Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .frames(4096, 512)
+        .deliver_flows_on_workers(FlowOptions::default(), move |cpu, listener| {
+            let (ended, acceptors_ended, off) = (Arc::clone(&e), Arc::clone(&a), Arc::clone(&off));
+            async move {
+                while let Some(mut flow) = listener.accept().await {
+                    let (ended, off) = (Arc::clone(&ended), Arc::clone(&off));
+                    tokio::task::spawn_local(async move {
+                        let worker = format!("steer-worker-{cpu}");
+                        loop {
+                            tokio::select! {
+                                d = flow.recv() => match d {
+                                    Some(d) => {
+                                        if std::thread::current().name() != Some(worker.as_str()) {
+                                            off.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        flow.send(&d).unwrap();
+                                    }
+                                    None => break,
+                                },
+                                // A timer the task keeps re-arming.
+                                () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                            }
+                        }
+                        ended.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+                acceptors_ended.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .start()
+        .expect("engine with flow tasks on its workers starts");
+    assert!(engine.listener().is_none() && engine.listener_for(0).is_none());
+    let workers = engine.worker_states().len();
+    let got = drive_flows(&net, 8, 300, 25);
+    assert_all_in_order(&got, 300, "tasks on the workers");
+    assert_eq!(off_worker_reads.load(Ordering::Relaxed), 0);
+    let stats = engine.stats();
+    assert_eq!(engine.flow_stats().unwrap().accepted, 8);
+    let first_records = stats.desired.written(WriteReason::NewOrOtherFlow);
+    assert!(first_records >= 8, "{}", stats.table(None));
+    assert_eq!(
+        stats.desired.updates(),
+        first_records,
+        "{}",
+        stats.table(None)
+    );
+    // The 8 tasks still wait on their flows: the stop ends them.
+    assert_eq!(ended.load(Ordering::Relaxed), 0);
+    let started = std::time::Instant::now();
+    assert_clean_stop(engine);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        ended.load(Ordering::Relaxed),
+        8,
+        "every flow task saw the end"
+    );
+    assert_eq!(acceptors_ended.load(Ordering::Relaxed), workers);
+}
+
+/// Thread-per-core with a worker that busy-polls (never sleeps): the tasks
+/// still run, their replies leave and their timers fire.
+#[test]
+fn tasks_on_busy_polling_workers_answer_every_flow() {
+    let net = TestNet::new();
+    // One busy-polling worker, on the last CPU (the machine is shared).
+    let last = topology::Topology::live()
+        .unwrap()
+        .online_cpus()
+        .iter()
+        .last()
+        .unwrap();
+    let engine = Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .frames(4096, 512)
+        .cpus([last].into_iter().collect())
+        .busy_poll(true)
+        .deliver_flows_on_workers(FlowOptions::default(), |_cpu, listener| async move {
+            while let Some(mut flow) = listener.accept().await {
+                tokio::task::spawn_local(async move {
+                    while let Some(d) = flow.recv().await {
+                        // Answered after a timer: the timer must fire while
+                        // the worker polls without sleeping.
+                        tokio::time::sleep(Duration::from_micros(100)).await;
+                        flow.send(&d).unwrap();
+                    }
+                });
+            }
+        })
+        .start()
+        .unwrap();
+    let got = drive_flows(&net, 4, 100, 5);
+    assert_all_in_order(&got, 100, "busy-polling workers");
+    assert_clean_stop(engine);
 }

@@ -13,7 +13,9 @@
 //! later reply sent before an earlier one.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Handler;
@@ -181,6 +183,22 @@ pub(crate) struct WorkerHandler {
     pub(crate) tx: TxPath,
     pub(crate) counters: Arc<EngineCounters>,
     pub(crate) local: WorkerCounts,
+    /// Set once the engine is stopping (its tasks may then take a grace
+    /// period to end).
+    pub(crate) stopping: Arc<AtomicBool>,
+}
+
+/// How long a stopping worker lets the tasks it runs see the stop and end.
+const TASK_GRACE: Duration = Duration::from_secs(1);
+
+impl Drop for WorkerHandler {
+    /// The worker thread is ending: so do the tasks it ran
+    /// ([`Application::tasks_on_workers`]), after a grace period when the
+    /// engine is stopping (not when the worker died).
+    fn drop(&mut self) {
+        let grace = self.stopping.load(Ordering::SeqCst).then_some(TASK_GRACE);
+        crate::tasks::finish(grace);
+    }
 }
 
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
@@ -239,6 +257,17 @@ pub trait Application: Send + Sync + 'static {
     /// The engine is stopping; called before the workers stop (default:
     /// nothing). Whatever the application sends must stop here.
     fn stop(&self) {}
+
+    /// Whether each worker thread also runs the application's async tasks
+    /// (default: no). If so, each worker owns a tokio current_thread
+    /// runtime with a `LocalSet`: it sleeps in that runtime's event loop
+    /// (which also waits for its AF_XDP sockets and doorbell), and its
+    /// handler runs the ready tasks at the end of each round with work
+    /// (flow delivery on the workers:
+    /// [`EngineBuilder::deliver_flows_on_workers`](super::EngineBuilder::deliver_flows_on_workers)).
+    fn tasks_on_workers(&self) -> bool {
+        false
+    }
 }
 
 /// A [`HandlerFactory`] as an [`Application`].

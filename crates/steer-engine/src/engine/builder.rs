@@ -3,8 +3,9 @@
 //! workers' parts, and starts the runtime.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,10 @@ use super::publish::Publisher;
 use super::setup::EngineSetup;
 use super::steering::FlowSteering;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
-use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
+use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
 use crate::sleep::MioSleeper;
+use crate::tasks::WorkerTasks;
 use crate::trace::{TraceWriter, TracedSource};
 
 /// Builds the application layer from the engine's parts; returns it as
@@ -437,9 +439,22 @@ impl EngineBuilder {
             trace: sink.clone(),
         });
 
-        // Each worker sleeps on its doorbell and on the sockets it polls.
+        // Each worker sleeps on its doorbell and on the sockets it polls: in
+        // a mio poll, or in its own tokio runtime when it runs tasks.
         let mut sleepers = Vec::with_capacity(cpu_list.len());
+        let mut tasks = Vec::new();
         for (j, &cpu) in cpu_list.iter().enumerate() {
+            if app.tasks_on_workers() {
+                // Its event loop watches duplicates of the sockets' fds.
+                let own = sockets
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % cpu_list.len() == j)
+                    .map(|(_, s)| lock(s).as_fd().try_clone_to_owned())
+                    .collect::<std::io::Result<Vec<_>>>()?;
+                tasks.push((cpu, WorkerTasks::new(own)?));
+                continue;
+            }
             let sleeper = Arc::new(MioSleeper::new()?);
             for (i, &fd) in fds.iter().enumerate() {
                 if i % cpu_list.len() == j {
@@ -448,6 +463,7 @@ impl EngineBuilder {
             }
             sleepers.push((cpu, sleeper));
         }
+        let stopping = Arc::new(AtomicBool::new(false));
         let steering = Arc::new(FlowSteering::new(
             shared.clone(),
             hasher.clone(),
@@ -471,6 +487,8 @@ impl EngineBuilder {
             app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
+            tasks: Mutex::new(tasks),
+            stopping: Arc::clone(&stopping),
             steering,
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
@@ -525,6 +543,7 @@ impl EngineBuilder {
             observer: None,
             metrics_addr,
             stats_path,
+            stopping,
         };
         if endpoint.is_some() || metrics.is_some() {
             let snapshot: Snapshot = Arc::new(move || publisher.snapshot());

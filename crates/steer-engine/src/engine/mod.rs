@@ -126,6 +126,8 @@ pub struct Engine {
     observer: Option<Observer>,
     metrics_addr: Option<SocketAddr>,
     stats_path: Option<PathBuf>,
+    /// Set before the workers stop: tasks on the workers get a grace period.
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -262,6 +264,8 @@ impl Engine {
         self.publisher = None;
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.app.stop();
         let runtime = self
             .runtime
@@ -336,6 +340,8 @@ impl Drop for Engine {
         if let Some(mut o) = self.observer.take() {
             o.stop();
         }
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.app.stop();
         if let Some(rt) = self.runtime.take() {
             rt.stop();

@@ -1,9 +1,12 @@
 //! [`EngineSetup`]: what steer-core's runtime builds on each worker's own
 //! thread: pinning and scheduling slice, the classifier and hook of each rx
 //! queue, the frame pool, the handler adapter with its transmit path, and
-//! the sleeper that watches the worker's doorbell and sockets.
+//! the sleeper that watches the worker's doorbell and sockets (a mio poll,
+//! or, when the application runs tasks on the workers, the worker's own
+//! tokio runtime).
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use steer_core::cpu::CpuId;
@@ -21,6 +24,7 @@ use super::sched;
 use super::steering::FlowSteering;
 use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
+use crate::tasks::WorkerTasks;
 
 /// The per-CPU parts the runtime builds on each worker's thread.
 pub(super) struct EngineSetup {
@@ -36,6 +40,11 @@ pub(super) struct EngineSetup {
     pub(super) app: Arc<dyn Application>,
     pub(super) counters: Arc<EngineCounters>,
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
+    /// Each worker's executor, when the application runs tasks on the
+    /// workers; taken by the worker's thread.
+    pub(super) tasks: Mutex<Vec<(CpuId, WorkerTasks)>>,
+    /// Set when the engine stops (the workers' tasks get a grace period).
+    pub(super) stopping: Arc<AtomicBool>,
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
 }
@@ -86,10 +95,21 @@ impl Setup<RawFrame> for EngineSetup {
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
             counters: Arc::clone(&self.counters),
             local: WorkerCounts::default(),
+            stopping: Arc::clone(&self.stopping),
         }
     }
 
     fn sleeper(&self, cpu: CpuId) -> Box<dyn Sleeper> {
+        // Runs on the worker's thread: its executor becomes thread-local.
+        let tasks = {
+            let mut all = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            all.iter()
+                .position(|(c, _)| *c == cpu)
+                .map(|i| all.swap_remove(i).1)
+        };
+        if let Some(tasks) = tasks {
+            return Box::new(tasks.install());
+        }
         match self.sleepers.iter().find(|(c, _)| *c == cpu) {
             Some((_, s)) => Box::new(SharedSleeper(Arc::clone(s))),
             None => Box::new(steer_core::wake::ThreadSleeper::current()),

@@ -1,7 +1,10 @@
 //! The worker side of flow delivery: a [`PacketHandler`] per worker that
 //! finds each datagram's flow (a per-worker cache in front of the engine's
 //! flow map), copies the payload into the flow's queue, and wakes readers
-//! once per batch.
+//! once per batch. When the flows' tasks run on the workers themselves,
+//! the batch's end is also where they run: the readers are woken inside the
+//! worker's runtime and the ready tasks run before the round ends
+//! (`crate::tasks::tick`).
 //!
 //! Invariant: the frame is never kept: every packet ends as `Consume`
 //! (delivered) or `Drop` (not a UDP datagram, backlog full, queue full), so
@@ -27,15 +30,18 @@ pub(crate) struct FlowDemux {
     cache: HashMap<FlowKey, Arc<FlowShared>>,
     touched: Vec<Arc<FlowShared>>,
     flushes: u32,
+    /// The flows' tasks run on this worker's thread.
+    tasks_here: bool,
 }
 
 impl FlowDemux {
-    pub(crate) fn new(hub: Arc<Hub>) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>, tasks_here: bool) -> Self {
         Self {
             hub,
             cache: HashMap::new(),
             touched: Vec::new(),
             flushes: 0,
+            tasks_here,
         }
     }
 
@@ -81,8 +87,19 @@ impl PacketHandler for FlowDemux {
     }
 
     fn flush(&mut self) {
-        for f in self.touched.drain(..) {
-            f.readiness.notify();
+        let woken = self.touched.len();
+        let touched = &mut self.touched;
+        let mut wake = || {
+            for f in touched.drain(..) {
+                f.readiness.notify();
+            }
+        };
+        if self.tasks_here {
+            // Every round with work, even one that filled no flow: the
+            // tasks' sockets and timers are polled here while busy.
+            crate::tasks::tick(woken, wake);
+        } else {
+            wake();
         }
         self.flushes = self.flushes.wrapping_add(1);
         if self.flushes % CACHE_SWEEP_EVERY == 0 {

@@ -16,6 +16,15 @@
 //! worker CPU ([`AcceptMode::PerCpu`], for one current_thread runtime per
 //! pinned core: a flow is offered on the CPU whose worker received it).
 //!
+//! Or the flows' tasks run on the engine's workers themselves
+//! ([`EngineBuilder::deliver_flows_on_workers`], thread-per-core): each
+//! worker runs an acceptor task of the application's on its own thread,
+//! with its CPU's listener, and the tasks it spawns
+//! (`tokio::task::spawn_local`) read their flows there. A datagram then goes
+//! from the AF_XDP ring to the task that reads it on the same thread: the
+//! worker wakes the reader and runs it at the end of the round, and sleeps
+//! in the tasks' event loop, so no thread is woken in between.
+//!
 //! ```no_run
 //! use steer_engine::engine::Engine;
 //! use steer_engine::flows::FlowOptions;
@@ -44,6 +53,8 @@ mod reply;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -51,6 +62,7 @@ use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
 use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
 use steer_core::record::Recorder;
+use tracing::warn;
 use xdp_io::Frame;
 
 use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
@@ -138,6 +150,8 @@ thread_local! {
 pub(crate) struct Hub {
     id: usize,
     options: FlowOptions,
+    /// The listeners are served by acceptor tasks on the workers.
+    on_workers: bool,
     hasher: KeyedHasher,
     cpus: Vec<CpuId>,
     flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
@@ -162,7 +176,7 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub(crate) fn new(options: FlowOptions, parts: &EngineParts) -> Self {
+    pub(crate) fn new(options: FlowOptions, parts: &EngineParts, on_workers: bool) -> Self {
         let listeners = match options.accept {
             AcceptMode::Single => 1,
             AcceptMode::PerCpu => parts.cpus.len().max(1),
@@ -170,6 +184,7 @@ impl Hub {
         Self {
             id: NEXT_HUB_ID.fetch_add(1, Ordering::Relaxed),
             options,
+            on_workers,
             hasher: parts.hasher.clone(),
             cpus: parts.cpus.clone(),
             flows: Mutex::new(HashMap::new()),
@@ -186,6 +201,14 @@ impl Hub {
     }
 
     pub(crate) fn listener(self: &Arc<Self>, cpu: Option<CpuId>) -> Option<FlowListener> {
+        if self.on_workers {
+            // Each is its worker's acceptor's (one task per listener).
+            return None;
+        }
+        self.listener_of(cpu)
+    }
+
+    fn listener_of(self: &Arc<Self>, cpu: Option<CpuId>) -> Option<FlowListener> {
         let index = match (self.options.accept, cpu) {
             (AcceptMode::Single, None) => 0,
             (AcceptMode::PerCpu, Some(cpu)) => self.cpus.iter().position(|&c| c == cpu)?,
@@ -342,17 +365,46 @@ impl Hub {
     }
 }
 
+/// Builds the acceptor task of one worker CPU from its listener
+/// ([`EngineBuilder::deliver_flows_on_workers`]).
+type Acceptor = Arc<dyn Fn(CpuId, FlowListener) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
 /// Flow delivery as the application the engine runs: each worker's handler
-/// is a demultiplexer feeding the hub's flows.
-pub(crate) struct HubHandle(Arc<Hub>);
+/// is a demultiplexer feeding the hub's flows; with an acceptor, the
+/// workers also run the flows' tasks.
+pub(crate) struct HubHandle {
+    hub: Arc<Hub>,
+    acceptor: Option<Acceptor>,
+}
 
 impl Application for HubHandle {
-    fn handler(&self, _cpu: CpuId) -> Box<dyn PacketHandler> {
-        Box::new(FlowDemux::new(Arc::clone(&self.0)))
+    fn handler(&self, cpu: CpuId) -> Box<dyn PacketHandler> {
+        // On the worker's thread, whose executor is installed by now.
+        if let Some(acceptor) = &self.acceptor {
+            match self.hub.listener_of(Some(cpu)) {
+                Some(listener) => {
+                    if !crate::tasks::spawn_local(acceptor(cpu, listener)) {
+                        warn!(
+                            cpu,
+                            "no task executor on this worker: its flows are not accepted"
+                        );
+                    }
+                }
+                None => warn!(cpu, "no listener for this worker's CPU"),
+            }
+        }
+        Box::new(FlowDemux::new(
+            Arc::clone(&self.hub),
+            self.acceptor.is_some(),
+        ))
     }
 
     fn stop(&self) {
-        self.0.shut();
+        self.hub.shut();
+    }
+
+    fn tasks_on_workers(&self) -> bool {
+        self.acceptor.is_some()
     }
 }
 
@@ -364,25 +416,79 @@ impl EngineBuilder {
     /// UMEM frames is kept back for the replies flows send.
     pub fn deliver_flows(mut self, options: FlowOptions) -> Self {
         self.reply_reserve_div = 8;
-        self.application(move |parts| HubHandle(Arc::new(Hub::new(options, parts))))
+        self.application(move |parts| HubHandle {
+            hub: Arc::new(Hub::new(options, parts, false)),
+            acceptor: None,
+        })
+    }
+
+    /// Flow delivery whose tasks run on the engine's own worker threads
+    /// (thread-per-core): each worker owns a tokio current_thread runtime
+    /// and runs `acceptor(cpu, listener)` on it, with the listener of the
+    /// flows its CPU receives (`options.accept` is ignored: one listener per
+    /// worker CPU). Tasks the acceptor spawns with
+    /// `tokio::task::spawn_local` run on that worker too, between its
+    /// rounds and while it sleeps: a datagram reaches its reader without a
+    /// thread hop, and reading records the worker's CPU, so the flow stays
+    /// there. Tasks may use tokio's sockets and timers; they must not block
+    /// the thread (that stalls the worker's packets). At stop, the tasks see
+    /// the end (`recv` and `accept` give `None`) and get a second to finish.
+    /// [`Engine::listener`] and [`Engine::listener_for`] give `None`.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::Engine;
+    /// use steer_engine::flows::FlowOptions;
+    /// use xdp_io::Proto;
+    /// let engine = Engine::builder("eth1")
+    ///     .own(Proto::Udp, 5353)
+    ///     .deliver_flows_on_workers(FlowOptions::default(), |_cpu, listener| async move {
+    ///         while let Some(mut flow) = listener.accept().await {
+    ///             tokio::task::spawn_local(async move {
+    ///                 while let Some(datagram) = flow.recv().await {
+    ///                     let _ = flow.send(&datagram); // echo
+    ///                 }
+    ///             });
+    ///         }
+    ///     })
+    ///     .start()?;
+    /// let report = engine.stop()?;
+    /// assert!(report.census_ok());
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn deliver_flows_on_workers<F, Fut>(mut self, options: FlowOptions, acceptor: F) -> Self
+    where
+        F: Fn(CpuId, FlowListener) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.reply_reserve_div = 8;
+        let options = FlowOptions {
+            accept: AcceptMode::PerCpu,
+            ..options
+        };
+        let acceptor: Acceptor = Arc::new(move |cpu, listener| Box::pin(acceptor(cpu, listener)));
+        self.application(move |parts| HubHandle {
+            hub: Arc::new(Hub::new(options, parts, true)),
+            acceptor: Some(acceptor),
+        })
     }
 }
 
 /// Flow delivery's handles on the running engine.
 impl Engine {
     fn hub(&self) -> Option<Arc<Hub>> {
-        Some(Arc::clone(&self.application::<HubHandle>()?.0))
+        Some(Arc::clone(&self.application::<HubHandle>()?.hub))
     }
 
     /// The listener of new flows ([`AcceptMode::Single`] flow delivery;
-    /// `None` otherwise).
+    /// `None` otherwise, and with the flows' tasks on the workers).
     pub fn listener(&self) -> Option<FlowListener> {
         self.hub()?.listener(None)
     }
 
     /// The listener of the flows first received on `cpu`
-    /// ([`AcceptMode::PerCpu`] flow delivery; `None` otherwise or for a CPU
-    /// without a worker).
+    /// ([`AcceptMode::PerCpu`] flow delivery; `None` otherwise, for a CPU
+    /// without a worker, and with the flows' tasks on the workers, whose
+    /// acceptors hold the listeners).
     pub fn listener_for(&self, cpu: CpuId) -> Option<FlowListener> {
         self.hub()?.listener(Some(cpu))
     }
