@@ -1,9 +1,10 @@
 //! `steer proxy` end to end: clients in a namespace, the proxy on the
 //! host end of a 2-queue veth, a kernel UDP echo as the backend on loopback.
 //! Every datagram is answered in order per flow under llc and always, with
-//! the multi-thread and the per-core layouts, switched at start and at run
-//! time (stdin commands); and the plain-tokio baseline (`--io kernel`)
-//! forwards the same traffic the same way. Needs root, as CI runs it.
+//! the multi-thread, the per-core and the worker (thread-per-core) layouts,
+//! switched at start and at run time (stdin commands); and the plain-tokio
+//! baseline (`--io kernel`) forwards the same traffic the same way. Needs
+//! root, as CI runs it.
 
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
@@ -154,6 +155,55 @@ fn every_datagram_is_answered_in_order_under_each_policy_and_layout() {
     assert_eq!(p["flows_per_core"], 2 * flows as u64, "{report:#}");
     assert_eq!(p["to_backend"], total, "{report:#}");
     assert_eq!(p["to_client"], total, "{report:#}");
+    assert_eq!(report["frames"]["balanced"], true, "{report:#}");
+}
+
+/// Started with `--runtime worker`, the flows' tasks run on steer's worker
+/// threads; switching to the other layouts at run time still serves new
+/// flows, and back.
+#[test]
+fn the_worker_layout_answers_every_datagram_in_order_and_switches_at_run_time() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-worker-{}.json", std::process::id()));
+    let mut proxy = Proxy::start(&net, backend, &["--runtime", "worker"], &json);
+    let phases = [
+        ("llc/worker", None),
+        (
+            "llc/per-core",
+            Some(("runtime per-core", "runtime PerCore")),
+        ),
+        ("llc/multi", Some(("runtime multi", "runtime Multi"))),
+        (
+            "llc/worker again",
+            Some(("runtime worker", "runtime Worker")),
+        ),
+        ("always/worker", Some(("policy always", "policy always"))),
+    ];
+    let (flows, per_flow) = (6, 150);
+    let mut results = Vec::new();
+    for (phase, switch) in phases {
+        if let Some((cmd, echo)) = switch {
+            proxy.command(cmd, echo);
+        }
+        results.push((phase, drive_flows(&net, flows, per_flow, 15)));
+    }
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    for (phase, got) in &results {
+        assert_in_order(got, per_flow as usize, phase);
+    }
+    let p = &report["proxy"];
+    let total = (5 * flows) as u64 * u64::from(per_flow);
+    assert_eq!(p["flows"], 5 * flows as u64, "{report:#}");
+    assert_eq!(p["flows_worker"], 3 * flows as u64, "{report:#}");
+    assert_eq!(p["flows_per_core"], flows as u64, "{report:#}");
+    assert_eq!(p["flows_multi"], flows as u64, "{report:#}");
+    assert_eq!(p["to_backend"], total, "{report:#}");
+    assert_eq!(p["to_client"], total, "{report:#}");
+    assert_eq!(p["send_errors"], 0, "{report:#}");
     assert_eq!(report["frames"]["balanced"], true, "{report:#}");
 }
 

@@ -5,32 +5,39 @@
 //!
 //! Reading a flow records the task's CPU, so steer steers the flow's next
 //! packets to the worker on that CPU (under `--policy llc` only when the
-//! task crossed an LLC). Two task layouts:
+//! task crossed an LLC). Three task layouts:
 //! - `multi`: one tokio multi-thread runtime (work-stealing; tasks move);
 //! - `per-core`: one current_thread runtime pinned to each worker CPU; a
-//!   flow's task runs on the CPU whose worker received the flow.
+//!   flow's task runs on the CPU whose worker received the flow;
+//! - `worker`: the flow's task runs on the engine's worker thread itself
+//!   (thread-per-core: no thread hop between the AF_XDP ring and the task).
 //!
-//! Both are switchable at start (`--policy`, `--runtime`) and at run time by
-//! lines on stdin: `policy llc|always`, `runtime multi|per-core` (new flows
-//! use the new layout), `stats`, `quit`.
+//! The layout is chosen at start (`--runtime`, with `--policy`) and switched
+//! at run time by lines on stdin: `policy llc|always`, `runtime
+//! multi|per-core|worker` (new flows use the new layout), `stats`, `quit`.
+//! Started as `worker`, the engine's workers accept every flow and hand it
+//! to the layout of the moment; started as `multi` or `per-core`, the
+//! engine has no tasks on its workers and `runtime worker` is refused.
 //!
 //! `--io kernel` runs the same forwarder on plain tokio sockets instead
 //! ([`kernel`]): the baseline a proxy author would write without steer.
 
 mod kernel;
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuId;
 use steer_core::policy::Policy;
-use steer_engine::flows::{AcceptMode, Flow, FlowOptions};
+use steer_engine::flows::{AcceptMode, Flow, FlowListener, FlowOptions};
 use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
 use xdp_io::Proto;
 
 use crate::args::EngineArgs;
@@ -50,14 +57,16 @@ pub enum Layout {
     Multi,
     /// One current_thread runtime per worker CPU.
     PerCore,
+    /// The engine's worker threads run the flows' tasks.
+    Worker,
 }
 
 impl Layout {
     fn from_u8(v: u8) -> Self {
-        if v == 1 {
-            Layout::PerCore
-        } else {
-            Layout::Multi
+        match v {
+            1 => Layout::PerCore,
+            2 => Layout::Worker,
+            _ => Layout::Multi,
         }
     }
 }
@@ -67,8 +76,9 @@ impl Layout {
 #[command(after_help = "Examples:\n  \
     steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
     steer proxy -i eth1 -p 7000 --backend 10.0.0.2:53 --runtime per-core --policy always\n  \
+    steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111 --runtime worker --cpus 1   # tasks on steer's workers\n  \
     steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111 --io kernel --cpus 1   # the same, without steer\n\n\
-    Commands on stdin: policy llc|always, runtime multi|per-core, stats, quit")]
+    Commands on stdin: policy llc|always, runtime multi|per-core|worker, stats, quit")]
 pub struct ProxyArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -105,6 +115,7 @@ struct Relayed {
     send_errors: AtomicU64,
     flows_multi: AtomicU64,
     flows_per_core: AtomicU64,
+    flows_worker: AtomicU64,
 }
 
 impl Relayed {
@@ -121,6 +132,7 @@ impl Relayed {
         serde_json::json!({
             "flows_multi": self.flows_multi.load(Ordering::Relaxed),
             "flows_per_core": self.flows_per_core.load(Ordering::Relaxed),
+            "flows_worker": self.flows_worker.load(Ordering::Relaxed),
             "to_backend": self.to_backend.load(Ordering::Relaxed),
             "to_client": self.to_client.load(Ordering::Relaxed),
             "send_errors": self.send_errors.load(Ordering::Relaxed),
@@ -199,45 +211,151 @@ fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where a per-core runtime's flows come from: its CPU's listener, or (when
+/// the engine's workers accept) the flows a worker hands it.
+enum Incoming {
+    Listener(FlowListener),
+    Handed(mpsc::UnboundedReceiver<Flow>),
+}
+
+impl Incoming {
+    async fn next(&mut self) -> Option<Flow> {
+        match self {
+            Incoming::Listener(l) => l.accept().await,
+            Incoming::Handed(rx) => rx.recv().await,
+        }
+    }
+}
+
+/// The per-core runtimes' inboxes, by CPU (filled once the engine runs).
+type PerCoreInboxes = Arc<Mutex<HashMap<CpuId, mpsc::UnboundedSender<Flow>>>>;
+
+/// What every acceptor needs to start a flow's relay in the layout of the
+/// moment.
+#[derive(Clone)]
+struct Relays {
+    layout: Arc<AtomicU8>,
+    relayed: Arc<Relayed>,
+    multi: tokio::runtime::Handle,
+    per_core: PerCoreInboxes,
+    backend: SocketAddr,
+    idle: Duration,
+}
+
+impl Relays {
+    /// Runs `flow`'s relay on the calling thread's `LocalSet`.
+    fn run_here(&self, flow: Flow) {
+        let relayed = Arc::clone(&self.relayed);
+        tokio::task::spawn_local(relay(flow, self.backend, self.idle, relayed));
+    }
+
+    /// Starts `flow`'s relay, accepted on `cpu`; `here` spawns on the
+    /// calling thread's `LocalSet` (a per-core runtime or a worker).
+    fn start(&self, cpu: CpuId, flow: Flow, here: Layout) {
+        let relayed = Arc::clone(&self.relayed);
+        let (backend, idle) = (self.backend, self.idle);
+        let layout = Layout::from_u8(self.layout.load(Ordering::Relaxed));
+        match layout {
+            Layout::Multi => {
+                relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
+                self.multi.spawn(relay(flow, backend, idle, relayed));
+            }
+            l if l == here => {
+                let counter = match l {
+                    Layout::Worker => &relayed.flows_worker,
+                    _ => &relayed.flows_per_core,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                self.run_here(flow);
+            }
+            Layout::PerCore => {
+                let inbox = self
+                    .per_core
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(&cpu)
+                    .cloned();
+                match inbox.map(|i| i.send(flow)) {
+                    Some(Ok(())) => {
+                        relayed.flows_per_core.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // No per-core runtime (stopping): the flow is closed.
+                    _ => {
+                        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            // Refused by the `runtime` command when the workers run no tasks.
+            Layout::Worker => {
+                relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     if args.io == Io::Kernel {
         return run_kernel(args);
     }
     let stop = xdp_io::shutdown::install()?;
-    let engine = args
-        .engine
-        .builder()?
-        .own(Proto::Udp, args.port)
-        .deliver_flows(FlowOptions {
-            accept: AcceptMode::PerCpu,
-            ..FlowOptions::default()
-        })
-        .start()?;
-    let layout = Arc::new(AtomicU8::new(args.runtime as u8));
-    let relayed = Arc::new(Relayed::default());
-    let idle = Duration::from_secs_f64(args.idle_timeout.max(0.001));
+    let on_workers = args.runtime == Layout::Worker;
     let multi = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("proxy-multi")
         .build()?;
+    let relays = Relays {
+        layout: Arc::new(AtomicU8::new(args.runtime as u8)),
+        relayed: Arc::new(Relayed::default()),
+        multi: multi.handle().clone(),
+        per_core: Arc::default(),
+        backend: args.backend,
+        idle: Duration::from_secs_f64(args.idle_timeout.max(0.001)),
+    };
+    let builder = args.engine.builder()?.own(Proto::Udp, args.port);
+    let engine = if on_workers {
+        // Each worker accepts the flows its CPU receives, on its own thread.
+        let relays = relays.clone();
+        builder.deliver_flows_on_workers(FlowOptions::default(), move |cpu, listener| {
+            let relays = relays.clone();
+            async move {
+                while let Some(flow) = listener.accept().await {
+                    relays.start(cpu, flow, Layout::Worker);
+                }
+            }
+        })
+    } else {
+        builder.deliver_flows(FlowOptions {
+            accept: AcceptMode::PerCpu,
+            ..FlowOptions::default()
+        })
+    }
+    .start()?;
     let done = Arc::new(AtomicBool::new(false));
 
-    // One acceptor per worker CPU, on a current_thread runtime pinned there.
-    // The engine's worker CPUs (`--cpus`), not every online CPU.
+    // A current_thread runtime pinned to each worker CPU (the engine's
+    // worker CPUs, `--cpus`, not every online CPU): it accepts its CPU's
+    // flows, or takes those a worker hands it.
     let cpus: Vec<CpuId> = engine.worker_states().into_iter().map(|(c, _)| c).collect();
-    let mut acceptors = Vec::new();
+    let mut per_core = Vec::new();
     for &cpu in &cpus {
-        let listener = engine
-            .listener_for(cpu)
-            .ok_or_else(|| anyhow::anyhow!("no listener for CPU {cpu}"))?;
-        let (layout, relayed, multi) = (
-            Arc::clone(&layout),
-            Arc::clone(&relayed),
-            multi.handle().clone(),
-        );
-        let backend = args.backend;
+        let incoming = if on_workers {
+            let (tx, rx) = mpsc::unbounded_channel();
+            relays
+                .per_core
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(cpu, tx);
+            Incoming::Handed(rx)
+        } else {
+            Incoming::Listener(
+                engine
+                    .listener_for(cpu)
+                    .ok_or_else(|| anyhow::anyhow!("no listener for CPU {cpu}"))?,
+            )
+        };
+        let relays = relays.clone();
         let pin = !args.engine.no_pin;
-        acceptors.push(
+        per_core.push(
             std::thread::Builder::new()
                 .name(format!("proxy-core{cpu}"))
                 .spawn(move || -> anyhow::Result<()> {
@@ -248,18 +366,13 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                         .enable_all()
                         .build()?;
                     let local = tokio::task::LocalSet::new();
+                    let mut incoming = incoming;
                     local.block_on(&rt, async move {
-                        while let Some(flow) = listener.accept().await {
-                            let relayed = Arc::clone(&relayed);
-                            match Layout::from_u8(layout.load(Ordering::Relaxed)) {
-                                Layout::PerCore => {
-                                    relayed.flows_per_core.fetch_add(1, Ordering::Relaxed);
-                                    tokio::task::spawn_local(relay(flow, backend, idle, relayed));
-                                }
-                                Layout::Multi => {
-                                    relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
-                                    multi.spawn(relay(flow, backend, idle, relayed));
-                                }
+                        while let Some(flow) = incoming.next().await {
+                            match incoming {
+                                Incoming::Listener(_) => relays.start(cpu, flow, Layout::PerCore),
+                                // Counted by the worker that handed it over.
+                                Incoming::Handed(_) => relays.run_here(flow),
                             }
                         }
                     });
@@ -275,7 +388,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
 
     // Control lines on stdin.
     {
-        let (layout, done) = (Arc::clone(&layout), Arc::clone(&done));
+        let (layout, done) = (Arc::clone(&relays.layout), Arc::clone(&done));
         let shared = engine.shared().clone();
         std::thread::spawn(move || {
             for line in std::io::stdin().lock().lines() {
@@ -290,6 +403,10 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                         Err(e) => eprintln!("steer proxy: {e}"),
                     },
                     ["runtime", r] => match Layout::from_str(r, true) {
+                        Ok(Layout::Worker) if !on_workers => eprintln!(
+                            "steer proxy: runtime worker: the workers run no tasks; start with \
+                             --runtime worker"
+                        ),
                         Ok(l) => {
                             layout.store(l as u8, Ordering::Relaxed);
                             println!("runtime {l:?}");
@@ -311,7 +428,8 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                     }
                     [] => {}
                     _ => eprintln!(
-                        "udp_proxy: commands: policy llc|always, runtime multi|per-core, stats, quit"
+                        "steer proxy: commands: policy llc|always, runtime multi|per-core|worker, \
+                         stats, quit"
                     ),
                 }
             }
@@ -330,18 +448,25 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     }
     let flow_stats = engine.flow_stats().unwrap_or_default();
     let report = engine.stop()?;
-    for a in acceptors {
-        let _ = a.join();
+    // The per-core runtimes end with their listener, or their inbox.
+    relays
+        .per_core
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
+    for t in per_core {
+        let _ = t.join();
     }
     multi.shutdown_timeout(Duration::from_secs(1));
-    let r = &relayed;
+    let r = &relays.relayed;
     // stdout may be gone (a closed pipe) by now: report without panicking.
     let _ = writeln!(
         std::io::stdout(),
-        "steer proxy: flows {} (multi {}, per-core {}), to backend {}, to clients {}, send errors {}, steering updates {}, desired writes {} (suppressed {})",
+        "steer proxy: flows {} (multi {}, per-core {}, worker {}), to backend {}, to clients {}, send errors {}, steering updates {}, desired writes {} (suppressed {})",
         flow_stats.accepted,
         r.flows_multi.load(Ordering::Relaxed),
         r.flows_per_core.load(Ordering::Relaxed),
+        r.flows_worker.load(Ordering::Relaxed),
         r.to_backend.load(Ordering::Relaxed),
         r.to_client.load(Ordering::Relaxed),
         r.send_errors.load(Ordering::Relaxed),
