@@ -333,10 +333,14 @@ mod tests {
                     t.set(t.get() + 1);
                 }
             })));
+            peer.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
             let echo = std::thread::spawn(move || {
                 let mut buf = [0u8; 16];
                 for _ in 0..50 {
-                    let (n, from) = peer.recv_from(&mut buf).unwrap();
+                    let Ok((n, from)) = peer.recv_from(&mut buf) else {
+                        return;
+                    };
                     peer.send_to(&buf[..n], from).unwrap();
                 }
             });
