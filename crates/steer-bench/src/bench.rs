@@ -64,6 +64,8 @@ pub struct BenchConfig {
     pub steer_bin: String,
     /// Each end's receive path on its owner's CPUs (threaded NAPI).
     pub rx_on_receiver: bool,
+    /// `steer proxy --runtime` of the steer-proxy server.
+    pub proxy_runtime: String,
     /// Logs of the servers go here (a temporary directory otherwise).
     pub log_dir: PathBuf,
 }
@@ -220,6 +222,7 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         self_exe: std::env::current_exe().context("finding this binary")?,
         log_dir: cfg.log_dir.clone(),
         rx_on_server: cfg.rx_on_receiver,
+        proxy_runtime: cfg.proxy_runtime.clone(),
     };
     let mut tag = 0u32;
     let mut spec = |rate: Option<u64>, warmup: Duration, window: Duration, drain: Duration| {
@@ -303,7 +306,14 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
             for rate in rates {
                 let name = phase_name(rate);
-                let p = gen.phase(spec(rate, cfg.warmup, cfg.window, cfg.drain))?;
+                let before = server.pid().map(cpustat::task_switches);
+                let mut p = gen.phase(spec(rate, cfg.warmup, cfg.window, cfg.drain))?;
+                if let (Some(pid), Some(before)) = (server.pid(), before) {
+                    let answered = p.total.answered;
+                    let switches = cpustat::task_switches(pid).saturating_sub(before);
+                    p.server_switches_per_reply =
+                        (answered > 0).then(|| switches as f64 / answered as f64);
+                }
                 println!("  {}", crate::report::phase_line(run, kind, &name, &p));
                 sr.phases.push((name, p));
             }

@@ -1,5 +1,6 @@
-//! Where the CPU time went: whole-machine and per-CPU busy time from
-//! /proc/stat, and which CPUs a process's threads ran on (/proc/PID/task).
+//! Where the CPU time went: whole-machine and per-CPU busy time and the
+//! machine's context switches from /proc/stat, which CPUs a process's
+//! threads ran on and how often they were switched out (/proc/PID/task).
 //!
 //! Busy time is user + nice + system + irq + softirq: every context that
 //! runs on the machine's behalf (guest time is already inside user); idle,
@@ -14,14 +15,21 @@ use serde::Serialize;
 pub struct CpuSample {
     /// (busy, softirq, total) ticks of each CPU, by CPU number.
     pub cpus: Vec<(u64, u64, u64)>,
+    /// Context switches on all CPUs since boot (`ctxt`).
+    pub ctxt: u64,
 }
 
 /// Parses /proc/stat text.
 pub fn parse_stat(text: &str) -> CpuSample {
     let mut cpus = Vec::new();
+    let mut ctxt = 0;
     for line in text.lines() {
         let mut it = line.split_whitespace();
         let Some(name) = it.next() else { continue };
+        if name == "ctxt" {
+            ctxt = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            continue;
+        }
         let Some(num) = name.strip_prefix("cpu").filter(|n| !n.is_empty()) else {
             continue;
         };
@@ -38,7 +46,7 @@ pub fn parse_stat(text: &str) -> CpuSample {
         }
         cpus[cpu] = (busy, get(6), total);
     }
-    CpuSample { cpus }
+    CpuSample { cpus, ctxt }
 }
 
 /// Reads /proc/stat now.
@@ -57,11 +65,16 @@ pub struct CpuUse {
     pub per_cpu_busy: Vec<f64>,
     /// Softirq share of each CPU (0..1).
     pub per_cpu_softirq: Vec<f64>,
+    /// Context switches on all CPUs.
+    pub context_switches: u64,
 }
 
 /// What happened between `a` and `b`.
 pub fn delta(a: &CpuSample, b: &CpuSample, hz: f64) -> CpuUse {
-    let mut out = CpuUse::default();
+    let mut out = CpuUse {
+        context_switches: b.ctxt.saturating_sub(a.ctxt),
+        ..CpuUse::default()
+    };
     for (x, y) in a.cpus.iter().zip(&b.cpus) {
         let busy = y.0.saturating_sub(x.0) as f64;
         let soft = y.1.saturating_sub(x.1) as f64;
@@ -158,6 +171,31 @@ pub fn threads(pid: u32) -> Vec<ThreadCpu> {
     out
 }
 
+/// Context switches of every thread of process `pid` so far (voluntary:
+/// it blocked or slept; involuntary: it was preempted), from
+/// /proc/PID/task/*/status; 0 when it is gone.
+pub fn task_switches(pid: u32) -> u64 {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| fs::read_to_string(e.path().join("status")).ok())
+        .map(|s| parse_switches(&s))
+        .sum()
+}
+
+/// Voluntary + involuntary context switches in a `status` file's text.
+pub fn parse_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+        })
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
+}
+
 /// `Cpus_allowed_list` of process `pid`.
 pub fn allowed_cpus(pid: u32) -> Option<String> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -187,16 +225,25 @@ mod tests {
     #[test]
     fn stat_lines_and_deltas() {
         let a = parse_stat(
-            "cpu  10 0 10 100 0 0 0 0 0 0\ncpu0 5 0 5 50 0 0 0 0 0 0\ncpu1 5 0 5 50 0 0 0 0 0 0\nintr 1\n",
+            "cpu  10 0 10 100 0 0 0 0 0 0\ncpu0 5 0 5 50 0 0 0 0 0 0\ncpu1 5 0 5 50 0 0 0 0 0 0\nintr 1\nctxt 1000\n",
         );
         let b = parse_stat(
-            "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 55 0 5 50 0 0 50 0 0 0\ncpu1 5 0 5 150 0 0 0 7 0 0\n",
+            "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 55 0 5 50 0 0 50 0 0 0\ncpu1 5 0 5 150 0 0 0 7 0 0\nctxt 1500\n",
         );
         assert_eq!(a.cpus.len(), 2);
         let d = delta(&a, &b, 100.0);
         assert!((d.busy_secs - 1.0).abs() < 1e-9, "{d:?}");
         assert_eq!(d.per_cpu_busy, vec![1.0, 0.0]);
         assert_eq!(d.per_cpu_softirq, vec![0.5, 0.0]);
+        assert_eq!(d.context_switches, 500);
+    }
+
+    #[test]
+    fn switches_of_a_status_file_and_of_this_process() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(parse_switches(status), 15);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(task_switches(std::process::id()) > 0);
     }
 
     #[test]

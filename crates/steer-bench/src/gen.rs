@@ -118,6 +118,11 @@ pub struct PhaseResult {
     pub foreign_cpu_secs: f64,
     /// Whole-machine busy CPU time per reply in the window, microseconds.
     pub cpu_us_per_reply: Option<f64>,
+    /// Whole-machine context switches per reply in the window.
+    pub switches_per_reply: Option<f64>,
+    /// Context switches of the server process's threads per reply, over
+    /// the whole phase (set by the bench for servers with a process).
+    pub server_switches_per_reply: Option<f64>,
     /// The CPU the generator ran on.
     pub generator_cpu: u32,
 }
@@ -338,6 +343,9 @@ impl Generator {
             offered_pps: sent_w as f64 / window_secs,
             answered_pps: answered_w as f64 / window_secs,
             cpu_us_per_reply: (answered_w > 0).then(|| cpu.busy_secs * 1e6 / answered_w as f64),
+            switches_per_reply: (answered_w > 0)
+                .then(|| cpu.context_switches as f64 / answered_w as f64),
+            server_switches_per_reply: None,
             total,
             per_flow,
             stale,

@@ -97,6 +97,11 @@ struct Common {
     /// Default: `steer echo`, the `steer` binary next to this one.
     #[arg(long, env = "STEER_CMD")]
     steer_cmd: Option<String>,
+    /// The task layout of the `steer-proxy` server (`steer proxy
+    /// --runtime`): `worker` (the flows' tasks on steer's worker threads),
+    /// `per-core` (a pinned current_thread runtime per CPU) or `multi`.
+    #[arg(long, default_value = "per-core", value_parser = ["worker", "per-core", "multi"])]
+    proxy_runtime: String,
     /// Sending before each measurement window, ms.
     #[arg(long, default_value_t = 1000)]
     warmup_ms: u64,
@@ -384,6 +389,7 @@ fn config(
         steer_cmd,
         steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
+        proxy_runtime: c.proxy_runtime.clone(),
         log_dir,
     })
 }
@@ -423,6 +429,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "drain_secs": cfg.drain.as_secs_f64(),
         "tick_us": cfg.tick.as_micros() as u64,
         "steer_cmd": cfg.steer_cmd.join(" "),
+        "proxy_runtime": cfg.proxy_runtime,
         "rx_on": if cfg.rx_on_receiver { "receiver" } else { "sender" },
         "rps": {"rps_flow_cnt": steer_bench::netns::RPS_FLOW_CNT, "rps_sock_flow_entries": steer_bench::netns::RPS_SOCK_FLOW_ENTRIES},
         "quick": quick,

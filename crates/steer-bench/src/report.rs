@@ -37,7 +37,7 @@ pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> Strin
         _ => String::new(),
     };
     let mut s = format!(
-        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | p50/p99/p99.9 {} us | generator on cpu{}",
+        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | switches/reply {} (server {}) | p50/p99/p99.9 {} us | generator on cpu{}",
         kind.name(),
         phase,
         p.offered_pps,
@@ -48,6 +48,8 @@ pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> Strin
         p.total.reordered,
         cpus.join(" "),
         p.cpu_us_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.switches_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.server_switches_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
         p.latency.map_or("-".into(), |l| format!("{:.1}/{:.1}/{:.1}", l.p50_us, l.p99_us, l.p999_us)),
         p.generator_cpu,
     );
@@ -116,6 +118,9 @@ pub struct Summary {
     pub cpu_us_at_max: Option<f64>,
     /// Per fixed rate: (rate, whole-machine us/reply, own us/reply).
     pub cost: Vec<(u64, Option<f64>, Option<f64>)>,
+    /// Per fixed rate: (rate, whole-machine context switches per reply,
+    /// the server process's).
+    pub switches: Vec<(u64, Option<f64>, Option<f64>)>,
     /// p50/p99/p99.9 us at the latency rate.
     pub p50_us: Option<f64>,
     /// 99th percentile.
@@ -232,6 +237,14 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
             rate,
             med(ps.iter().filter(|p| held(p)).map(|p| p.cpu_us_per_reply)),
             None,
+        ));
+        s.switches.push((
+            rate,
+            med(ps.iter().filter(|p| held(p)).map(|p| p.switches_per_reply)),
+            med(ps
+                .iter()
+                .filter(|p| held(p))
+                .map(|p| p.server_switches_per_reply)),
         ));
         if i == 0 {
             let l: Vec<_> = ps
@@ -431,6 +444,24 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
     }
     let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
     let _ = writeln!(t, "{row}");
+    // Context switches: each costs several microseconds of CPU here.
+    for s in sums.iter().filter(|s| s.server != "reflector") {
+        let per_rate: Vec<String> = s
+            .switches
+            .iter()
+            .map(|(rate, machine, own)| {
+                format!("@{} {} ({} its own)", short(*rate), f2(*machine), f2(*own))
+            })
+            .collect();
+        if !per_rate.is_empty() {
+            let _ = writeln!(
+                t,
+                "context switches per reply, whole machine (the proxy's threads): {} {}",
+                s.server,
+                per_rate.join(", ")
+            );
+        }
+    }
     for s in sums {
         for f in &s.flags {
             let _ = writeln!(t, "! {}: {f}", s.server);
@@ -733,9 +764,12 @@ mod tests {
                 busy_secs: 1.0,
                 per_cpu_busy: vec![0.5, 0.5],
                 per_cpu_softirq: vec![0.0, 0.0],
+                context_switches: 0,
             },
             foreign_cpu_secs: 0.0,
             cpu_us_per_reply: Some(us),
+            switches_per_reply: None,
+            server_switches_per_reply: None,
             generator_cpu: 0,
         }
     }

@@ -111,6 +111,8 @@ pub struct ServerEnv {
     /// Run the server end's NAPI in threads on the server CPUs (when the
     /// server attaches an XDP program).
     pub rx_on_server: bool,
+    /// `steer proxy --runtime` of the steer proxy.
+    pub proxy_runtime: String,
 }
 
 /// A started server.
@@ -255,7 +257,7 @@ impl Running {
                 if kind == Kind::KernelProxy {
                     v.extend(["--io".into(), "kernel".into()]);
                 } else {
-                    v.extend(["--runtime".into(), "per-core".into()]);
+                    v.extend(["--runtime".into(), env.proxy_runtime.clone()]);
                 }
                 v.extend([
                     "--interface".into(),
