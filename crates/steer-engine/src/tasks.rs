@@ -95,8 +95,13 @@ impl WorkerTasks {
     /// `Setup::sleeper`); returns the worker's sleeper.
     pub(crate) fn install(self) -> TaskSleeper {
         let bell = Arc::clone(&self.bell);
+        let timer = {
+            let _inside = self.rt.enter();
+            Box::pin(tokio::time::sleep(Duration::ZERO))
+        };
         let exec = Executor {
             local: LocalSet::new(),
+            timer,
             rx: self.rx,
             rt: self.rt,
             bell: self.bell,
@@ -108,9 +113,14 @@ impl WorkerTasks {
     }
 }
 
-/// The installed executor (fields drop in order: tasks, sockets, runtime).
+/// The installed executor (fields drop in order: tasks, timer, sockets,
+/// runtime).
 struct Executor {
     local: LocalSet,
+    /// Bounds a sleep. One timer, moved on only once it has fired: a fresh
+    /// timer per sleep is often due before the event loop's next wake-up,
+    /// and registering such a timer wakes the event loop (an eventfd write).
+    timer: Pin<Box<tokio::time::Sleep>>,
     rx: Vec<AsyncFd<OwnedFd>>,
     rt: Runtime,
     bell: Arc<Notify>,
@@ -176,12 +186,18 @@ impl Executor {
             local,
             rx,
             bell,
+            timer,
             ..
         } = self;
         rt.block_on(async {
             let rung = bell.notified();
-            let timer = tokio::time::sleep(timeout);
-            tokio::pin!(rung, timer);
+            tokio::pin!(rung);
+            // A sleep ends by `timeout` at the latest, maybe sooner (the
+            // timer was set by an earlier sleep): a spurious wake-up.
+            let now = tokio::time::Instant::now();
+            if timer.deadline() <= now || timer.deadline() > now + timeout {
+                timer.as_mut().reset(now + timeout);
+            }
             std::future::poll_fn(|cx| {
                 Self::run_ready(local, cx, MAX_PASSES);
                 let mut wake = rung.as_mut().poll(cx).is_ready();
@@ -276,7 +292,11 @@ pub(crate) fn finish(grace: Option<Duration>) {
         return;
     };
     let Executor {
-        mut local, rx, rt, ..
+        mut local,
+        timer,
+        rx,
+        rt,
+        ..
     } = exec;
     if let Some(grace) = grace {
         rt.block_on(async {
@@ -286,6 +306,7 @@ pub(crate) fn finish(grace: Option<Duration>) {
     {
         let _inside = rt.enter();
         drop(local);
+        drop(timer);
         drop(rx);
     }
     drop(rt);
