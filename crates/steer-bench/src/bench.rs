@@ -306,13 +306,24 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
             for rate in rates {
                 let name = phase_name(rate);
-                let before = server.pid().map(cpustat::task_switches);
+                let before = (
+                    server.pid().map(cpustat::task_totals),
+                    server.backend_pid().map(cpustat::task_totals),
+                );
                 let mut p = gen.phase(spec(rate, cfg.warmup, cfg.window, cfg.drain))?;
-                if let (Some(pid), Some(before)) = (server.pid(), before) {
+                let per_reply = |v: u64| {
                     let answered = p.total.answered;
-                    let switches = cpustat::task_switches(pid).saturating_sub(before);
-                    p.server_switches_per_reply =
-                        (answered > 0).then(|| switches as f64 / answered as f64);
+                    (answered > 0).then(|| v as f64 / answered as f64)
+                };
+                if let (Some(pid), Some(b)) = (server.pid(), before.0) {
+                    let d = b.since(cpustat::task_totals(pid));
+                    p.server_switches_per_reply = per_reply(d.voluntary + d.involuntary);
+                    p.server_voluntary_per_reply = per_reply(d.voluntary);
+                    p.server_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
+                }
+                if let (Some(pid), Some(b)) = (server.backend_pid(), before.1) {
+                    let d = b.since(cpustat::task_totals(pid));
+                    p.backend_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
                 }
                 println!("  {}", crate::report::phase_line(run, kind, &name, &p));
                 sr.phases.push((name, p));

@@ -171,29 +171,69 @@ pub fn threads(pid: u32) -> Vec<ThreadCpu> {
     out
 }
 
-/// Context switches of every thread of process `pid` so far (voluntary:
-/// it blocked or slept; involuntary: it was preempted), from
-/// /proc/PID/task/*/status; 0 when it is gone.
-pub fn task_switches(pid: u32) -> u64 {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| fs::read_to_string(e.path().join("status")).ok())
-        .map(|s| parse_switches(&s))
-        .sum()
+/// What the threads of a process did so far: their context switches
+/// (voluntary: a thread blocked or slept; involuntary: it was preempted,
+/// e.g. by other processes) and their CPU time (the scheduler's exact
+/// `sum_exec_runtime`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskTotals {
+    /// Voluntary context switches.
+    pub voluntary: u64,
+    /// Involuntary context switches.
+    pub involuntary: u64,
+    /// CPU time, nanoseconds.
+    pub cpu_ns: u64,
 }
 
-/// Voluntary + involuntary context switches in a `status` file's text.
-pub fn parse_switches(status: &str) -> u64 {
-    status
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("voluntary_ctxt_switches:")
-                .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
-        })
-        .filter_map(|v| v.trim().parse::<u64>().ok())
-        .sum()
+impl TaskTotals {
+    /// What happened between `self` (earlier) and `later`.
+    pub fn since(self, later: TaskTotals) -> TaskTotals {
+        TaskTotals {
+            voluntary: later.voluntary.saturating_sub(self.voluntary),
+            involuntary: later.involuntary.saturating_sub(self.involuntary),
+            cpu_ns: later.cpu_ns.saturating_sub(self.cpu_ns),
+        }
+    }
+}
+
+/// The totals of every thread of process `pid`, from /proc/PID/task/*/status
+/// and schedstat (zero when it is gone). Threads that ended in between are
+/// not counted.
+pub fn task_totals(pid: u32) -> TaskTotals {
+    let mut t = TaskTotals::default();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return t;
+    };
+    for e in dir.filter_map(|e| e.ok()) {
+        if let Ok(status) = fs::read_to_string(e.path().join("status")) {
+            let (v, i) = parse_switches(&status);
+            t.voluntary += v;
+            t.involuntary += i;
+        }
+        if let Ok(sched) = fs::read_to_string(e.path().join("schedstat")) {
+            t.cpu_ns += sched
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    t
+}
+
+/// (voluntary, involuntary) context switches in a `status` file's text.
+pub fn parse_switches(status: &str) -> (u64, u64) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (
+        field("voluntary_ctxt_switches:"),
+        field("nonvoluntary_ctxt_switches:"),
+    )
 }
 
 /// `Cpus_allowed_list` of process `pid`.
@@ -241,9 +281,16 @@ mod tests {
     #[test]
     fn switches_of_a_status_file_and_of_this_process() {
         let status = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(parse_switches(status), 15);
+        assert_eq!(parse_switches(status), (12, 3));
+        let a = task_totals(std::process::id());
         std::thread::sleep(std::time::Duration::from_millis(2));
-        assert!(task_switches(std::process::id()) > 0);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        let d = a.since(task_totals(std::process::id()));
+        assert!(d.voluntary >= 1, "{d:?}");
+        assert!(d.cpu_ns >= 4_000_000, "{d:?}");
     }
 
     #[test]

@@ -120,9 +120,17 @@ pub struct PhaseResult {
     pub cpu_us_per_reply: Option<f64>,
     /// Whole-machine context switches per reply in the window.
     pub switches_per_reply: Option<f64>,
-    /// Context switches of the server process's threads per reply, over
-    /// the whole phase (set by the bench for servers with a process).
+    /// The server process's threads per reply, over the whole phase (set
+    /// by the bench for servers with a process): their context switches,
+    /// the voluntary ones (a thread blocked: the hops of the design, not
+    /// preemption by other load) and their CPU time (us).
     pub server_switches_per_reply: Option<f64>,
+    /// See `server_switches_per_reply`.
+    pub server_voluntary_per_reply: Option<f64>,
+    /// See `server_switches_per_reply`.
+    pub server_cpu_us_per_reply: Option<f64>,
+    /// The CPU time of a proxy's backend per reply, us.
+    pub backend_cpu_us_per_reply: Option<f64>,
     /// The CPU the generator ran on.
     pub generator_cpu: u32,
 }
@@ -346,6 +354,9 @@ impl Generator {
             switches_per_reply: (answered_w > 0)
                 .then(|| cpu.context_switches as f64 / answered_w as f64),
             server_switches_per_reply: None,
+            server_voluntary_per_reply: None,
+            server_cpu_us_per_reply: None,
+            backend_cpu_us_per_reply: None,
             total,
             per_flow,
             stale,

@@ -37,7 +37,7 @@ pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> Strin
         _ => String::new(),
     };
     let mut s = format!(
-        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | switches/reply {} (server {}) | p50/p99/p99.9 {} us | generator on cpu{}",
+        "run {run} {:<11} {:>7}: offered {:>9.0}/s answered {:>9.0}/s sent {} lost {} dup {} reord {}{flows} | {} | {} us/reply | switches/reply {} | server per reply: {} us CPU, {} switches ({} voluntary){} | p50/p99/p99.9 {} us | generator on cpu{}",
         kind.name(),
         phase,
         p.offered_pps,
@@ -49,7 +49,10 @@ pub fn phase_line(run: usize, kind: Kind, phase: &str, p: &PhaseResult) -> Strin
         cpus.join(" "),
         p.cpu_us_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
         p.switches_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.server_cpu_us_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
         p.server_switches_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.server_voluntary_per_reply.map_or("-".into(), |c| format!("{c:.2}")),
+        p.backend_cpu_us_per_reply.map_or(String::new(), |c| format!(", backend {c:.2} us CPU")),
         p.latency.map_or("-".into(), |l| format!("{:.1}/{:.1}/{:.1}", l.p50_us, l.p99_us, l.p999_us)),
         p.generator_cpu,
     );
@@ -118,9 +121,8 @@ pub struct Summary {
     pub cpu_us_at_max: Option<f64>,
     /// Per fixed rate: (rate, whole-machine us/reply, own us/reply).
     pub cost: Vec<(u64, Option<f64>, Option<f64>)>,
-    /// Per fixed rate: (rate, whole-machine context switches per reply,
-    /// the server process's).
-    pub switches: Vec<(u64, Option<f64>, Option<f64>)>,
+    /// Per fixed rate: what the server process did per reply.
+    pub process: Vec<ProcessCost>,
     /// p50/p99/p99.9 us at the latency rate.
     pub p50_us: Option<f64>,
     /// 99th percentile.
@@ -131,6 +133,26 @@ pub struct Summary {
     pub flags: Vec<String>,
     /// Where its threads ran (last run).
     pub ran_on: String,
+}
+
+/// Per reply at one fixed rate, medians over the runs: the server
+/// process's own CPU time and context switches (counted per process, so
+/// other load on the machine barely moves them), next to the whole
+/// machine's context switches.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcessCost {
+    /// The rate.
+    pub rate: u64,
+    /// CPU time of the server's threads, us.
+    pub cpu_us: Option<f64>,
+    /// CPU time of a proxy's backend, us.
+    pub backend_cpu_us: Option<f64>,
+    /// Voluntary context switches of the server's threads.
+    pub voluntary: Option<f64>,
+    /// All context switches of the server's threads.
+    pub switches: Option<f64>,
+    /// Context switches of the whole machine.
+    pub machine_switches: Option<f64>,
 }
 
 fn med(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
@@ -238,14 +260,16 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
             med(ps.iter().filter(|p| held(p)).map(|p| p.cpu_us_per_reply)),
             None,
         ));
-        s.switches.push((
+        let held_med =
+            |f: fn(&PhaseResult) -> Option<f64>| med(ps.iter().filter(|p| held(p)).map(|p| f(p)));
+        s.process.push(ProcessCost {
             rate,
-            med(ps.iter().filter(|p| held(p)).map(|p| p.switches_per_reply)),
-            med(ps
-                .iter()
-                .filter(|p| held(p))
-                .map(|p| p.server_switches_per_reply)),
-        ));
+            cpu_us: held_med(|p| p.server_cpu_us_per_reply),
+            backend_cpu_us: held_med(|p| p.backend_cpu_us_per_reply),
+            voluntary: held_med(|p| p.server_voluntary_per_reply),
+            switches: held_med(|p| p.server_switches_per_reply),
+            machine_switches: held_med(|p| p.switches_per_reply),
+        });
         if i == 0 {
             let l: Vec<_> = ps
                 .iter()
@@ -444,23 +468,42 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
     }
     let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
     let _ = writeln!(t, "{row}");
-    // Context switches: each costs several microseconds of CPU here.
+    // The proxy's process alone: its CPU time and context switches are
+    // counted per process, so other load on the machine barely moves them
+    // (each switch costs several microseconds of CPU here).
+    let _ = writeln!(
+        t,
+        "\nper reply, the proxy's own process (CPU time of its threads and of its backend; its threads' voluntary context switches, all of them, and the whole machine's)"
+    );
+    let mut head = format!("{:<12}", "proxy");
+    for rate in rates {
+        let r = short(*rate);
+        let _ = write!(
+            head,
+            " {:>9} {:>9} {:>7} {:>7} {:>8}",
+            format!("cpu@{r}"),
+            "backend",
+            "vol",
+            "all",
+            "machine"
+        );
+    }
+    let _ = writeln!(t, "{head}");
     for s in sums.iter().filter(|s| s.server != "reflector") {
-        let per_rate: Vec<String> = s
-            .switches
-            .iter()
-            .map(|(rate, machine, own)| {
-                format!("@{} {} ({} its own)", short(*rate), f2(*machine), f2(*own))
-            })
-            .collect();
-        if !per_rate.is_empty() {
-            let _ = writeln!(
-                t,
-                "context switches per reply, whole machine (the proxy's threads): {} {}",
-                s.server,
-                per_rate.join(", ")
+        let mut row = format!("{:<12}", s.server);
+        for i in 0..rates.len() {
+            let p = s.process.get(i).cloned().unwrap_or_default();
+            let _ = write!(
+                row,
+                " {:>9} {:>9} {:>7} {:>7} {:>8}",
+                f2(p.cpu_us),
+                f2(p.backend_cpu_us),
+                f2(p.voluntary),
+                f2(p.switches),
+                f2(p.machine_switches)
             );
         }
+        let _ = writeln!(t, "{row}");
     }
     for s in sums {
         for f in &s.flags {
@@ -770,6 +813,9 @@ mod tests {
             cpu_us_per_reply: Some(us),
             switches_per_reply: None,
             server_switches_per_reply: None,
+            server_voluntary_per_reply: None,
+            server_cpu_us_per_reply: None,
+            backend_cpu_us_per_reply: None,
             generator_cpu: 0,
         }
     }

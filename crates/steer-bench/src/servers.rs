@@ -41,8 +41,13 @@ pub enum Kind {
     KernelEcho,
     /// `sockperf server` with RPS/RFS.
     Sockperf,
-    /// `steer proxy` (flows to tokio tasks) in front of a loopback echo.
+    /// `steer proxy` (flows to tokio tasks) in front of a loopback echo,
+    /// in the layout `--proxy-runtime` names.
     SteerProxy,
+    /// `steer proxy --runtime per-core` (each flow's task on a pinned
+    /// current_thread runtime, one thread hop from steer's worker) in front
+    /// of the same echo: the layout to compare with.
+    SteerProxyPerCore,
     /// `steer proxy --io kernel` (plain tokio, SO_REUSEPORT, RPS/RFS) in
     /// front of the same echo.
     KernelProxy,
@@ -50,13 +55,14 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order a run visits them.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Reflector,
         Kind::Afxdp,
         Kind::Steer,
         Kind::KernelEcho,
         Kind::Sockperf,
         Kind::SteerProxy,
+        Kind::SteerProxyPerCore,
         Kind::KernelProxy,
     ];
 
@@ -69,6 +75,7 @@ impl Kind {
             Kind::KernelEcho => "kernel-echo",
             Kind::Sockperf => "sockperf",
             Kind::SteerProxy => "steer-proxy",
+            Kind::SteerProxyPerCore => "steer-proxy-per-core",
             Kind::KernelProxy => "kernel-proxy",
         }
     }
@@ -85,7 +92,10 @@ impl Kind {
 
     /// Whether it forwards to a backend (a proxy) rather than answering.
     pub fn is_proxy(self) -> bool {
-        matches!(self, Kind::SteerProxy | Kind::KernelProxy)
+        matches!(
+            self,
+            Kind::SteerProxy | Kind::SteerProxyPerCore | Kind::KernelProxy
+        )
     }
 }
 
@@ -238,7 +248,7 @@ impl Running {
                 "-p".into(),
                 env.port.to_string(),
             ],
-            Kind::SteerProxy | Kind::KernelProxy => {
+            Kind::SteerProxy | Kind::SteerProxyPerCore | Kind::KernelProxy => {
                 let backend = format!("127.0.0.1:{}", env.port.wrapping_add(1));
                 let echo = [
                     exe,
@@ -254,10 +264,10 @@ impl Running {
                 let stats = env.log_dir.join(format!("{}-stats.json", kind.name()));
                 r.stats_json = Some(stats.clone());
                 let mut v = vec![env.steer_bin.clone(), "proxy".into()];
-                if kind == Kind::KernelProxy {
-                    v.extend(["--io".into(), "kernel".into()]);
-                } else {
-                    v.extend(["--runtime".into(), env.proxy_runtime.clone()]);
+                match kind {
+                    Kind::KernelProxy => v.extend(["--io".into(), "kernel".into()]),
+                    Kind::SteerProxyPerCore => v.extend(["--runtime".into(), "per-core".into()]),
+                    _ => v.extend(["--runtime".into(), env.proxy_runtime.clone()]),
                 }
                 v.extend([
                     "--interface".into(),
@@ -329,6 +339,11 @@ impl Running {
     /// The process id of the server process (none for the reflector).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// The process id of a proxy's backend.
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.backend.as_ref().map(Child::id)
     }
 
     /// Where its threads ran and how much CPU each used, e.g.
