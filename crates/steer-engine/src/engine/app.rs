@@ -144,7 +144,7 @@ pub struct EngineParts {
     pub cpus: Vec<CpuId>,
     /// The hasher the dispatchers classify with, so flows recorded by the
     /// application hash alike.
-    pub hasher: steer_core::flow::KeyedHasher,
+    pub hasher: steer_core::flow::AnyHasher,
     /// Where replies the application sends from its own threads go.
     pub(crate) tx: crate::frames::TxResources,
     /// Where consumption is recorded for the trace, when recording.

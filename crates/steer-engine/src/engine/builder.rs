@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
-use steer_core::flow::KeyedHasher;
+use steer_core::flow::AnyHasher;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
 use topology::Topology;
@@ -38,6 +38,7 @@ pub struct EngineBuilder {
     topology: Option<Topology>,
     pin: bool,
     use_rx_hash: bool,
+    hasher: AnyHasher,
     app: Option<AppBuilder>,
     /// One in this many UMEM frames is kept back from receive for replies
     /// the application sends from its own threads (0: none).
@@ -74,6 +75,7 @@ impl EngineBuilder {
             topology: None,
             pin: true,
             use_rx_hash: false,
+            hasher: AnyHasher::default(),
             app: None,
             reply_reserve_div: 0,
             rps: None,
@@ -208,6 +210,30 @@ impl EngineBuilder {
         self
     }
 
+    /// The flow hash the dispatchers steer by (default: keyed, foldhash
+    /// with a per-process random seed). A [`ToeplitzHasher`](steer_core::flow::ToeplitzHasher)
+    /// reproduces the NIC's RSS hash (give it the NIC's key, `ethtool -x`),
+    /// so steer's spreading agrees with the NIC's; the symmetric modes hash
+    /// both directions of a flow alike (proxies). Flow delivery records
+    /// consumption under the same hash.
+    ///
+    /// ```no_run
+    /// use steer_core::flow::{ToeplitzHasher, SYMMETRIC_RSS_KEY};
+    /// let key = SYMMETRIC_RSS_KEY; // or the NIC's key, from `ethtool -x eth1`
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hasher(ToeplitzHasher::new(&key)?)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hasher(mut self, hasher: impl Into<AnyHasher>) -> Self {
+        self.hasher = hasher.into();
+        self
+    }
+
     /// Use the NIC's receive hash instead of hashing in software.
     pub fn use_rx_hash(mut self, on: bool) -> Self {
         self.use_rx_hash = on;
@@ -323,7 +349,7 @@ impl EngineBuilder {
         let spare = Arc::new(SparePool::new(total, reserve));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
-        let hasher = KeyedHasher::random();
+        let hasher = self.hasher;
         let shared = cfg.shared(Arc::clone(&layout))?;
         let trace = match &self.trace {
             Some((path, max)) => Some(

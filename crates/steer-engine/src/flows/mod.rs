@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
-use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
+use steer_core::flow::{AnyHasher, FlowHasher, FlowKey};
 use steer_core::record::Recorder;
 use xdp_io::Frame;
 
@@ -138,7 +138,7 @@ thread_local! {
 pub(crate) struct Hub {
     id: usize,
     options: FlowOptions,
-    hasher: KeyedHasher,
+    hasher: AnyHasher,
     cpus: Vec<CpuId>,
     flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
     accept: Vec<listener::AcceptQueue>,
