@@ -142,6 +142,11 @@ pub struct EngineArgs {
     /// (`6d:5a:56:...`, at least 40 bytes).
     #[arg(long, value_name = "KEY")]
     pub rss_key: Option<String>,
+    /// Steer by the NIC's receive (RSS) hash instead of hashing each
+    /// packet (packets whose hash covers the 5-tuple); needs a driver with
+    /// the XDP rx-hash kfunc (Linux >= 6.3) and native XDP mode.
+    #[arg(long)]
+    pub rx_hash: bool,
     /// Record a trace `steer replay` reads (packet arrivals, consumption,
     /// the machine and these settings) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -165,6 +170,7 @@ impl EngineArgs {
                 (self.worker_slice_us > 0).then(|| Duration::from_micros(self.worker_slice_us)),
             )
             .ring_capacity(self.ring_size)
+            .use_rx_hash(self.rx_hash)
             .frames(self.frames, self.xsk_ring_size)
             .xdp_mode(match self.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,

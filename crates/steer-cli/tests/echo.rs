@@ -116,6 +116,18 @@ fn echo_steers_by_the_hash_its_flags_name() {
         "{line}"
     );
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    // The receive hash where the program cannot get one (generic mode).
+    let out = steer_echo()
+        .args(["--interface", &net.host, "--port", &PORT.to_string()])
+        .args(["--rx-hash", "--xdp-mode", "generic", "--duration", "3"])
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("--rx-hash") && line.contains("native"),
+        "{line}"
+    );
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 
     // The symmetric RSS key: the trace shows the hash steer steered by.
     let trace = std::env::temp_dir().join(format!("steer-echo-hash-{}.trace", std::process::id()));

@@ -207,3 +207,76 @@ fn parse_mac(s: &str) -> [u8; 6] {
         .collect();
     v.try_into().unwrap()
 }
+
+#[test]
+fn handlers_see_the_hash_each_packet_was_steered_by() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use steer_core::flow::{flow_key, FlowHasher, ToeplitzHasher};
+    use steer_engine::engine::{PacketContext, Verdict};
+    let net = TestNet::new();
+    let (right, wrong) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (r, w) = (Arc::clone(&right), Arc::clone(&wrong));
+    let engine = support::echo_builder(&net, Policy::LlcAffinity, true)
+        .hasher(ToeplitzHasher::default())
+        .handler(move |_cpu| {
+            let (r, w) = (Arc::clone(&r), Arc::clone(&w));
+            let hasher = ToeplitzHasher::default();
+            Box::new(move |p: &mut [u8], ctx: &PacketContext| {
+                let key = flow_key(p).unwrap().unwrap();
+                let counter = if ctx.hash == hasher.hash(&key) {
+                    &r
+                } else {
+                    &w
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                match steer_engine::echo::echo_in_place(p, steer_engine::echo::EchoMode::Plain) {
+                    Ok(len) => Verdict::Transmit(len),
+                    Err(_) => Verdict::Drop,
+                }
+            })
+        })
+        .start()
+        .unwrap();
+    let got = drive_flows(&net, 4, 50, 10);
+    assert!(got.iter().all(|g| g.len() == 50), "{got:?}");
+    let report = engine.stop().unwrap();
+    assert_eq!(
+        (right.load(Ordering::Relaxed), wrong.load(Ordering::Relaxed)),
+        (200, 0)
+    );
+    assert_accounted(&report);
+}
+
+#[test]
+fn a_receive_hash_the_device_cannot_give_is_refused_at_start() {
+    let net = TestNet::new();
+    // Generic XDP mode: the program cannot be bound to the device, so it
+    // gets no receive hash.
+    let err = support::echo_builder(&net, Policy::LlcAffinity, true)
+        .xdp_mode(xdp_io::XdpMode::Generic)
+        .use_rx_hash(true)
+        .start()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("use_rx_hash") && err.contains("native") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    // The namespace's loopback: a driver without XDP metadata at all.
+    let err = net.in_ns(|| {
+        steer_engine::engine::Engine::builder("lo")
+            .own(xdp_io::Proto::Udp, support::PORT)
+            .handler(|_cpu| {
+                Box::new(|_: &mut [u8], _: &steer_engine::engine::PacketContext| {
+                    steer_engine::engine::Verdict::Drop
+                })
+            })
+            .use_rx_hash(true)
+            .start()
+            .map(|_| ())
+    });
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("no receive hash"), "{err}");
+}

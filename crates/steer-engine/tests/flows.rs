@@ -353,6 +353,8 @@ struct Followed {
     tail: (u64, u64),
     /// Whether the desired-CPU table names the reader's CPU for `hash`.
     learned: bool,
+    /// Frames the XDP program passed a receive hash with.
+    rx_hashes: u64,
 }
 
 /// Flow delivery started from `builder` (policy `always`, one listener per
@@ -435,6 +437,7 @@ fn follow_the_reader(net: &TestNet, builder: EngineBuilder, warm: u32, tail: u32
     round_trips(warm, tail);
     let after = processed_on(&engine);
     let learned = engine.shared().desired.lookup(hash) == Some(reader_cpu);
+    let rx_hashes = engine.program_stats().unwrap().hash_ok;
     assert_clean_stop(engine);
     reader.join().unwrap();
     Followed {
@@ -444,6 +447,7 @@ fn follow_the_reader(net: &TestNet, builder: EngineBuilder, warm: u32, tail: u32
         reader: reader_cpu,
         tail: (after.0 - before.0, after.1 - before.1),
         learned,
+        rx_hashes,
     }
 }
 
@@ -486,4 +490,31 @@ fn each_hasher_is_the_one_dispatchers_and_flows_agree_on() {
     };
     assert_eq!(keyed_sym.hash(&key), keyed_sym.hash(&key.reversed()));
     assert_ne!(toeplitz.hash(&key), keyed_sym.hash(&key));
+}
+
+#[test]
+fn with_the_receive_hash_on_flows_learn_under_the_nics_hash() {
+    // veth gives XDP programs the skb's hash (a 5-tuple one for UDP): the
+    // dispatcher steers by it, the flow records under it, and the flow's
+    // packets follow its reader.
+    let net = TestNet::new();
+    let f = follow_the_reader(&net, Engine::builder(&net.host).use_rx_hash(true), 50, 100);
+    assert!(
+        f.rx_hashes >= 150,
+        "the program passed the hash: {}",
+        f.rx_hashes
+    );
+    assert_ne!(
+        f.hash,
+        AnyHasher::default().hash(&f.key),
+        "the flow's hash is the NIC's, not the engine's own"
+    );
+    assert!(f.learned, "reader CPU {} not learned", f.reader);
+    assert_eq!(
+        f.tail,
+        (0, 100),
+        "the tail ran on the reader's CPU {} (first CPU {})",
+        f.reader,
+        f.first
+    );
 }

@@ -237,11 +237,15 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         P: FramePool<D>,
         F: Handler<D, P> + ?Sized,
     {
+        let mut desc = desc;
         let info = match self
             .classifier
             .classify(pool.frame(&desc), pool.rx_hash(&desc))
         {
-            Ok(Some(info)) if info.hash != 0 => info,
+            Ok(Some(info)) if info.hash != 0 => {
+                pool.tag_flow(&mut desc, info.hash);
+                info
+            }
             Ok(_) => {
                 // No flow: nothing to keep in order, process here.
                 self.local.no_flow += 1;

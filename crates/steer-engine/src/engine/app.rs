@@ -26,11 +26,17 @@ pub enum Verdict {
     Drop,
 }
 
-/// Where a packet is being handled.
+/// Where a packet is being handled, and the flow hash it was steered by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketContext {
     /// The CPU of the worker running the handler.
     pub cpu: CpuId,
+    /// The flow hash the dispatcher steered the packet by: the NIC's
+    /// receive hash with [`EngineBuilder::use_rx_hash`](super::EngineBuilder::use_rx_hash)
+    /// when the packet had a 5-tuple one, else the engine's hasher; 0 for a
+    /// packet without a flow (not IP). Consumption recorded for the flow
+    /// must use this hash ([`steer_core::record::Recorder`]).
+    pub hash: u32,
 }
 
 /// The application's packet handler; one instance per worker, built on the
@@ -46,7 +52,7 @@ pub struct PacketContext {
 ///     }
 /// }
 /// let mut c = Counter(0);
-/// assert_eq!(c.handle(&mut [0u8; 60], &PacketContext { cpu: 0 }), Verdict::Consume);
+/// assert_eq!(c.handle(&mut [0u8; 60], &PacketContext { cpu: 0, hash: 7 }), Verdict::Consume);
 /// ```
 pub trait PacketHandler: Send {
     /// Handles one frame (Ethernet header first), which may be rewritten in
@@ -79,6 +85,7 @@ pub(crate) struct WorkerHandler {
 
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
     fn handle(&mut self, desc: RawFrame, pool: &mut UmemPool) {
+        self.ctx.hash = desc.flow_hash();
         let mut frame = adopt(desc);
         let app = &mut self.app;
         let ctx = &self.ctx;

@@ -234,7 +234,15 @@ impl EngineBuilder {
         self
     }
 
-    /// Use the NIC's receive hash instead of hashing in software.
+    /// Steer by the NIC's receive (RSS) hash instead of hashing in
+    /// software, for packets whose hash covers the 5-tuple (an L3-only
+    /// hash is not a flow's: those packets are hashed by the engine's
+    /// hasher). Handlers see the hash each packet was steered by in
+    /// [`PacketContext::hash`](super::PacketContext::hash), and flow
+    /// delivery records consumption under it. Needs a driver whose XDP
+    /// programs get the hash (the rx-hash kfunc, Linux >= 6.3; veth has it)
+    /// and native XDP mode: [`EngineBuilder::start`] refuses otherwise, in
+    /// one line.
     pub fn use_rx_hash(mut self, on: bool) -> Self {
         self.use_rx_hash = on;
         self
@@ -331,7 +339,17 @@ impl EngineBuilder {
         let ring_size = self.port.ring_size as usize;
 
         let interface = self.port.interface.clone();
+        if self.use_rx_hash {
+            check_rx_hash_offered(&interface)?;
+        }
         let mut port = XdpPort::open(self.port)?;
+        if self.use_rx_hash && !port.program().dev_bound() {
+            return Err(EngineError::Config(format!(
+                "receive hash (use_rx_hash, --rx-hash): the XDP program on {interface} could not be bound to the device \
+                 (generic XDP mode gives no receive hash): attach in native mode, or turn the \
+                 receive hash off"
+            )));
+        }
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
@@ -449,6 +467,25 @@ impl EngineBuilder {
             started: Instant::now(),
             trace,
         })
+    }
+}
+
+/// Refuses [`EngineBuilder::use_rx_hash`] on a device whose driver gives
+/// XDP programs no receive hash (the kernel's netdev netlink family says).
+fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
+    match xdp_io::nic::xdp_device_info(interface) {
+        Ok(info) if info.rx_hash() => Ok(()),
+        Ok(_) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): {interface}'s driver gives XDP programs no receive hash (no rx-hash \
+             kfunc): turn the receive hash off and let steer hash flows itself"
+        ))),
+        Err(xdp_io::XdpError::UnknownInterface { name }) => {
+            Err(xdp_io::XdpError::UnknownInterface { name }.into())
+        }
+        Err(e) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): cannot tell whether {interface}'s driver gives XDP programs its \
+             receive hash ({e}); it needs Linux >= 6.3: turn the receive hash off"
+        ))),
     }
 }
 

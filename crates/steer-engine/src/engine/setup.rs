@@ -78,7 +78,7 @@ impl Setup<RawFrame> for EngineSetup {
         let socket = Arc::clone(&self.tx_sockets[j % self.tx_sockets.len()]);
         WorkerHandler {
             app: self.app.handler(cpu),
-            ctx: PacketContext { cpu },
+            ctx: PacketContext { cpu, hash: 0 },
             umem: self.pool.umem.clone(),
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
             counters: Arc::clone(&self.counters),
