@@ -93,6 +93,11 @@ pub struct EngineArgs {
     /// Where flows go before anything is learned (RPS).
     #[arg(long, value_enum, default_value = "auto")]
     pub rps: Rps,
+    /// Drop an elephant flow's excess when a worker's ring is over half full
+    /// (the kernel's flow_limit), with a table of BUCKETS flow counters per
+    /// CPU (a power of two; the kernel uses 4096).
+    #[arg(long, value_name = "BUCKETS")]
+    pub flow_limit: Option<usize>,
     /// Busy-poll instead of sleeping when idle.
     #[arg(long)]
     pub busy_poll: bool,
@@ -182,6 +187,9 @@ impl EngineArgs {
                 Bind::Copy => BindMode::Copy,
                 Bind::Zerocopy => BindMode::ZeroCopy,
             });
+        if let Some(buckets) = self.flow_limit {
+            builder = builder.flow_limit(buckets);
+        }
         if let Some(cpus) = &self.cpus {
             builder = builder.cpus(*cpus);
         }
@@ -302,11 +310,14 @@ mod tests {
             "off",
             "--queues",
             "0,1",
+            "--flow-limit",
+            "4096",
         ]);
         assert_eq!(p.engine.cpus, Some("1".parse().unwrap()));
         assert_eq!(p.engine.policy, Policy::Always);
         assert!(!p.engine.fast_path.is_on());
         assert_eq!(p.engine.queues, Some(vec![0, 1]));
+        assert_eq!(p.engine.flow_limit, Some(4096));
     }
 
     #[test]

@@ -61,6 +61,19 @@ fn echo_server_errors_say_what_to_do() {
     );
     // Nothing was attached.
     assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
+
+    // A flow limit of 0 buckets.
+    let out = steer_echo()
+        .args(["--interface", &net.host, "--port", "9", "--flow-limit", "0"])
+        .args(["--duration", "3"]) // if it started anyway, it ends
+        .output()
+        .unwrap();
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("flow limit table of 0 buckets") && line.contains("power of two"),
+        "{line}"
+    );
+    assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
 }
 
 #[test]

@@ -140,6 +140,13 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         }
     }
 
+    /// Uses `limit` (cloned per target CPU, history cleared) as the flow
+    /// limit's table when it is on (default: [`FlowLimit::default`]).
+    pub fn set_flow_limit(&mut self, limit: &FlowLimit) {
+        let nr = self.flow_limits.len();
+        self.flow_limits = vec![limit.clone(); nr];
+    }
+
     /// Sets the bell to ring after queuing packets for `cpu`.
     pub fn set_doorbell(&mut self, cpu: CpuId, bell: Arc<Doorbell>) {
         if let Some(slot) = self.doorbells.get_mut(cpu) {

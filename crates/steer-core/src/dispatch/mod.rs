@@ -36,7 +36,7 @@
 //! the [`Classifier`] from [`crate::flow`].
 
 mod dispatcher;
-mod flow_limit;
+pub mod flow_limit;
 mod pins;
 mod shared;
 

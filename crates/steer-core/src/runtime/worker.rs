@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
-use crate::dispatch::{Dispatcher, FramePool, Handler};
+use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
 use crate::hook::SteerHook;
 use crate::ring::{Consumer, Producer};
 use crate::stats::LocalStats;
@@ -116,6 +116,10 @@ where
                     if let Some(b) = b {
                         d.set_doorbell(c, b.clone());
                     }
+                }
+                // Validated in `Runtime::start`.
+                if let Some(limit) = FlowLimit::new(common.cfg.flow_limit_buckets) {
+                    d.set_flow_limit(&limit);
                 }
                 RxPart {
                     dispatcher: d,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::AnyHasher;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
+use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
 use tracing::info;
 use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
@@ -156,6 +156,36 @@ impl EngineBuilder {
     /// ```
     pub fn worker_slice(mut self, slice: Option<Duration>) -> Self {
         self.worker_slice = slice;
+        self
+    }
+
+    /// Turns the per-CPU flow limit on (the kernel's `flow_limit`): when a
+    /// worker's ring from a dispatcher is more than half full, a flow that
+    /// sent more than half of the recent packets to it is an elephant and
+    /// its packets are dropped there, counted as `flow_limit_drops`, so the
+    /// other flows sharing the worker keep their place in the ring.
+    /// `buckets` is the table of flow counters per target CPU (the
+    /// kernel's `net.core.flow_limit_table_len`, 4096 by default there): a
+    /// power of two; 0 is refused at start. Switch it at run time with
+    /// [`Engine::set_flow_limit`]. The limit acts only with rings of 256
+    /// slots or more (an elephant is recognised after 65 of its packets
+    /// above half full).
+    ///
+    /// ```no_run
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .flow_limit(4096)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// engine.set_flow_limit(false); // and back on with `true`
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    #[doc(alias = "flow_limit_table_len")]
+    pub fn flow_limit(mut self, buckets: usize) -> Self {
+        self.runtime.flow_limit = true;
+        self.runtime.flow_limit_buckets = buckets;
         self
     }
 
@@ -321,6 +351,9 @@ impl EngineBuilder {
             return Err(EngineError::Config(
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
             ));
+        }
+        if steer_core::dispatch::FlowLimit::new(self.runtime.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(self.runtime.flow_limit_buckets).into());
         }
         if let Some((path, 0)) = &self.trace {
             return Err(EngineError::Config(format!(

@@ -140,6 +140,17 @@ impl Engine {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Turns the per-CPU flow limit on or off
+    /// ([`EngineBuilder::flow_limit`] sets its table and turns it on at
+    /// start).
+    pub fn set_flow_limit(&self, on: bool) {
+        self.runtime()
+            .shared()
+            .switches
+            .flow_limit
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The shared tables and switches (for recording consumption, pins).
     pub fn shared(&self) -> &steer_core::dispatch::Shared {
         self.runtime().shared()
