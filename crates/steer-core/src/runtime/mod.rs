@@ -11,8 +11,10 @@
 //!    [`Consumer::consume`](crate::ring::Consumer::consume), at most `batch`
 //!    packets per ring per round (a full budget with packets left counts a
 //!    `time_squeeze`), so the head advances only after the handler returned;
-//! 3. when idle: maintenance (flow-table expiry, never per packet), then,
-//!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
+//! 3. once per tick (a millisecond at most): maintenance, flow-table
+//!    expiry over a few buckets (more when idle), never per packet;
+//! 4. when idle, unless busy-polling: spins a little and sleeps on its
+//!    [`Doorbell`].
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
