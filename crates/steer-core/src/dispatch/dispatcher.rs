@@ -336,7 +336,10 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     /// Plain RPS: the flow hash scaled over the configured CPUs that still
     /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
     /// no RPS CPU configured or left, the flow stays on this dispatcher's
-    /// CPU (the kernel's empty `rps_cpus`: RSS only).
+    /// CPU (the kernel's empty `rps_cpus`: RSS only); when that CPU is
+    /// offline or its worker gone, the flow is spread by hash over every
+    /// CPU that still has a worker (the kernel moves the queue's interrupt
+    /// off an offline CPU; here its flows move instead).
     #[inline]
     fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
         let n = self.rps_cpus.len();
@@ -349,7 +352,19 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 return spread;
             }
         }
-        Some(self.own_cpu).filter(|&c| self.is_usable(c))
+        Some(self.own_cpu)
+            .filter(|&c| self.is_usable(c))
+            .or_else(|| self.any_usable_cpu(hash))
+    }
+
+    /// A CPU with a live worker, chosen by `hash` (out of line: only when
+    /// this dispatcher's own CPU is unusable).
+    #[cold]
+    #[inline(never)]
+    fn any_usable_cpu(&self, hash: u32) -> Option<CpuId> {
+        let usable = || (0..self.producers.len()).filter(|&c| self.is_usable(c));
+        let n = usable().count();
+        usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
     }
 
     #[inline]

@@ -177,6 +177,8 @@ struct Worker<D, St: Setup<D>> {
     dispatching: Option<usize>,
     local: LocalStats,
     start: Instant,
+    /// `DispatchSwitches::layout_epoch` as last seen.
+    layout_epoch: u64,
 }
 
 impl<D, St> Worker<D, St>
@@ -207,6 +209,10 @@ where
             dispatching: None,
             local: LocalStats::default(),
             start: Instant::now(),
+            // Not the current epoch: a change between this thread's
+            // preparation and now must not go unseen (preparing again is
+            // harmless).
+            layout_epoch: 0,
         }
     }
 
@@ -278,6 +284,7 @@ where
                         part.dispatcher.set_tick(now);
                         part.dispatcher.sweep(self.common.cfg.flow_idle_ms, budget);
                     }
+                    self.follow_hotplug();
                 }
             }
             // Counters change only with work or on a tick (sweeps): idle
@@ -305,6 +312,24 @@ where
                 );
             } else {
                 std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// CPUs went offline or came back (`layout_epoch` moved): the kernel
+    /// moved this thread off its CPU while that was offline, so once it is
+    /// online again the thread is prepared (pinned) again.
+    fn follow_hotplug(&mut self) {
+        let epoch = self
+            .common
+            .shared
+            .switches
+            .layout_epoch
+            .load(Ordering::Relaxed);
+        if epoch != self.layout_epoch {
+            self.layout_epoch = epoch;
+            if self.common.shared.layout.is_online(self.cpu) {
+                self.common.setup.prepare_thread(self.cpu);
             }
         }
     }

@@ -17,8 +17,11 @@ use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPor
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::hotplug::HotplugWatcher;
 use super::setup::EngineSetup;
-use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
+use super::{
+    Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
+};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
@@ -45,6 +48,7 @@ pub struct EngineBuilder {
     pub(crate) reply_reserve_div: usize,
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
+    hotplug_watch: Option<Duration>,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
 }
@@ -80,6 +84,7 @@ impl EngineBuilder {
             reply_reserve_div: 0,
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
+            hotplug_watch: Some(DEFAULT_HOTPLUG_WATCH),
             trace: None,
         }
     }
@@ -186,6 +191,33 @@ impl EngineBuilder {
     pub fn flow_limit(mut self, buckets: usize) -> Self {
         self.runtime.flow_limit = true;
         self.runtime.flow_limit_buckets = buckets;
+        self
+    }
+
+    /// How often the engine re-reads which CPUs are online, to follow CPU
+    /// hotplug (default [`DEFAULT_HOTPLUG_WATCH`]; `None`: not at all). One
+    /// small file read per period on a thread of its own: a CPU going
+    /// offline is passed over by every dispatcher (its flows move, in
+    /// order, to CPUs with a worker) and by the LLC rule; the worker on a
+    /// CPU coming back pins itself there again. The file is
+    /// `sys/devices/system/cpu/online` under the topology's root: `/` for
+    /// the live machine, another tree with
+    /// [`Topology::from_sysfs`](topology::Topology::from_sysfs) (tests);
+    /// model topologies are not watched.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hotplug_watch(Some(Duration::from_millis(20)))
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn hotplug_watch(mut self, every: Option<Duration>) -> Self {
+        self.hotplug_watch = every;
         self
     }
 
@@ -479,7 +511,12 @@ impl EngineBuilder {
                 }
             })
             .collect();
+        let switches = Arc::clone(&shared.switches);
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
+        let hotplug = match self.hotplug_watch {
+            Some(every) => HotplugWatcher::start(&topology, every, switches)?,
+            None => None,
+        };
         info!(
             interface = %interface,
             modes = ?port.modes(),
@@ -499,6 +536,7 @@ impl EngineBuilder {
             cpus,
             started: Instant::now(),
             trace,
+            hotplug,
         })
     }
 }

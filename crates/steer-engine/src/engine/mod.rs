@@ -32,6 +32,7 @@
 mod app;
 mod builder;
 mod counters;
+mod hotplug;
 mod sched;
 mod setup;
 mod stats;
@@ -61,6 +62,10 @@ type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 /// The scheduling slice workers ask for unless told otherwise
 /// ([`EngineBuilder::worker_slice`]): the shortest the kernel grants.
 pub const DEFAULT_WORKER_SLICE: Duration = Duration::from_micros(100);
+
+/// How often the engine re-reads which CPUs are online unless told
+/// otherwise ([`EngineBuilder::hotplug_watch`]).
+pub const DEFAULT_HOTPLUG_WATCH: Duration = Duration::from_millis(100);
 
 /// Why the engine could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +103,8 @@ pub struct Engine {
     started: Instant,
     /// The trace being recorded, if any.
     trace: Option<crate::trace::TraceWriter>,
+    /// Follows CPUs going offline and online (live topologies).
+    hotplug: Option<hotplug::HotplugWatcher>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -217,6 +224,9 @@ impl Engine {
     /// transmissions to complete, returns every frame to the sockets, takes
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
+        if let Some(mut h) = self.hotplug.take() {
+            h.stop();
+        }
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
         self.app.stop();
