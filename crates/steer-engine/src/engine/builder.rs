@@ -12,17 +12,18 @@ use steer_core::flow::AnyHasher;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
-use tracing::info;
+use tracing::{info, warn};
 use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
 use super::hotplug::HotplugWatcher;
+use super::nic_check;
 use super::setup::EngineSetup;
 use super::{
     Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
 };
-use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
+use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
 
@@ -511,6 +512,16 @@ impl EngineBuilder {
                 }
             })
             .collect();
+        // Each opened rx queue and the CPU whose worker dispatches it.
+        let opened: Vec<(u32, CpuId)> = sockets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (lock(s).queue(), cpu_list[i % cpu_list.len()]))
+            .collect();
+        let start_warnings = nic_check::check(&interface, &nic_check::gather(&interface), &opened);
+        for w in &start_warnings {
+            warn!("{w}");
+        }
         let switches = Arc::clone(&shared.switches);
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
         let hotplug = match self.hotplug_watch {
@@ -537,6 +548,7 @@ impl EngineBuilder {
             started: Instant::now(),
             trace,
             hotplug,
+            start_warnings,
         })
     }
 }

@@ -33,6 +33,7 @@ mod app;
 mod builder;
 mod counters;
 mod hotplug;
+mod nic_check;
 mod sched;
 mod setup;
 mod stats;
@@ -105,6 +106,8 @@ pub struct Engine {
     trace: Option<crate::trace::TraceWriter>,
     /// Follows CPUs going offline and online (live topologies).
     hotplug: Option<hotplug::HotplugWatcher>,
+    /// What the start-time check of the NIC's setup found.
+    start_warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -183,6 +186,16 @@ impl Engine {
     /// The topology the LLC rule uses.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// What the start-time check of the NIC's setup found, one line each
+    /// (also logged as warnings): rx queues without a steer socket, an RSS
+    /// indirection table sending flows past steer's queues or none to some
+    /// of them, queue interrupts on other CPUs than the queue's dispatcher,
+    /// or what cannot be checked on this device (veth has no RSS table or
+    /// queue interrupts). Empty for a NIC set up as the README says.
+    pub fn start_warnings(&self) -> &[String] {
+        &self.start_warnings
     }
 
     /// The modes in use (XDP attach, bind, huge pages).

@@ -37,7 +37,10 @@ mod signal;
 
 pub use caps::check_privileges;
 pub(crate) use cpus::possible_cpus;
-pub(crate) use net::{ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN};
+pub(crate) use net::{
+    ethtool_channels, ethtool_rxfh_indir, ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll,
+    ETHTOOL_RXNFC_LEN,
+};
 pub use net::{ifindex, rx_queue_count};
 pub(crate) use netdev::netdev_xdp;
 pub(crate) use signal::install_handler;
