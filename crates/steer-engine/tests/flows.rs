@@ -141,28 +141,41 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
 fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
     let net = TestNet::new();
     // `Always` so that a move between the two CPUs of this one-LLC machine
-    // is followed (under LLC affinity it is suppressed; tested below).
-    let engine = flow_engine(&net, Policy::Always, AcceptMode::Single);
-    let listener = engine.listener().unwrap();
+    // is followed (under LLC affinity it is suppressed; tested below). One
+    // listener per CPU, so the reader knows which CPU received the flow.
+    let engine = flow_engine(&net, Policy::Always, AcceptMode::PerCpu);
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     assert!(cpus.len() >= 2, "needs two CPUs");
-    let (a, b) = (cpus[0], cpus[1]);
+    let listeners: Vec<(usize, FlowListener)> = cpus
+        .iter()
+        .map(|&c| (c, engine.listener_for(c).unwrap()))
+        .collect();
     let shared = engine.shared().clone();
 
-    // Reader on CPU a for the first half, then the Flow moves to a thread
-    // on CPU b for the second half. Replies are echoed from each.
+    // The reader runs on the CPU that received the flow for the first
+    // half (the flow stays there), then the Flow moves to a thread on the
+    // other CPU for the second half. Replies are echoed from each.
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let _ = topology::thread::pin_current(a);
+        let (a, mut flow) = loop {
+            if let Some(found) = listeners
+                .iter()
+                .find_map(|(c, l)| l.try_accept().map(|f| (*c, f)))
+            {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let b = *cpus.iter().find(|&&c| c != a).unwrap();
+        topology::thread::pin_current(a).unwrap();
         let rt = current_thread();
-        let mut flow = rt.block_on(listener.accept()).unwrap();
         for _ in 0..150 {
             let d = rt.block_on(flow.recv()).unwrap();
             flow.send(&d).unwrap();
         }
-        tx.send(flow.hash()).unwrap();
+        tx.send((flow.hash(), b)).unwrap();
         std::thread::spawn(move || {
-            let _ = topology::thread::pin_current(b);
+            topology::thread::pin_current(b).unwrap();
             let rt = current_thread();
             for _ in 0..150 {
                 let d = rt.block_on(flow.recv()).unwrap();
@@ -174,7 +187,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         .unwrap()
     });
     let got = drive_flows(&net, 1, 300, 10);
-    let hash = rx.recv().unwrap();
+    let (hash, b) = rx.recv().unwrap();
     assert_eq!(reader.join().unwrap(), hash);
     assert_all_in_order(&got, 300, "moving reader");
     assert_eq!(
@@ -182,8 +195,10 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         Some(b),
         "the last reader's CPU"
     );
+    // Exactly two steering updates: the flow's first placement on the CPU
+    // that received it, and its one move to the second reader's CPU.
     let stats = engine.stats();
-    assert!(stats.total.core.hook_calls >= 1, "{}", stats.table(None));
+    assert_eq!(stats.total.core.hook_calls, 2, "{}", stats.table(None));
     assert_clean_stop(engine);
 }
 
