@@ -3,6 +3,7 @@
 //! turns them into an [`EngineBuilder`].
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use steer_core::cpu::CpuSet;
 use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
+use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
 use xdp_io::{BindMode, XdpMode};
 
@@ -159,6 +161,13 @@ pub struct EngineArgs {
     /// At most this many events in the trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub record_trace_max: u64,
+    /// Serve Prometheus metrics on http://ADDR/metrics, e.g.
+    /// `127.0.0.1:9464` (port 0: a free port, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Directory of the stats socket `steer stats` and `steer top` read.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
+    pub run_dir: PathBuf,
 }
 
 impl EngineArgs {
@@ -202,6 +211,10 @@ impl EngineArgs {
         builder = builder.hasher(self.hasher()?);
         if let Some(path) = &self.record_trace {
             builder = builder.record_trace(path, self.record_trace_max);
+        }
+        builder = builder.stats_dir(&self.run_dir);
+        if let Some(addr) = self.metrics {
+            builder = builder.metrics(addr);
         }
         // After `topology`, which turns pinning off for a model.
         builder = builder.pin_workers(!self.no_pin);
@@ -259,6 +272,21 @@ fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).map_err(|_| bad()))
         .collect()
+}
+
+/// Says where to watch a running engine: its stats socket and metrics.
+pub fn print_endpoints(command: &str, engine: &Engine, interface: &str) {
+    let mut out = std::io::stdout();
+    if let Some(path) = engine.stats_socket() {
+        let _ = writeln!(
+            out,
+            "steer {command}: stats socket {} (`steer stats {interface}`, `steer top {interface}`)",
+            path.display()
+        );
+    }
+    if let Some(addr) = engine.metrics_addr() {
+        let _ = writeln!(out, "steer {command}: metrics on http://{addr}/metrics");
+    }
 }
 
 /// Says where the trace went, if one was recorded (stdout may be gone).

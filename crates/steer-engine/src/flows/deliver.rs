@@ -52,14 +52,14 @@ impl FlowDemux {
                 // The dispatcher's hash for a 5-tuple does not change (the
                 // NIC's hash is a function of it, as is ours); should it
                 // (a NIC reprogrammed with another key), follow it.
-                if ctx.hash != 0 && f.hash.load(Ordering::Relaxed) != ctx.hash {
-                    f.hash.store(ctx.hash, Ordering::Relaxed);
+                if ctx.hash() != 0 && f.hash.load(Ordering::Relaxed) != ctx.hash() {
+                    f.hash.store(ctx.hash(), Ordering::Relaxed);
                 }
                 return Some(Arc::clone(f));
             }
             self.cache.remove(&key);
         }
-        let f = self.hub.flow_for(key, ctx.hash, packet, ctx.cpu)?;
+        let f = self.hub.flow_for(key, ctx.hash(), packet, ctx.cpu)?;
         self.cache.insert(key, Arc::clone(&f));
         Some(f)
     }
