@@ -13,7 +13,7 @@ use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
 use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
-use xdp_io::{BindMode, XdpMode};
+use xdp_io::{BindMode, XdpAttach, XdpMode};
 
 /// On or off, for switches that have a default either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,6 +51,17 @@ pub enum AttachMode {
     Native,
     /// The generic (skb) hook.
     Generic,
+}
+
+/// How the XDP program is held on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Hold {
+    /// A bpf_link this process holds: the kernel detaches the program when
+    /// the process ends, however it ends.
+    Link,
+    /// Netlink (libxdp): stays attached after a crash until the next engine
+    /// replaces it; runs beside other programs through libxdp's dispatcher.
+    Netlink,
 }
 
 /// AF_XDP bind mode.
@@ -103,6 +114,10 @@ pub struct EngineArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
+    /// How the XDP program is held: `link` goes away with this process,
+    /// however it ends; `netlink` stays after a crash until replaced.
+    #[arg(long, value_enum, default_value = "link")]
+    pub xdp_attach: Hold,
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub bind: Bind,
@@ -135,6 +150,10 @@ pub struct EngineArgs {
     /// Directory of the stats socket `steer stats` and `steer top` read.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
+    /// Serve no stats socket (`steer stats` and `steer top` cannot read
+    /// this engine; a second engine on the interface is still refused).
+    #[arg(long)]
+    pub no_stats_socket: bool,
 }
 
 impl EngineArgs {
@@ -157,6 +176,10 @@ impl EngineArgs {
                 AttachMode::Native => XdpMode::Native,
                 AttachMode::Generic => XdpMode::Generic,
             })
+            .xdp_attach(match self.xdp_attach {
+                Hold::Link => XdpAttach::Link,
+                Hold::Netlink => XdpAttach::Netlink,
+            })
             .bind_mode(match self.bind {
                 Bind::Auto => BindMode::Auto,
                 Bind::Copy => BindMode::Copy,
@@ -175,6 +198,9 @@ impl EngineArgs {
             builder = builder.record_trace(path, self.record_trace_max);
         }
         builder = builder.stats_dir(&self.run_dir);
+        if self.no_stats_socket {
+            builder = builder.stats_socket(false);
+        }
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }

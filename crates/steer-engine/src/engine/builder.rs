@@ -13,8 +13,10 @@ use steer_core::flow::KeyedHasher;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
 use topology::Topology;
-use tracing::info;
-use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
+use tracing::{info, warn};
+use xdp_io::{
+    BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
+};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
@@ -212,6 +214,15 @@ impl EngineBuilder {
         self
     }
 
+    /// How the XDP program is held (default [`XdpAttach::Link`]: detached
+    /// by the kernel when the process ends, however it ends;
+    /// [`XdpAttach::Netlink`] stays after a crash until the next engine on
+    /// the interface replaces it).
+    pub fn xdp_attach(mut self, attach: XdpAttach) -> Self {
+        self.port = self.port.attach(attach);
+        self
+    }
+
     /// AF_XDP bind mode (default: zero-copy, falling back to copy).
     pub fn bind_mode(mut self, mode: BindMode) -> Self {
         self.port = self.port.bind_mode(mode);
@@ -264,7 +275,10 @@ impl EngineBuilder {
     /// At start, a socket there that answers means another engine serves
     /// the interface: the start is refused, naming its pid. One that does
     /// not answer was left by an engine that is gone: it is replaced, and so
-    /// is the steer XDP program that engine left attached.
+    /// is the steer XDP program that engine left attached. Without a socket
+    /// the program's owner record says the same (see
+    /// [`xdp_io::program`]): a live owner is refused by pid, a dead one's
+    /// program replaced.
     pub fn stats_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.stats_dir = Some(dir.into());
         self
@@ -371,12 +385,9 @@ impl EngineBuilder {
             None => None,
         };
         let mut port_config = self.port;
-        if endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale) {
-            info!(
-                interface = %interface,
-                "the steer engine that served this interface is gone (its stats socket was left \
-                 over): replacing what it left"
-            );
+        let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
+        if stale_socket {
+            // Its socket no longer answers: whatever it left is nobody's.
             port_config = port_config.replace_stale(true);
         }
         let metrics = match self.metrics {
@@ -388,6 +399,7 @@ impl EngineBuilder {
         let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
         let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
         let mut port = XdpPort::open(port_config)?;
+        log_takeover(&interface, stale_socket, port.replaced_program());
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
@@ -533,6 +545,25 @@ impl EngineBuilder {
         }
         Ok(engine)
     }
+}
+
+/// Says in one line that this engine took over from one that is gone, and
+/// what it replaced.
+fn log_takeover(interface: &str, stale_socket: bool, program: Option<Replaced>) {
+    let who = match program.and_then(|p| p.owner) {
+        Some(o) => format!("the steer engine (pid {}) that served it is gone", o.pid),
+        None => "the steer engine that served it is gone".to_string(),
+    };
+    let what = match (stale_socket, program) {
+        (true, Some(p)) => format!(
+            "replaced its stats socket and its XDP program (id {})",
+            p.id
+        ),
+        (false, Some(p)) => format!("replaced its XDP program (id {})", p.id),
+        (true, None) => "replaced its stats socket (its XDP program went with it)".to_string(),
+        (false, None) => return,
+    };
+    warn!(interface, "took over {interface}: {who}; {what}");
 }
 
 /// The trace's header: the machine (its LLCs, offline CPUs) and the
