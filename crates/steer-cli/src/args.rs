@@ -154,6 +154,11 @@ pub struct EngineArgs {
     /// this engine; a second engine on the interface is still refused).
     #[arg(long)]
     pub no_stats_socket: bool,
+    /// Keep every capability after setup (by default the engine drops all
+    /// it does not need at run time: all of them with `--xdp-attach link`,
+    /// all but CAP_NET_ADMIN with `netlink`).
+    #[arg(long)]
+    pub keep_capabilities: bool,
 }
 
 impl EngineArgs {
@@ -201,6 +206,7 @@ impl EngineArgs {
         if self.no_stats_socket {
             builder = builder.stats_socket(false);
         }
+        builder = builder.drop_privileges(!self.keep_capabilities);
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }

@@ -235,6 +235,12 @@ impl XdpPort {
         self.program.attach_kind()
     }
 
+    /// Whether the program runs through libxdp's dispatcher
+    /// ([`SteerProgram::dispatched`]).
+    pub fn program_dispatched(&self) -> bool {
+        self.program.dispatched()
+    }
+
     /// The steer program (owned ports, flow steering, statistics).
     pub fn program(&mut self) -> &mut SteerProgram {
         &mut self.program

@@ -20,6 +20,7 @@ use xdp_io::{
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::privileges;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
 use super::steering::FlowSteering;
@@ -56,6 +57,8 @@ pub struct EngineBuilder {
     stats_dir: Option<PathBuf>,
     /// Serve Prometheus metrics here.
     metrics: Option<SocketAddr>,
+    /// Drop the capabilities not needed at run time once set up.
+    drop_privileges: bool,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -91,6 +94,7 @@ impl EngineBuilder {
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
             metrics: None,
+            drop_privileges: false,
         }
     }
 
@@ -317,6 +321,35 @@ impl EngineBuilder {
         self
     }
 
+    /// Once its program, maps, sockets and endpoints are set up, drops every
+    /// capability the engine does not need at run time (default off): with
+    /// the program held by a bpf_link ([`XdpAttach::Link`], the default)
+    /// that is all of them; through netlink, CAP_NET_ADMIN stays, to
+    /// detach it at stop. They go from every set, the bounding set too, so
+    /// nothing the process runs later gets them back.
+    ///
+    /// Capabilities belong to each thread: they are dropped on the thread
+    /// that calls [`start`](Self::start), before the engine starts its own
+    /// threads, which inherit the reduced sets. Threads the application
+    /// started earlier keep theirs: start the engine first (as `steer echo`
+    /// and `steer proxy` do, where this is on), or drop them there too. The
+    /// user id stays what it was.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, PacketContext, Verdict};
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .drop_privileges(true)
+    ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
+    ///     .start()?;
+    /// // From here this thread and the engine's run without capabilities.
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn drop_privileges(mut self, on: bool) -> Self {
+        self.drop_privileges = on;
+        self
+    }
+
     /// The handler each worker runs, built on the worker's thread.
     pub fn handler<F>(self, factory: F) -> Self
     where
@@ -400,6 +433,13 @@ impl EngineBuilder {
         let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
         let mut port = XdpPort::open(port_config)?;
         log_takeover(&interface, stale_socket, port.replaced_program());
+        if self.drop_privileges {
+            // Before the engine starts any thread: they inherit the rest.
+            let keep =
+                privileges::needed_at_run_time(port.attach_kind(), port.program_dispatched());
+            privileges::drop_all_but(&keep).map_err(|e| EngineError::Privileges(e.to_string()))?;
+            info!(interface = %interface, kept = ?keep, "capabilities dropped");
+        }
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {

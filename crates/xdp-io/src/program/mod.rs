@@ -43,7 +43,7 @@ use tracing::{debug, info, warn};
 use crate::{
     config::{Proto, XdpAttach, XdpMode},
     error::{Result, XdpError},
-    sys::libxdp::{program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
+    sys::libxdp::{detach_netlink, program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
 };
 
 use attached::detach_stale;
@@ -109,8 +109,9 @@ enum Hook {
         obj: BpfObject,
         id: u32,
     },
-    /// Through netlink, by libxdp.
-    Netlink(XdpProgram),
+    /// Through netlink, by libxdp; `dispatched`: as a component of libxdp's
+    /// dispatcher (else alone on the hook).
+    Netlink { prog: XdpProgram, dispatched: bool },
 }
 
 /// A steer program left by an engine that is gone, replaced at attach.
@@ -326,7 +327,8 @@ impl SteerProgram {
                     .map_err(program_err("creating the libxdp program"))?;
                 prog.attach(idx, attach_mode(mode))
                     .map_err(program_err("attaching"))?;
-                Hook::Netlink(prog)
+                let dispatched = attached_programs(ifindex).iter().any(|p| p.dispatched);
+                Hook::Netlink { prog, dispatched }
             }
         };
         let this = SteerProgram {
@@ -349,7 +351,7 @@ impl SteerProgram {
     fn map(&self, name: &str) -> Result<Map<'_>> {
         match &self.hook {
             Hook::Link { obj, .. } => obj.map(name),
-            Hook::Netlink(prog) => prog.map(name),
+            Hook::Netlink { prog, .. } => prog.map(name),
         }
         .map_err(program_err("finding a map"))
     }
@@ -507,8 +509,23 @@ impl SteerProgram {
     pub fn id(&self) -> u32 {
         match &self.hook {
             Hook::Link { id, .. } => *id,
-            Hook::Netlink(prog) => prog.id(),
+            Hook::Netlink { prog, .. } => prog.id(),
         }
+    }
+
+    /// Whether the program runs as a component of libxdp's dispatcher
+    /// (netlink only): detaching it then goes through libxdp, which looks
+    /// programs up by id and so needs CAP_SYS_ADMIN (and CAP_BPF) besides
+    /// CAP_NET_ADMIN; alone on the hook, CAP_NET_ADMIN is enough, and a
+    /// link needs nothing.
+    pub fn dispatched(&self) -> bool {
+        matches!(
+            self.hook,
+            Hook::Netlink {
+                dispatched: true,
+                ..
+            }
+        )
     }
 
     /// How the program is held: through a bpf_link (detached when this
@@ -516,7 +533,7 @@ impl SteerProgram {
     pub fn attach_kind(&self) -> XdpAttach {
         match self.hook {
             Hook::Link { .. } => XdpAttach::Link,
-            Hook::Netlink(_) => XdpAttach::Netlink,
+            Hook::Netlink { .. } => XdpAttach::Netlink,
         }
     }
 
@@ -536,11 +553,17 @@ impl Drop for SteerProgram {
         // A SteerProgram exists only attached; the libxdp/libbpf objects are
         // freed right after, by the hook's drop (a link is closed first,
         // which detaches the program).
-        let Hook::Netlink(prog) = &mut self.hook else {
+        let Hook::Netlink { prog, dispatched } = &mut self.hook else {
             debug!(interface = %self.interface, "steer XDP program detached (link closed)");
             return;
         };
-        match prog.detach(self.ifindex as i32, attach_mode(self.mode)) {
+        let (idx, mode) = (self.ifindex as i32, attach_mode(self.mode));
+        let detached = if *dispatched {
+            prog.detach(idx, mode)
+        } else {
+            detach_netlink(idx, mode, prog.fd())
+        };
+        match detached {
             Err(e) => {
                 warn!(interface = %self.interface, error = %e, "detaching the steer XDP program failed");
             }

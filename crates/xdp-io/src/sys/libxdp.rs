@@ -223,6 +223,30 @@ impl XdpLink {
     }
 }
 
+/// `XDP_FLAGS_REPLACE` (linux/if_link.h): act only if the attached program
+/// is the one named by `old_prog_fd`.
+const XDP_FLAGS_REPLACE: u32 = 1 << 4;
+
+/// Detaches the program `prog_fd` attached through netlink (without
+/// libxdp's dispatcher) from `ifindex` in `mode` (`bpf_xdp_detach`), only
+/// if it is still the one attached: needs CAP_NET_ADMIN alone, where
+/// libxdp's detach also looks the program up by id (CAP_SYS_ADMIN).
+pub(crate) fn detach_netlink(ifindex: i32, mode: AttachMode, prog_fd: RawFd) -> io::Result<()> {
+    // SAFETY: all-zero is libbpf's "no options"; zeroing also clears the
+    // padding after `old_prog_fd`, which libbpf checks is zero.
+    let mut opts: xdp::bpf_xdp_attach_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<xdp::bpf_xdp_attach_opts>();
+    opts.old_prog_fd = prog_fd;
+    let flags = XDP_FLAGS_REPLACE
+        | if mode == AttachMode::SKB {
+            XDP_FLAGS_SKB_MODE
+        } else {
+            XDP_FLAGS_DRV_MODE
+        };
+    // SAFETY: `opts` is valid for the call; the kernel checks the fd.
+    check_rc(unsafe { xdp::bpf_xdp_detach(ifindex, flags, &opts) })
+}
+
 /// An fd returned by a libbpf `*_get_fd_by_id` call, owned.
 fn owned_fd(rc: c_int) -> io::Result<OwnedFd> {
     if rc < 0 {
@@ -340,6 +364,13 @@ impl XdpProgram {
     pub(crate) fn detach(&mut self, ifindex: i32, mode: AttachMode) -> io::Result<()> {
         // SAFETY: the program is valid (owned by `self`).
         check_rc(unsafe { xdp::xdp_program__detach(self.prog.as_ptr(), ifindex, mode.0, 0) })
+    }
+
+    /// The program's file descriptor (negative before it is loaded), owned
+    /// by the program.
+    pub(crate) fn fd(&self) -> RawFd {
+        // SAFETY: the program is valid (owned by `self`).
+        unsafe { xdp::xdp_program__fd(self.prog.as_ptr()) }
     }
 
     /// The kernel's id of the program (0 before it is loaded).
