@@ -143,13 +143,19 @@ pub struct EngineArgs {
     /// At most this many events in the trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub record_trace_max: u64,
-    /// Serve Prometheus metrics on http://ADDR/metrics, e.g.
-    /// `127.0.0.1:9464` (port 0: a free port, printed at start).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics (read-only) on http://ADDR/metrics: a port
+    /// alone binds loopback (`9464` is `127.0.0.1:9464`); name the address
+    /// to serve beyond the machine (`0.0.0.0:9464`). Port 0: a free port,
+    /// printed at start.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = metrics_addr)]
     pub metrics: Option<SocketAddr>,
     /// Directory of the stats socket `steer stats` and `steer top` read.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
+    /// Let the members of group NAME read the stats socket (mode 0660 with
+    /// that group) besides root (0600 otherwise).
+    #[arg(long, value_name = "NAME")]
+    pub stats_group: Option<String>,
     /// Serve no stats socket (`steer stats` and `steer top` cannot read
     /// this engine; a second engine on the interface is still refused).
     #[arg(long)]
@@ -203,6 +209,9 @@ impl EngineArgs {
             builder = builder.record_trace(path, self.record_trace_max);
         }
         builder = builder.stats_dir(&self.run_dir);
+        if let Some(group) = &self.stats_group {
+            builder = builder.stats_group(group);
+        }
         if self.no_stats_socket {
             builder = builder.stats_socket(false);
         }
@@ -219,6 +228,16 @@ impl EngineArgs {
         }
         Ok(builder)
     }
+}
+
+/// `--metrics`: an address, or a port alone on loopback.
+fn metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        format!("{text:?} is neither a port nor an address with a port (e.g. 9464, 127.0.0.1:9464)")
+    })
 }
 
 /// Says where to watch a running engine: its stats socket and metrics.
@@ -290,6 +309,22 @@ mod tests {
         assert_eq!(p.engine.policy, Policy::Always);
         assert!(!p.engine.fast_path.is_on());
         assert_eq!(p.engine.queues, Some(vec![0, 1]));
+    }
+
+    #[test]
+    fn metrics_bind_loopback_unless_an_address_is_named() {
+        assert_eq!(
+            metrics_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            metrics_addr("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(metrics_addr("[::1]:1").unwrap(), "[::1]:1".parse().unwrap());
+        assert!(metrics_addr("localhost").is_err());
+        let p = Probe::parse_from(["x", "-i", "eth1", "--metrics", "0"]);
+        assert!(p.engine.metrics.unwrap().ip().is_loopback());
     }
 
     #[test]

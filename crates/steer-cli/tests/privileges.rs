@@ -138,3 +138,53 @@ fn a_running_proxy_has_no_capabilities_in_any_thread() {
     assert!(child.wait().unwrap().success());
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }
+
+/// `steer stats IFACE` as user nobody with `groups` (setpriv syntax) as
+/// its supplementary groups, without capabilities.
+fn stats_as_nobody(interface: &str, groups: &str) -> std::process::Output {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_owned()
+    } else {
+        format!("--groups={groups}")
+    };
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", &groups, "--inh-caps=-all"])
+        .args([env!("CARGO_BIN_EXE_steer"), "stats", interface])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stats_group_members_read_the_socket_and_nobody_else() {
+    use std::os::unix::fs::MetadataExt;
+    let net = TestNet::new();
+    let adm = nix::unistd::Group::from_name("adm")
+        .unwrap()
+        .expect("Debian's adm group");
+    let echo = Echo::start(&net, &["--stats-group", "adm"]);
+    let meta = std::fs::metadata(format!("/run/steer/{}.sock", net.host)).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, adm.gid.as_raw()));
+    let out = stats_as_nobody(&net.host, &adm.gid.to_string());
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("steer on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = running::one_line_error("stats", &stats_as_nobody(&net.host, ""));
+    assert!(line.contains("permission denied"), "{line}");
+    assert!(echo.stop().success());
+
+    // An unknown group: a one-line error, nothing left behind.
+    let out = steer(&[
+        "echo",
+        "-i",
+        &net.host,
+        "-p",
+        "7777",
+        "--stats-group",
+        "steer-no-such-group",
+    ]);
+    let line = running::one_line_error("echo", &out);
+    assert!(line.contains("no group \"steer-no-such-group\""), "{line}");
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}

@@ -26,7 +26,9 @@ use super::setup::EngineSetup;
 use super::steering::FlowSteering;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
-use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
+use crate::observe::{
+    bind_metrics, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
+};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
 
@@ -55,6 +57,8 @@ pub struct EngineBuilder {
     trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
     stats_dir: Option<PathBuf>,
+    /// The group that may read the stats socket besides root.
+    stats_group: Option<String>,
     /// Serve Prometheus metrics here.
     metrics: Option<SocketAddr>,
     /// Drop the capabilities not needed at run time once set up.
@@ -93,6 +97,7 @@ impl EngineBuilder {
             worker_slice: Some(DEFAULT_WORKER_SLICE),
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
+            stats_group: None,
             metrics: None,
             drop_privileges: false,
         }
@@ -288,6 +293,15 @@ impl EngineBuilder {
         self
     }
 
+    /// Lets the members of group `name` read the stats socket too: it is
+    /// then `0660` with that group instead of `0600` (root only). An
+    /// unknown group refuses the start. Reading is all they can do: the
+    /// socket answers `stats` and nothing else.
+    pub fn stats_group(mut self, name: impl Into<String>) -> Self {
+        self.stats_group = Some(name.into());
+        self
+    }
+
     /// Whether to serve the stats socket at all (default on).
     pub fn stats_socket(mut self, on: bool) -> Self {
         match (on, &self.stats_dir) {
@@ -317,6 +331,9 @@ impl EngineBuilder {
     /// # Ok::<(), steer_engine::engine::EngineError>(())
     /// ```
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        if !addr.ip().is_loopback() {
+            warn!(%addr, "metrics served beyond this machine: anyone who reaches {addr} reads them");
+        }
         self.metrics = Some(addr);
         self
     }
@@ -413,8 +430,12 @@ impl EngineBuilder {
         // The errors that say what to do come before anything is created.
         xdp_io::check_privileges()?;
         xdp_io::ifindex(&interface)?;
+        let access = match &self.stats_group {
+            Some(name) => StatsAccess::group(name)?,
+            None => StatsAccess::Owner,
+        };
         let endpoint = match &self.stats_dir {
-            Some(dir) => Some(StatsEndpoint::claim(dir, &interface)?),
+            Some(dir) => Some(StatsEndpoint::claim_for(dir, &interface, access)?),
             None => None,
         };
         let mut port_config = self.port;
