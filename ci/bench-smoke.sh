@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark scripts still work end to end: the sockperf output parser's
 # self-test, shell syntax of every script, then quick runs of the kernel
-# comparison and of each seed reproduction.
+# comparison, of each seed reproduction and of the demo.
 #
 # A 2 s window is too short for the goals; the quick runs check that each
 # script still drives its binaries and finds every number it reports (exit 2
@@ -28,3 +28,6 @@ bash benches/compare-kernel.sh --quick
 for f in benches/seeds/seed*.sh; do
   bash "$f" --quick
 done
+# The README's first command, short: exits 3 unless its summary shows flows
+# steered and moved under `always` and moves suppressed under `llc` with 2 LLCs.
+STEER="$STEER" bash scripts/demo.sh --quick --check

@@ -1,5 +1,6 @@
 //! `steer`: one command for steer's tools.
 //!
+//! - `steer demo`: steering made visible (flows steered, moved, kept);
 //! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
@@ -12,6 +13,7 @@
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
 
 mod args;
+mod demo;
 mod echo;
 mod logging;
 mod proxy;
@@ -46,6 +48,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show steering on a veth pair: flows steered to their consumers' CPUs,
+    /// moved when the consumers move, kept by the LLC rule (scripts/demo.sh).
+    Demo(demo::DemoArgs),
     /// UDP echo over AF_XDP with steer's flow steering.
     Echo(echo::EchoArgs),
     /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
@@ -70,6 +75,7 @@ enum Command {
 impl Command {
     fn name(&self) -> &'static str {
         match self {
+            Self::Demo(_) => "demo",
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
             Self::Replay(_) => "replay",
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = cli.command.name();
     let result = match &cli.command {
+        Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
