@@ -5,6 +5,7 @@
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
+//! - `steer plot`: SVG pictures of steer-bench's and seed 000's results;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer stats`: the counters of a running engine, once (table or JSON);
 //! - `steer top`: the same, refreshed in the terminal;
@@ -16,6 +17,7 @@ mod args;
 mod demo;
 mod echo;
 mod logging;
+mod plot;
 mod proxy;
 mod replay;
 mod stats;
@@ -60,6 +62,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
+    /// Draw steer-bench's and seed 000's JSON results as SVG.
+    Plot(plot::PlotArgs),
     /// Print the counters of the engine running on an interface, once.
     Stats(stats::StatsArgs),
     /// Show the counters of the engine running on an interface, refreshed
@@ -80,6 +84,7 @@ impl Command {
             Self::Proxy(_) => "proxy",
             Self::Replay(_) => "replay",
             Self::Topology(_) => "topology",
+            Self::Plot(_) => "plot",
             Self::Stats(_) => "stats",
             Self::Top(_) => "top",
             Self::Completions { .. } => "completions",
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),
         Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),
         Command::Top(a) => top::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
