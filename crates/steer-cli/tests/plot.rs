@@ -19,7 +19,10 @@ fn one_line_error(command: &str, out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one error line expected: {stderr}");
-    assert!(lines[0].starts_with(&format!("steer {command}:")), "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!("steer {command}:")),
+        "{stderr}"
+    );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     lines[0].to_owned()
 }

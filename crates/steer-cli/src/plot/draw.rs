@@ -26,6 +26,9 @@ const LINES: [RGBColor; 4] = [
 
 type DrawResult<T> = Result<T, String>;
 
+/// One bar: the server, its value, its colour.
+type Bar = (String, f64, RGBColor);
+
 fn err<E: std::fmt::Display>(e: E) -> String {
     format!("drawing: {e}")
 }
@@ -55,7 +58,7 @@ fn color(s: &BenchServer) -> RGBColor {
 fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
-    bars: &[(String, f64, RGBColor)],
+    bars: &[Bar],
 ) -> DrawResult<()> {
     let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9) * 1.2;
     // A server's own cost can come out below zero (noise under the
@@ -113,14 +116,14 @@ fn bars<DB: DrawingBackend>(
 
 /// A steer-bench report as bar panels.
 pub fn bench(report: &BenchReport, title: &str) -> DrawResult<String> {
-    let pick = |f: &dyn Fn(&BenchServer) -> Option<f64>| -> Vec<(String, f64, RGBColor)> {
+    let pick = |f: &dyn Fn(&BenchServer) -> Option<f64>| -> Vec<Bar> {
         report
             .servers
             .iter()
             .filter_map(|s| f(s).map(|v| (s.name.clone(), v, color(s))))
             .collect()
     };
-    let mut panels: Vec<(String, Vec<(String, f64, RGBColor)>)> = vec![
+    let mut panels: Vec<(String, Vec<Bar>)> = vec![
         (
             "capacity, replies/s (higher is better)".into(),
             pick(&|s| s.capacity_pps),

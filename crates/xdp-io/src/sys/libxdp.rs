@@ -217,9 +217,8 @@ impl XdpLink {
         }
         // SAFETY: a non-negative return is a new file descriptor this
         // process owns and nothing else closes.
-        Ok(XdpLink {
-            _fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(XdpLink { _fd: fd })
     }
 }
 
