@@ -1,9 +1,11 @@
 //! `steer`: one command for steer's tools.
 //!
+//! - `steer demo`: steering made visible (flows steered, moved, kept);
 //! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
+//! - `steer plot`: SVG pictures of steer-bench's and seed 000's results;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer stats`: the counters of a running engine, once (table or JSON);
 //! - `steer top`: the same, refreshed in the terminal;
@@ -12,8 +14,10 @@
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
 
 mod args;
+mod demo;
 mod echo;
 mod logging;
+mod plot;
 mod proxy;
 mod replay;
 mod stats;
@@ -46,6 +50,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show steering on a veth pair: flows steered to their consumers' CPUs,
+    /// moved when the consumers move, kept by the LLC rule (scripts/demo.sh).
+    Demo(demo::DemoArgs),
     /// UDP echo over AF_XDP with steer's flow steering.
     Echo(echo::EchoArgs),
     /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
@@ -55,6 +62,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
+    /// Draw steer-bench's and seed 000's JSON results as SVG.
+    Plot(plot::PlotArgs),
     /// Print the counters of the engine running on an interface, once.
     Stats(stats::StatsArgs),
     /// Show the counters of the engine running on an interface, refreshed
@@ -70,10 +79,12 @@ enum Command {
 impl Command {
     fn name(&self) -> &'static str {
         match self {
+            Self::Demo(_) => "demo",
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
             Self::Replay(_) => "replay",
             Self::Topology(_) => "topology",
+            Self::Plot(_) => "plot",
             Self::Stats(_) => "stats",
             Self::Top(_) => "top",
             Self::Completions { .. } => "completions",
@@ -86,10 +97,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = cli.command.name();
     let result = match &cli.command {
+        Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),
         Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),
         Command::Top(a) => top::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {

@@ -44,10 +44,13 @@ mod sys;
 pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
-pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
+pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
-pub use program::{attached_programs, FlowMapKey, OwnedAction, ProgramStats, SteerProgram};
+pub use program::{
+    attached_programs, AttachedProgram, FlowMapKey, OwnedAction, ProgramOwner, ProgramStats,
+    Replaced, SteerProgram,
+};
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
 pub use umem::{Frame, RawFrame, RxMeta, UmemView};
