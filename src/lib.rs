@@ -7,7 +7,9 @@
 //! - [`topology`]: CPU, LLC and NUMA discovery (hwloc, sysfs, synthetic, XML);
 //! - [`xdp`] (`xdp-io`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program;
 //! - [`engine`], [`flows`], [`echo`], [`sleep`], [`probe`] (`steer-engine`,
-//!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies.
+//!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies;
+//! - [`kernel`] (`steer-kernel`, feature `xdp`): steer's flow table steering
+//!   kernel TCP and UDP sockets (XDP RFS through a cpumap).
 //!
 //! The `steer` command (echo server, proxy, replay, topology) is the
 //! `steer-cli` package; its dependencies (clap, tracing-subscriber) do not
@@ -20,6 +22,8 @@ pub use xdp_io as xdp;
 
 #[cfg(feature = "xdp")]
 pub use steer_engine::{echo, engine, flows, probe, sleep};
+#[cfg(feature = "xdp")]
+pub use steer_kernel as kernel;
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(all(doctest, feature = "xdp"))]

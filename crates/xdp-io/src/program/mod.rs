@@ -25,10 +25,10 @@ use crate::{
     sys::libxdp::{AttachMode, BpfObject, Map, XdpProgram},
 };
 
-use attached::detach_stale;
+pub(crate) use attached::detach_stale;
 pub use attached::{attached_programs, AttachedProgram};
 pub use keys::FlowMapKey;
-use keys::PortKey;
+pub(crate) use keys::PortKey;
 
 /// The compiled program (clang -O2 -g -target bpf, see build.rs).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp.o"));
@@ -123,7 +123,7 @@ impl SteerProgram {
                     id = p.id,
                     "replacing a steer XDP program left attached by an earlier run"
                 );
-                detach_stale(ifindex)?;
+                detach_stale(ifindex, PROGRAM_NAME)?;
             } else if !p.dispatched {
                 return Err(XdpError::OtherProgram {
                     interface: interface.into(),

@@ -4,6 +4,7 @@
 //! go through one `syscall!` macro that turns -1 into `io::Error`.
 //!
 //! - `caps`: the capabilities XDP and AF_XDP need.
+//! - `clock`: the monotonic clock BPF programs read.
 //! - `cpus`: the possible CPUs (per-CPU map values).
 //! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
@@ -24,6 +25,8 @@ macro_rules! syscall {
 }
 
 mod caps;
+#[allow(unsafe_code)]
+mod clock;
 mod cpus;
 #[allow(unsafe_code)]
 pub(crate) mod libxdp;
@@ -33,8 +36,11 @@ mod net;
 mod signal;
 
 pub use caps::check_privileges;
+pub(crate) use clock::monotonic_ns;
 pub(crate) use cpus::possible_cpus;
-pub(crate) use net::{ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN};
+pub(crate) use net::{
+    attach_socket_filter, ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN,
+};
 pub use net::{ifindex, rx_queue_count};
 pub(crate) use signal::install_handler;
 #[cfg(test)]
