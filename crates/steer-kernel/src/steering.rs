@@ -419,8 +419,9 @@ impl KernelSteeringBuilder {
         self
     }
 
-    /// How long a move may wait for the old path to drain before it is
-    /// forced and counted (default 100 ms).
+    /// How long a UDP flow whose move waits for the old path must be quiet
+    /// before the move is forced and counted (default 100 ms): a frame lost
+    /// on the old path would hold it forever. TCP moves are never forced.
     pub fn max_hold(mut self, hold: Duration) -> Self {
         self.max_hold = hold;
         self

@@ -21,38 +21,44 @@ struct steer_rfs_desired {
  * written by the programs only (steer reads it, and deletes it with the
  * flow). */
 struct steer_rfs_state {
-	__u64 seen;       /* frames of the flow the XDP program saw */
-	__u64 delivered;  /* UDP: frames the socket filter saw, never above seen */
-	__u64 last_qtail; /* qtail rule: the CPU's enqueue count after the last frame */
-	__u64 held_since; /* ns of the first frame a pending move held back; 0: none */
-	__u64 created;    /* ns (CLOCK_MONOTONIC) when steer made the entry */
-	__u32 cpu;        /* CPU serving the flow, STEER_RFS_NO_CPU: kernel path */
-	__u32 pad;
+	__u64 seen;        /* frames of the flow the XDP program saw */
+	__u64 delivered;   /* UDP: frames the socket filter saw, never above seen */
+	__u64 landed;      /* frames of the flow the cpumap programs saw */
+	__u64 landed_base; /* UDP: `delivered` when the flow left the kernel path */
+	__u64 last_qtail;  /* the src->cpu enqueue count after the last frame */
+	__u64 held_since;  /* ns of the last frame a pending move held back; 0: none */
+	__u64 created;     /* ns (CLOCK_MONOTONIC) when steer made the entry */
+	__u32 cpu;         /* CPU serving the flow, STEER_RFS_NO_CPU: kernel path */
+	__u32 last_src;    /* rx CPU (queue row) of the last redirected frame */
 };
 
-/* Value of `rfs_queues[cpu]` (qtail rule): frames redirected to the CPU and
- * frames its cpumap program has seen. */
-struct steer_rfs_queue {
-	__u64 enqueued;
-	__u64 dequeued;
-	__u64 pad[6]; /* one cache line per CPU */
-};
+/* The `rfs_enq` and `rfs_deq` arrays are indexed by src * ncpus + dst: src
+ * the CPU whose XDP program redirected the frame (row ncpus: unknown, in
+ * generic mode, where the cpumap program cannot see the metadata carrying
+ * it), dst the cpumap entry's CPU. enq is written by src only; deq by dst's
+ * cpumap program and, for frames the cpumap queue dropped, by src's
+ * xdp_cpumap_enqueue tracepoint program. */
 
 /* Indices of the `rfs_settings` array (__u64 values). */
 enum steer_rfs_setting {
 	RFS_SET_ORDER = 0,      /* enum steer_rfs_order */
-	RFS_SET_MAX_HOLD = 1,   /* ns a move may be held back; then forced */
+	RFS_SET_MAX_HOLD = 1,   /* ns of quiet after which a held UDP move is forced */
 	RFS_SET_UDP_SETTLE = 2, /* ns after tracking starts before a UDP flow is placed */
-	RFS_SET_MAX = 3,
+	RFS_SET_NCPUS = 3,      /* possible CPUs: the rows of rfs_enq/rfs_deq */
+	RFS_SET_CPUMAP_ID = 4,  /* id of rfs_cpus, for the drop tracepoint */
+	RFS_SET_GENERIC = 5,    /* 1: attached in generic mode (no metadata) */
+	RFS_SET_MAX = 6,
 };
 
 /* When a flow may leave the CPU (or the kernel path) that serves it. */
 enum steer_rfs_order {
 	/* TCP: the socket's rcv_nxt has reached the frame's sequence number;
-	 * UDP: the socket filter has seen every frame the XDP program saw. */
+	 * UDP: the old CPU's queue has passed the flow's last frame and every
+	 * frame that left it has reached the socket. */
 	RFS_ORDER_SOCKET = 0,
-	/* RFS's last_qtail rule on the cpumap queues: the old CPU's cpumap
-	 * program has dequeued the flow's last frame. */
+	/* RFS's last_qtail rule alone: the old CPU's queue has passed the
+	 * flow's last frame (its cpumap program saw it, or the queue dropped
+	 * it). */
 	RFS_ORDER_QTAIL = 1,
 	/* No rule: move at once (for measuring what the rules prevent). */
 	RFS_ORDER_NONE = 2,
@@ -65,12 +71,14 @@ enum steer_rfs_stat {
 	RFS_STAT_UNTRACKED = 2,      /* owned frames of flows steer has no CPU for */
 	RFS_STAT_MOVES = 3,          /* flows placed or moved */
 	RFS_STAT_HELD_BACK = 4,      /* frames kept on the old path by a pending move */
-	RFS_STAT_FORCED = 5,         /* moves forced after RFS_SET_MAX_HOLD */
+	RFS_STAT_FORCED = 5,         /* UDP moves forced after RFS_SET_MAX_HOLD of quiet */
 	RFS_STAT_REDIRECT_FAILED = 6,/* no cpumap entry for the CPU: passed */
 	RFS_STAT_LANDED = 7,         /* per CPU: frames its cpumap program saw */
 	RFS_STAT_DELIVERED = 8,      /* per CPU: UDP frames the socket filter saw */
 	RFS_STAT_NO_STATE = 9,       /* owned frames with a CPU but no state: passed */
-	RFS_STAT_MAX = 10,
+	RFS_STAT_QUEUE_DROPS = 10,   /* per rx CPU: frames a full cpumap queue dropped */
+	RFS_STAT_REDIRECT_ERRORS = 11, /* per rx CPU: frames that failed to reach the queue */
+	RFS_STAT_MAX = 12,
 };
 
 #endif

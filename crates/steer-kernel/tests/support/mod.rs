@@ -207,9 +207,16 @@ impl Pair {
     /// The server namespace's TCP extension counters (`TcpExt:` lines of
     /// /proc/net/netstat, read from inside it).
     pub fn tcp_ext(&self) -> HashMap<String, u64> {
-        Self::in_ns(&self.srv_ns, || {
-            let text = std::fs::read_to_string("/proc/thread-self/net/netstat").unwrap();
-            let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+        Self::counters(&self.srv_ns, "netstat", "TcpExt:")
+    }
+
+    /// One group of counters (`Tcp:`, `Udp:`, `TcpExt:`, ...) of
+    /// /proc/net/`file` (`snmp`, `netstat`) in namespace `ns`.
+    pub fn counters(ns: &str, file: &str, group: &str) -> HashMap<String, u64> {
+        let (file, group) = (file.to_owned(), group.to_owned());
+        Self::in_ns(ns, move || {
+            let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap();
+            let mut lines = text.lines().filter(|l| l.starts_with(group.as_str()));
             let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
             names
                 .split_whitespace()

@@ -39,6 +39,9 @@ pub(super) enum Setting {
     Order = 0,
     MaxHold = 1,
     UdpSettle = 2,
+    Ncpus = 3,
+    CpumapId = 4,
+    Generic = 5,
 }
 
 /// Indices of the per-CPU `rfs_stats` array.
@@ -54,10 +57,12 @@ pub(super) enum Stat {
     Landed = 7,
     Delivered = 8,
     NoState = 9,
+    QueueDrops = 10,
+    RedirectErrors = 11,
 }
 
 impl Stat {
-    pub(super) const ALL: [Self; 10] = [
+    pub(super) const ALL: [Self; 12] = [
         Self::Redirected,
         Self::Passed,
         Self::Untracked,
@@ -68,6 +73,8 @@ impl Stat {
         Self::Landed,
         Self::Delivered,
         Self::NoState,
+        Self::QueueDrops,
+        Self::RedirectErrors,
     ];
 }
 
@@ -84,7 +91,7 @@ pub struct RfsStats {
     pub moves: u64,
     /// Frames kept on the old path because a move had to wait.
     pub held_back: u64,
-    /// Moves forced after the maximum hold time.
+    /// UDP moves forced after the flow was quiet for the maximum hold time.
     pub forced: u64,
     /// Frames whose CPU had no cpumap entry (passed).
     pub redirect_failed: u64,
@@ -94,6 +101,10 @@ pub struct RfsStats {
     pub delivered: u64,
     /// Frames of flows with a CPU but no state (passed).
     pub no_state: u64,
+    /// Frames a full cpumap queue dropped (its CPU fell behind).
+    pub queue_drops: u64,
+    /// Frames that failed to reach a cpumap queue.
+    pub redirect_errors: u64,
 }
 
 impl RfsStats {
@@ -109,6 +120,8 @@ impl RfsStats {
             landed: s[Stat::Landed as usize],
             delivered: s[Stat::Delivered as usize],
             no_state: s[Stat::NoState as usize],
+            queue_drops: s[Stat::QueueDrops as usize],
+            redirect_errors: s[Stat::RedirectErrors as usize],
         }
     }
 }
@@ -120,30 +133,37 @@ pub struct RfsFlow {
     pub seen: u64,
     /// UDP: frames the socket filter saw (never above `seen`).
     pub delivered: u64,
+    /// UDP: frames the cpumap programs saw (handed to a CPU's stack).
+    pub landed: u64,
     /// The CPU whose stack handles the flow; `None` while it takes the
     /// kernel path (before its first placement).
     pub cpu: Option<u32>,
     /// Whether a move is waiting for the old path to drain.
     pub held: bool,
+    landed_base: u64,
     last_qtail: u64,
     held_since: u64,
     created: u64,
+    last_src: u32,
 }
 
 impl RfsFlow {
     /// Bytes of `struct steer_rfs_state`.
-    pub(super) const LEN: usize = 48;
+    pub(super) const LEN: usize = 64;
 
     /// A new entry: no frame seen, on the kernel path, made at `now_ns`.
     pub(super) fn fresh(now_ns: u64) -> Self {
         Self {
             seen: 0,
             delivered: 0,
+            landed: 0,
             cpu: None,
             held: false,
+            landed_base: 0,
             last_qtail: 0,
             held_since: 0,
             created: now_ns,
+            last_src: 0,
         }
     }
 
@@ -152,6 +172,8 @@ impl RfsFlow {
         let words = [
             self.seen,
             self.delivered,
+            self.landed,
+            self.landed_base,
             self.last_qtail,
             self.held_since,
             self.created,
@@ -159,7 +181,8 @@ impl RfsFlow {
         for (chunk, w) in b.chunks_exact_mut(8).zip(words) {
             chunk.copy_from_slice(&w.to_ne_bytes());
         }
-        b[40..44].copy_from_slice(&self.cpu.unwrap_or(NO_CPU).to_ne_bytes());
+        b[56..60].copy_from_slice(&self.cpu.unwrap_or(NO_CPU).to_ne_bytes());
+        b[60..64].copy_from_slice(&self.last_src.to_ne_bytes());
         b
     }
 
@@ -169,16 +192,19 @@ impl RfsFlow {
             w.copy_from_slice(&b[i * 8..i * 8 + 8]);
             u64::from_ne_bytes(w)
         };
-        let cpu = u32::from_ne_bytes([b[40], b[41], b[42], b[43]]);
-        let held_since = word(3);
+        let cpu = u32::from_ne_bytes([b[56], b[57], b[58], b[59]]);
+        let held_since = word(5);
         Self {
             seen: word(0),
             delivered: word(1),
-            last_qtail: word(2),
+            landed: word(2),
+            landed_base: word(3),
+            last_qtail: word(4),
             held_since,
-            created: word(4),
+            created: word(6),
             cpu: (cpu != NO_CPU).then_some(cpu),
             held: held_since != 0,
+            last_src: u32::from_ne_bytes([b[60], b[61], b[62], b[63]]),
         }
     }
 }
@@ -196,8 +222,8 @@ mod tests {
         let b = f.to_bytes();
         assert_eq!(b[..8], 7u64.to_ne_bytes());
         assert_eq!(b[8..16], 5u64.to_ne_bytes());
-        assert_eq!(b[32..40], 0x0102u64.to_ne_bytes());
-        assert_eq!(b[40..44], 3u32.to_ne_bytes());
+        assert_eq!(b[48..56], 0x0102u64.to_ne_bytes());
+        assert_eq!(b[56..60], 3u32.to_ne_bytes());
         assert_eq!(RfsFlow::from_bytes(&b), f);
         let fresh = RfsFlow::from_bytes(&RfsFlow::fresh(9).to_bytes());
         assert_eq!((fresh.cpu, fresh.held), (None, false));
@@ -210,7 +236,10 @@ mod tests {
             *s = i as u64 * 10;
         }
         let st = RfsStats::from_sums(sums);
-        assert_eq!((st.redirected, st.landed, st.no_state), (0, 70, 90));
+        assert_eq!(
+            (st.redirected, st.landed, st.no_state, st.queue_drops),
+            (0, 70, 90, 100)
+        );
         assert_eq!(
             (
                 RfsOrder::Socket.code(),

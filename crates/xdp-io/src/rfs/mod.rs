@@ -32,7 +32,7 @@ use crate::{
     program::{attached_programs, detach_stale, FlowMapKey, PortKey},
     sys::{
         self,
-        libxdp::{AttachMode, BpfObject, MapFd, XdpProgram, BPF_NOEXIST},
+        libxdp::{AttachMode, BpfObject, Link, MapFd, XdpProgram, BPF_NOEXIST},
     },
 };
 
@@ -53,13 +53,21 @@ const OWNED_PORTS: &str = "owned_ports";
 const DESIRED: &str = "rfs_desired";
 const STATE: &str = "rfs_state";
 const CPUS: &str = "rfs_cpus";
-const QUEUES: &str = "rfs_queues";
+const ENQ: &str = "rfs_enq";
+const DEQ: &str = "rfs_deq";
+/// The program counting the frames a cpumap queue dropped.
+const DROPS_PROGRAM: &str = "steer_rfs_drops";
+const DROPS_TRACEPOINT: &str = "xdp_cpumap_enqueue";
+/// The program counting the frames that failed to reach a cpumap queue.
+const ERRORS_PROGRAM: &str = "steer_rfs_redirect_err";
+const ERRORS_TRACEPOINT: &str = "xdp_redirect_err";
 const SETTINGS: &str = "rfs_settings";
 const STATS: &str = "rfs_stats";
 
 /// Frames a cpumap entry queues for its CPU by default.
 pub const DEFAULT_QUEUE_SIZE: u32 = 2048;
-/// How long a move may wait for the old path to drain before it is forced.
+/// How long a held UDP flow must be quiet (no frame) before its move is
+/// forced.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(100);
 /// How long a newly tracked UDP flow stays on the kernel path before it is
 /// first placed (frames that took it before steer counted them get there).
@@ -82,6 +90,10 @@ pub const DEFAULT_UDP_SETTLE: Duration = Duration::from_millis(2);
 #[derive(Debug)]
 #[doc(alias("XDP_REDIRECT", "BPF_MAP_TYPE_CPUMAP", "RFS"))]
 pub struct RfsProgram {
+    // The drop counters on the xdp_cpumap_enqueue and xdp_redirect_err
+    // tracepoints; destroyed with the other fields, right after `Drop`
+    // detached the XDP program.
+    _drops: [Link; 2],
     prog: Mutex<XdpProgram>,
     ifindex: u32,
     interface: String,
@@ -95,6 +107,8 @@ pub struct RfsProgram {
     cpus: MapFd,
     settings: MapFd,
     stats: MapFd,
+    enq: MapFd,
+    deq: MapFd,
 }
 
 fn attach_mode(mode: XdpMode) -> AttachMode {
@@ -184,8 +198,10 @@ impl RfsProgram {
             .map_err(|_| XdpError::Config("too many possible CPUs".into()))?;
         let mut obj =
             BpfObject::open_mem(OBJECT).map_err(program_err("opening the embedded object"))?;
-        for map in [CPUS, QUEUES] {
-            obj.set_max_entries(map, entries)
+        obj.set_max_entries(CPUS, entries)
+            .map_err(program_err("sizing the per-CPU maps"))?;
+        for map in [ENQ, DEQ] {
+            obj.set_max_entries(map, (entries + 1) * entries)
                 .map_err(program_err("sizing the per-CPU maps"))?;
         }
         // From here the object is closed on every path (by XdpProgram's drop).
@@ -213,7 +229,16 @@ impl RfsProgram {
                 prog.map_fd(name, cpus_possible)
                     .map_err(program_err("finding a map"))
             };
+            let tracepoint = |name: &str, tp: &str| {
+                prog.attach_raw_tracepoint(name, tp)
+                    .map_err(program_err("attaching the cpumap drop counters"))
+            };
+            let drops = [
+                tracepoint(DROPS_PROGRAM, DROPS_TRACEPOINT)?,
+                tracepoint(ERRORS_PROGRAM, ERRORS_TRACEPOINT)?,
+            ];
             Ok((
+                drops,
                 dup(CPUMAP_PROGRAM)?,
                 dup(SOCKET_PROGRAM)?,
                 [
@@ -223,15 +248,19 @@ impl RfsProgram {
                     map(CPUS)?,
                     map(SETTINGS)?,
                     map(STATS)?,
+                    map(ENQ)?,
+                    map(DEQ)?,
                 ],
             ))
         })();
-        let (cpumap_prog, socket_prog, maps) = match fds {
+        let (drops, cpumap_prog, socket_prog, maps) = match fds {
             Ok(f) => f,
             Err(e) => return Err(detach_on_err(&mut prog, e)),
         };
-        let [owned, desired, state, cpus, settings, stats] = maps;
+        let [owned, desired, state, cpus, settings, stats, enq, deq] = maps;
+        let cpumap_id = cpus.id();
         let this = RfsProgram {
+            _drops: drops,
             prog: Mutex::new(prog),
             ifindex,
             interface: interface.into(),
@@ -245,8 +274,14 @@ impl RfsProgram {
             cpus,
             settings,
             stats,
+            enq,
+            deq,
         };
         // From here `this` detaches on every path (by its drop).
+        let cpumap_id = cpumap_id.map_err(program_err("reading the cpumap's id"))?;
+        this.set(Setting::Ncpus, u64::from(entries))?;
+        this.set(Setting::CpumapId, u64::from(cpumap_id))?;
+        this.set(Setting::Generic, u64::from(mode == XdpMode::Generic))?;
         this.set_max_hold(DEFAULT_MAX_HOLD)?;
         this.set_udp_settle(DEFAULT_UDP_SETTLE)?;
         this.set_order(RfsOrder::Socket)?;
@@ -370,8 +405,12 @@ impl RfsProgram {
         self.set(Setting::Order, order.code())
     }
 
-    /// How long a move may wait for the old path to drain before it is
-    /// forced (and counted in [`RfsStats::forced`]).
+    /// How long a UDP flow whose move is held must be quiet (no frame
+    /// between two held ones) before the move is forced (and counted in
+    /// [`RfsStats::forced`]): a frame lost between the cpumap queue and the
+    /// socket would otherwise hold it forever. A busy flow waits, as under
+    /// the kernel's RFS. TCP moves are never forced (a lost segment is
+    /// retransmitted along the held path).
     pub fn set_max_hold(&self, hold: Duration) -> Result<()> {
         self.set(Setting::MaxHold, duration_ns(hold))
     }
@@ -419,6 +458,24 @@ impl RfsProgram {
     /// UDP frames of tracked flows the socket filter saw on each CPU.
     pub fn delivered_per_cpu(&self) -> Result<Vec<u64>> {
         self.per_cpu(Stat::Delivered)
+    }
+
+    /// The queue counters of rx CPU `src` (`None`: frames whose rx CPU the
+    /// cpumap program could not see, in generic mode) towards CPU `dst`:
+    /// frames enqueued, and frames dequeued or dropped by the queue. Equal
+    /// when nothing `src` sent is still queued for `dst`.
+    pub fn queue_counts(&self, src: Option<u32>, dst: u32) -> Result<(u64, u64)> {
+        let n = self.cpus_possible as u32;
+        let idx = src.unwrap_or(n) * n + dst;
+        let read = |m: &MapFd, name: &'static str| -> Result<u64> {
+            let mut v = [0u8; 8];
+            m.lookup(&idx.to_ne_bytes(), &mut v).map_err(map_err(
+                name,
+                "the CPUs must be below the possible CPU count",
+            ))?;
+            Ok(u64::from_ne_bytes(v))
+        };
+        Ok((read(&self.enq, ENQ)?, read(&self.deq, DEQ)?))
     }
 
     /// The attach mode in use (never `Auto`).

@@ -15,6 +15,8 @@
 //!   nothing it should not and is `Send + Sync`) with the key and value
 //!   lengths the kernel expects, checked before every call: for maps shared
 //!   between threads (the RFS program's flow maps).
+//! - [`Link`]: a program attached to a raw tracepoint (`struct bpf_link`),
+//!   detached when dropped.
 //! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
 //!   [`ProgramRef`] is one of them, valid while the snapshot lives.
 //!
@@ -235,6 +237,26 @@ impl XdpProgram {
         Ok(unsafe { BorrowedFd::borrow_raw(fd) })
     }
 
+    /// Attaches program `name` (the C function's name) of the loaded object
+    /// to the raw tracepoint `tracepoint`
+    /// (`bpf_program__attach_raw_tracepoint`).
+    pub(crate) fn attach_raw_tracepoint(&self, name: &str, tracepoint: &str) -> io::Result<Link> {
+        let name = c_string(name)?;
+        let tp = c_string(tracepoint)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the loaded object; the tracepoint name is
+        // NUL-terminated and outlives the call. The link holds its own
+        // reference to the program, so it may outlive the object.
+        let link = unsafe { xdp::bpf_program__attach_raw_tracepoint(prog, tp.as_ptr()) };
+        check_ptr(link).map(Link)
+    }
+
     /// A [`MapFd`] for map `name` of the loaded object (a duplicate of its
     /// descriptor, independent of `self`). `value_len` is what a lookup
     /// writes: the value size, or for a per-CPU map one 8-byte-rounded value
@@ -403,6 +425,35 @@ impl MapFd {
     /// The length of a value as `lookup` writes it.
     pub(crate) fn value_len(&self) -> usize {
         self.value_len
+    }
+
+    /// The kernel's id of the map (`bpf_map_get_info_by_fd`).
+    pub(crate) fn id(&self) -> io::Result<u32> {
+        // SAFETY: bpf_map_info is plain data; all-zero is the documented
+        // initial value.
+        let mut info: xdp::bpf_map_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<xdp::bpf_map_info>() as u32;
+        // SAFETY: `info` and `len` are valid for writes and describe each
+        // other; the descriptor is a map's.
+        check_rc(unsafe { xdp::bpf_map_get_info_by_fd(self.fd.as_raw_fd(), &mut info, &mut len) })?;
+        Ok(info.id)
+    }
+}
+
+/// A program attached to a tracepoint; dropping it detaches the program.
+#[derive(Debug)]
+pub(crate) struct Link(NonNull<xdp::bpf_link>);
+
+// SAFETY: a bpf_link is a file descriptor and a small heap object owned
+// exclusively by this value; libbpf keeps no thread-affine state in it.
+unsafe impl Send for Link {}
+// SAFETY: no method takes `&self`; shared references can do nothing.
+unsafe impl Sync for Link {}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // SAFETY: the link is owned by `self` and destroyed only here.
+        unsafe { xdp::bpf_link__destroy(self.0.as_ptr()) };
     }
 }
 
