@@ -12,7 +12,7 @@ use steer_core::packet::build::FrameBuilder;
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use support::net::TestNet;
-use support::{assert_accounted, drive_flows, echo_engine, PORT};
+use support::{assert_accounted, drive_flows, echo_builder, echo_engine, PORT};
 
 #[test]
 fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path() {
@@ -206,4 +206,41 @@ fn parse_mac(s: &str) -> [u8; 6] {
         .map(|h| u8::from_str_radix(h, 16).unwrap())
         .collect();
     v.try_into().unwrap()
+}
+
+/// A hook that keeps every move it is told of.
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<steer_core::hook::FlowMove>>>);
+
+impl steer_core::hook::SteerHook for Capture {
+    fn steer(
+        &mut self,
+        mv: &steer_core::hook::FlowMove,
+    ) -> Result<Option<steer_core::hook::FilterId>, steer_core::hook::HookError> {
+        self.0.lock().unwrap().push(*mv);
+        Ok(None)
+    }
+    fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: steer_core::hook::FilterId) {}
+}
+
+#[test]
+fn the_builders_hook_is_told_of_every_move_with_the_flows_key() {
+    let net = TestNet::new();
+    let moves = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = moves.clone();
+    let engine = echo_builder(&net, Policy::Always, true)
+        .hook(move |_rxq| Capture(m.clone()))
+        .start()
+        .unwrap();
+    let cpus: Vec<usize> = engine.worker_states().iter().map(|(c, _)| *c).collect();
+    let got = drive_flows(&net, 4, 50, 10);
+    assert!(got.iter().all(|g| g.len() == 50));
+    let report = engine.stop().unwrap();
+    let moves = moves.lock().unwrap();
+    assert!(!moves.is_empty());
+    assert_eq!(moves.len() as u64, report.stats.steering_updates());
+    for mv in moves.iter() {
+        let key = mv.key.expect("the dispatcher passes the flow's key");
+        assert_eq!((key.protocol, key.dst_port()), (17, PORT), "{mv:?}");
+        assert!(cpus.contains(&mv.to), "{mv:?}");
+    }
 }

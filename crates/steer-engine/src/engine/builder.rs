@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::KeyedHasher;
+use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
 use topology::Topology;
@@ -46,7 +47,12 @@ pub struct EngineBuilder {
     worker_slice: Option<Duration>,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
+    /// Builds each rx queue's steering hook (default: none).
+    hooks: Option<HookFactory>,
 }
+
+/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+pub(super) type HookFactory = Arc<dyn Fn(u32) -> Box<dyn SteerHook + Send> + Send + Sync>;
 
 impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,6 +85,7 @@ impl EngineBuilder {
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
             trace: None,
+            hooks: None,
         }
     }
 
@@ -245,6 +252,29 @@ impl EngineBuilder {
         self
     }
 
+    /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
+    /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
+    /// is called on every move of a flow, with the flow's key, its old and
+    /// new CPU and the rx queue, and on expiry of idle flows. Default: no
+    /// hook (software steering only). On a NIC with ntuple filters,
+    /// [`xdp_io::ntuple::NtupleSteering`] asks the NIC to deliver each moved
+    /// flow to the rx queue of its new CPU.
+    ///
+    /// ```no_run
+    /// use steer_core::hook::CountingHook;
+    /// use steer_engine::engine::Engine;
+    /// let builder = Engine::builder("eth1").hook(|_rxq| CountingHook::default());
+    /// ```
+    #[doc(alias = "ndo_rx_flow_steer")]
+    pub fn hook<F, H>(mut self, factory: F) -> Self
+    where
+        F: Fn(u32) -> H + Send + Sync + 'static,
+        H: SteerHook + Send + 'static,
+    {
+        self.hooks = Some(Arc::new(move |rxq| Box::new(factory(rxq))));
+        self
+    }
+
     /// The handler each worker runs, built on the worker's thread.
     pub fn handler<F>(self, factory: F) -> Self
     where
@@ -383,6 +413,7 @@ impl EngineBuilder {
             app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
+            hooks: self.hooks.clone(),
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use steer_core::cpu::CpuId;
 use steer_core::flow::{FlowClassifier, KeyedHasher};
-use steer_core::hook::NoopHook;
+use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
 use topology::Topology;
@@ -35,11 +35,12 @@ pub(super) struct EngineSetup {
     pub(super) app: Arc<dyn Application>,
     pub(super) counters: Arc<EngineCounters>,
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
+    pub(super) hooks: Option<super::builder::HookFactory>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
     type Classifier = FlowClassifier<KeyedHasher>;
-    type Hook = NoopHook;
+    type Hook = Box<dyn SteerHook + Send>;
     type Pool = UmemPool;
     type Handler = WorkerHandler;
 
@@ -65,8 +66,11 @@ impl Setup<RawFrame> for EngineSetup {
         FlowClassifier::new(self.hasher.clone()).use_rx_hash(self.use_rx_hash)
     }
 
-    fn hook(&self, _rxq: u32) -> Self::Hook {
-        NoopHook
+    fn hook(&self, rxq: u32) -> Self::Hook {
+        match &self.hooks {
+            Some(factory) => factory(rxq),
+            None => Box::new(NoopHook),
+        }
     }
 
     fn pool(&self, _cpu: CpuId) -> Self::Pool {
