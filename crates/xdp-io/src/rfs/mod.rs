@@ -95,6 +95,8 @@ pub struct RfsProgram {
     // detached the XDP program.
     _drops: [Link; 2],
     prog: Mutex<XdpProgram>,
+    /// The namespace `ifindex` belongs to: the detach happens there.
+    netns: sys::NetNs,
     ifindex: u32,
     interface: String,
     mode: XdpMode,
@@ -259,9 +261,19 @@ impl RfsProgram {
         };
         let [owned, desired, state, cpus, settings, stats, enq, deq] = maps;
         let cpumap_id = cpus.id();
+        let netns = match sys::NetNs::current() {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(detach_on_err(
+                    &mut prog,
+                    XdpError::io("opening /proc/thread-self/ns/net", e),
+                ))
+            }
+        };
         let this = RfsProgram {
             _drops: drops,
             prog: Mutex::new(prog),
+            netns,
             ifindex,
             interface: interface.into(),
             mode,
@@ -512,7 +524,14 @@ impl Drop for RfsProgram {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        match prog.detach(self.ifindex as i32, attach_mode(self.mode)) {
+        // In the namespace it was attached from (the dropping thread may be
+        // in another one, where the ifindex names some other device).
+        let (ifindex, mode) = (self.ifindex as i32, attach_mode(self.mode));
+        let detached = self
+            .netns
+            .run(|| prog.detach(ifindex, mode))
+            .and_then(|r| r);
+        match detached {
             Err(e) => {
                 warn!(interface = %self.interface, error = %e, "detaching the steer RFS program failed")
             }

@@ -8,6 +8,7 @@
 //! - `cpus`: the possible CPUs (per-CPU map values).
 //! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
+//! - `netns`: the network namespace a program was attached from.
 //! - `signal`: signal handlers (`sigaction`).
 
 /// Calls a libc function, mapping a -1 return to `io::Error::last_os_error`.
@@ -33,6 +34,8 @@ pub(crate) mod libxdp;
 #[allow(unsafe_code)]
 mod net;
 #[allow(unsafe_code)]
+mod netns;
+#[allow(unsafe_code)]
 mod signal;
 
 pub use caps::check_privileges;
@@ -42,6 +45,7 @@ pub(crate) use net::{
     attach_socket_filter, ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN,
 };
 pub use net::{ifindex, rx_queue_count};
+pub(crate) use netns::NetNs;
 pub(crate) use signal::install_handler;
 #[cfg(test)]
 pub(crate) use signal::raise;
