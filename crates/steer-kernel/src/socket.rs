@@ -149,6 +149,30 @@ mod tests {
     }
 
     #[test]
+    fn tokio_mio_and_raw_fds_are_sockets_too() {
+        use std::os::fd::AsFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let want = SocketTuple::of(&server).unwrap();
+        // A raw descriptor, borrowed.
+        assert_eq!(SocketTuple::of(&server.as_fd()).unwrap(), want);
+        // mio and tokio wrap the same socket.
+        let server = mio::net::TcpStream::from_std(server);
+        assert_eq!(SocketTuple::of(&server).unwrap(), want);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            client.set_nonblocking(true).unwrap();
+            let client = tokio::net::TcpStream::from_std(client).unwrap();
+            let t = SocketTuple::of(&client).unwrap();
+            assert_eq!((t.local, t.peer), (want.peer, want.local));
+        });
+    }
+
+    #[test]
     fn unconnected_and_non_ip_sockets_are_refused() {
         let lone = UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(matches!(

@@ -348,7 +348,10 @@ impl KernelSteeringBuilder {
             cpus: None,
             policy: Policy::LlcAffinity,
             layout: None,
-            table_entries: 4096,
+            // Flows sharing an entry overwrite each other's CPU under any
+            // policy (each write then moves the other flow): keep it well
+            // above the flow count, as the engine does.
+            table_entries: 65_536,
             queue_size: DEFAULT_QUEUE_SIZE,
             xdp_mode: XdpMode::Auto,
             replace_stale: false,
@@ -388,7 +391,8 @@ impl KernelSteeringBuilder {
         self
     }
 
-    /// Desired-table entries (a power of two; default 4096).
+    /// Desired-table entries (a power of two; default 65536). Flows sharing
+    /// an entry overwrite each other's CPU whatever the policy.
     pub fn table_entries(mut self, entries: usize) -> Self {
         self.table_entries = entries;
         self
