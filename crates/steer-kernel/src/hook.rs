@@ -10,7 +10,7 @@
 //!
 //! Invariants: a flow is in the shadow iff the hook tracked it and placed it
 //! in the backend, and has not removed it since; at most `max_flows` flows
-//! are placed ([`HookError::Full`] beyond); a failed update leaves the
+//! are placed ([`HookError::Full`](steer_core::hook::HookError::Full) beyond); a failed update leaves the
 //! shadow as it was.
 
 use std::collections::HashMap;

@@ -74,11 +74,7 @@ fn tcp_connection_lands_on_the_reading_cpu_and_follows_it() {
             let mut rec = st.recorder();
             let mut buf = [0u8; 100];
             let mut last = None;
-            loop {
-                match stream.read_exact(&mut buf).await {
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
+            while stream.read_exact(&mut buf).await.is_ok() {
                 if let Ok(r) = rec.record_flow(&flow) {
                     if r != Recorded::Unchanged(steer_core::policy::RecordOutcome::Unchanged) {
                         last = Some(r);

@@ -1,17 +1,17 @@
-//! The ethtool ntuple steering backend: a [`SteerHook`] that asks the NIC to
+//! The ethtool ntuple steering backend: a [`SteerHook`](steer_core::hook::SteerHook) that asks the NIC to
 //! deliver a moved flow (its exact 5-tuple) to the rx queue serving the
 //! flow's new CPU, with `SIOCETHTOOL` `ETHTOOL_SRXCLSRLINS` /
 //! `ETHTOOL_SRXCLSRLDEL` (what the kernel's ARFS asks a driver for through
 //! `ndo_rx_flow_steer`, requested from userspace).
 //!
-//! The ioctl goes through an [`EthtoolIoctl`] (the system call, or a fake in
-//! tests). [`NtupleSteering::new`] probes the device (`ETHTOOL_GRXCLSRLCNT`)
+//! The ioctl goes through an [`EthtoolIoctl`](crate::ntuple::EthtoolIoctl) (the system call, or a fake in
+//! tests). [`NtupleSteering::new`](crate::ntuple::NtupleSteering::new) probes the device (`ETHTOOL_GRXCLSRLCNT`)
 //! and refuses devices without ntuple filters (veth, most virtual NICs) with
 //! a one-line error. Rules are bounded by a budget (a NIC holds a few
-//! thousand); a move beyond it fails with [`HookError::Full`] and the flow is
+//! thousand); a move beyond it fails with [`HookError::Full`](steer_core::hook::HookError::Full) and the flow is
 //! steered in software only. A rule is updated in place when its flow moves
 //! again, and deleted when the rx table's sweep expires the flow
-//! ([`SteerHook::remove`]).
+//! ([`SteerHook::remove`](steer_core::hook::SteerHook::remove)).
 //!
 //! Invariants: every rule this backend inserted and has not deleted is in
 //! its `rules` set (at most `budget` of them); a failed insert leaves no

@@ -1,20 +1,20 @@
 //! XDP RFS for kernel sockets (`bpf/steer_rfs.c`): the program that
 //! redirects the frames of the flows steer tracks into a `BPF_MAP_TYPE_CPUMAP`
 //! entry, so the kernel stack of the CPU steer names for the flow handles
-//! them, and passes everything else. [`RfsProgram`] attaches it, fills the
+//! them, and passes everything else. [`RfsProgram`](crate::rfs::RfsProgram) attaches it, fills the
 //! cpumap (each entry runs the program's dequeue counter on its CPU), and
 //! owns its maps: which ports are steered, the CPU steer wants for each flow
-//! (`rfs_desired`, written by [`RfsProgram::steer`]: the costly update), the
+//! (`rfs_desired`, written by [`RfsProgram::steer`](crate::rfs::RfsProgram::steer): the costly update), the
 //! per-flow state the programs keep (`rfs_state`), the settings and the
 //! per-CPU counters. The byte layouts are those of bpf/steer_rfs.h; this
 //! module is safe Rust (the FFI is in `sys::libxdp`).
 //!
-//! Invariants: while an [`RfsProgram`] exists its program is attached to its
+//! Invariants: while an [`RfsProgram`](crate::rfs::RfsProgram) exists its program is attached to its
 //! interface and its maps exist; `Drop` detaches it and closes the object,
 //! which frees the maps and stops the cpumap threads. The map handles are
 //! file descriptors of their own, so an `RfsProgram` is `Send + Sync` and
 //! every thread may steer through it. A flow is steered only while it has
-//! both a state entry ([`RfsProgram::track`]) and a desired CPU.
+//! both a state entry ([`RfsProgram::track`](crate::rfs::RfsProgram::track)) and a desired CPU.
 
 mod layout;
 
