@@ -19,11 +19,12 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::{
-    clock, cpustat,
+    cpustat,
     gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
     netns::TestBed,
     payload::Endpoints,
     servers::{Kind, Running, ServerEnv},
+    sys,
 };
 
 /// Everything a run is configured with.
@@ -35,6 +36,8 @@ pub struct BenchConfig {
     pub runs: usize,
     /// Phases per server: `None` = max, else a fixed rate (pps).
     pub phases: Vec<Option<u64>>,
+    /// The proxies' phases (they forward less than an echo answers).
+    pub proxy_phases: Vec<Option<u64>>,
     /// Flows (distinct source ports).
     pub flows: u16,
     /// Server UDP port.
@@ -57,6 +60,8 @@ pub struct BenchConfig {
     pub tick: Duration,
     /// steer's echo command.
     pub steer_cmd: Vec<String>,
+    /// The `steer` binary, for the proxies.
+    pub steer_bin: String,
     /// Each end's receive path on its owner's CPUs (threaded NAPI).
     pub rx_on_receiver: bool,
     /// Logs of the servers go here (a temporary directory otherwise).
@@ -115,9 +120,8 @@ impl GenThread {
             .spawn(move || {
                 let open = (|| -> Result<Generator> {
                     bed_ns()?;
-                    clock::pin(cpu)
-                        .with_context(|| format!("pinning the generator to CPU {cpu}"))?;
-                    clock::tight_timer_slack();
+                    sys::pin(cpu).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                    sys::tight_timer_slack();
                     Generator::open(setup)
                 })();
                 let mut gen = match open {
@@ -212,6 +216,7 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         port: cfg.port,
         cpus: cfg.server_cpus.clone(),
         steer_cmd: cfg.steer_cmd.clone(),
+        steer_bin: cfg.steer_bin.clone(),
         self_exe: std::env::current_exe().context("finding this binary")?,
         log_dir: cfg.log_dir.clone(),
         rx_on_server: cfg.rx_on_receiver,
@@ -278,10 +283,23 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
             }
             // The turnaround spins: its cost at a fixed rate means nothing.
             let alone = cfg.servers.len() == 1;
-            let rates = cfg
-                .phases
-                .iter()
-                .copied()
+            // The reflector is the floor of both the echo servers and the
+            // proxies: it runs every rate either uses.
+            let with_proxies = kind == Kind::Reflector && cfg.servers.iter().any(|k| k.is_proxy());
+            let mut phases = if kind.is_proxy() {
+                cfg.proxy_phases.clone()
+            } else {
+                cfg.phases.clone()
+            };
+            if with_proxies {
+                for p in &cfg.proxy_phases {
+                    if !phases.contains(p) {
+                        phases.push(*p);
+                    }
+                }
+            }
+            let rates = phases
+                .into_iter()
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
             for rate in rates {
                 let name = phase_name(rate);

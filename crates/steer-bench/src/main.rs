@@ -9,6 +9,8 @@
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
 
+#![deny(unsafe_code)]
+
 use std::{
     net::SocketAddrV4,
     path::{Path, PathBuf},
@@ -23,7 +25,7 @@ use steer_bench::{
     bench::{self, BenchConfig},
     report,
     servers::Kind,
-    sockperf,
+    sockperf, sys,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -126,7 +128,7 @@ struct RunArgs {
     #[command(flatten)]
     common: Common,
     /// Servers, in visiting order.
-    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf", value_parser = parse_kind)]
+    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf,steer-proxy,kernel-proxy", value_parser = parse_kind)]
     servers: Vec<Kind>,
     /// Interleaved runs (medians are reported).
     #[arg(long, default_value_t = 3)]
@@ -134,6 +136,10 @@ struct RunArgs {
     /// Fixed rates for the cost phases (the first is the latency rate).
     #[arg(long, value_delimiter = ',', default_value = "50k,200k", value_parser = parse_pps)]
     rates: Vec<u64>,
+    /// Fixed rates for the proxies (below what one CPU forwards; the first
+    /// is their latency rate).
+    #[arg(long, value_delimiter = ',', default_value = "10k,20k", value_parser = parse_pps)]
+    proxy_rates: Vec<u64>,
     /// CI smoke: 1 run, 1 s windows; fails unless every number is found.
     #[arg(long)]
     quick: bool,
@@ -313,8 +319,7 @@ fn config(
     runs: usize,
     phases: Vec<Option<u64>>,
 ) -> Result<BenchConfig> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !sys::is_root() {
         bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -338,16 +343,12 @@ fn config(
     if !(0.1..=600.0).contains(&c.window_secs) {
         bail!("--window-secs must be between 0.1 and 600");
     }
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let dir = exe.parent().context("this binary has no directory")?;
+    let steer_bin = dir.join("steer").to_string_lossy().into_owned();
     let steer_cmd: Vec<String> = match &c.steer_cmd {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
-        None => {
-            let exe = std::env::current_exe().context("finding this binary")?;
-            let dir = exe.parent().context("this binary has no directory")?;
-            vec![
-                dir.join("steer").to_string_lossy().into_owned(),
-                "echo".into(),
-            ]
-        }
+        None => vec![steer_bin.clone(), "echo".into()],
     };
     if servers.contains(&Kind::Steer) {
         let Some(first) = steer_cmd.first() else {
@@ -357,6 +358,9 @@ fn config(
             bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
         }
     }
+    if servers.iter().any(|k| k.is_proxy()) && find_in_path(&steer_bin).is_none() {
+        bail!("the proxies need {steer_bin:?}: build it (cargo build --release -p steer-cli)");
+    }
     let log_dir = match &c.keep_logs {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("steer-bench-{}", std::process::id())),
@@ -365,6 +369,7 @@ fn config(
     Ok(BenchConfig {
         servers,
         runs: runs.max(1),
+        proxy_phases: phases.clone(),
         phases,
         flows: c.flows,
         port: c.port,
@@ -377,6 +382,7 @@ fn config(
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
         steer_cmd,
+        steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
         log_dir,
     })
@@ -386,7 +392,7 @@ fn config(
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
 fn measurement_lock() -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let path = "/run/lock/steer-compare-kernel.lock";
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -394,13 +400,9 @@ fn measurement_lock() -> Result<std::fs::File> {
         .write(true)
         .open(path)
         .with_context(|| format!("opening {path}"))?;
-    // SAFETY: flock on a file descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if !sys::lock_exclusive(f.as_fd(), false).with_context(|| format!("locking {path}"))? {
         eprintln!("steer-bench: another measurement holds {path}: waiting");
-        // SAFETY: as above, blocking.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("waiting for the lock");
-        }
+        sys::lock_exclusive(f.as_fd(), true).context("waiting for the lock")?;
     }
     Ok(f)
 }
@@ -410,6 +412,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "servers": cfg.servers.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "runs": cfg.runs,
         "phases": cfg.phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
+        "proxy_phases": cfg.proxy_phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
         "flows": cfg.flows,
         "port": cfg.port,
         "generator_cpu": cfg.gen_cpu,
@@ -436,9 +439,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         c.drain_ms = c.drain_ms.min(200);
         runs = 1;
     }
-    let mut phases = vec![None];
-    phases.extend(a.rates.iter().map(|&r| Some(r)));
-    let cfg = config(&c, a.servers.clone(), runs, phases)?;
+    let with_max = |rates: &[u64]| {
+        std::iter::once(None)
+            .chain(rates.iter().map(|&r| Some(r)))
+            .collect::<Vec<_>>()
+    };
+    let mut cfg = config(&c, a.servers.clone(), runs, with_max(&a.rates))?;
+    cfg.proxy_phases = with_max(&a.proxy_rates);
     let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
     let _lock = measurement_lock()?;
     let before = bench::machine_load();
@@ -446,10 +453,26 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let outcome = bench::run(&cfg, stop)?;
     let after = bench::machine_load();
     println!("steer-bench: machine after the run: {after}");
-    let sums = report::summarize(&cfg.servers, &outcome.runs, &a.rates);
+    let (proxy_kinds, echo_kinds): (Vec<Kind>, Vec<Kind>) =
+        cfg.servers.iter().partition(|k| k.is_proxy());
+    let sums = report::summarize(&echo_kinds, &outcome.runs, &a.rates);
     let k = report::kernel_best(&sums, &a.rates);
     let r = report::ratios(&sums, &k, &a.rates);
-    print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
+    // The proxies' own cost subtracts the reflector's at their rates.
+    let mut floor_and_proxies = echo_kinds
+        .iter()
+        .copied()
+        .filter(|&k| k == Kind::Reflector)
+        .collect::<Vec<_>>();
+    floor_and_proxies.extend(&proxy_kinds);
+    let proxies = report::summarize(&floor_and_proxies, &outcome.runs, &a.proxy_rates);
+    let pr = report::proxy_ratios(&proxies, &a.proxy_rates);
+    if !echo_kinds.is_empty() {
+        print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
+    }
+    if !proxy_kinds.is_empty() {
+        print!("{}", report::proxy_table(&proxies, &pr, &a.proxy_rates));
+    }
     if let Some(refl) = sums.iter().find(|s| s.server == "reflector") {
         println!(
             "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
@@ -467,7 +490,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .map(|d| format!("; its receive path (NAPI threads): {d}"))
             .unwrap_or_default()
     );
-    for s in &sums {
+    for s in sums
+        .iter()
+        .chain(proxies.iter().filter(|s| s.server != "reflector"))
+    {
         println!("  {:<12} {}", s.server, s.ran_on);
     }
     if let Some(path) = &c.json {
@@ -477,6 +503,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             &sums,
             &k,
             &r,
+            &proxies,
+            &pr,
             &outcome.runs,
         );
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
@@ -486,7 +514,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if c.keep_logs.is_none() {
         let _ = std::fs::remove_dir_all(&cfg.log_dir);
     }
-    let missing = report::missing(&sums);
+    let mut missing = report::missing(&sums);
+    missing.extend(report::missing(&proxies));
     if !missing.is_empty() {
         eprintln!("steer-bench: numbers not found: {}", missing.join(", "));
         return Ok(ExitCode::from(2));

@@ -338,6 +338,105 @@ pub struct Ratios {
     pub capacity_vs_afxdp: Option<f64>,
     /// steer's whole-machine cost at the latency rate / at capacity.
     pub wakeup_tax: Option<f64>,
+    /// The same for steer's own cost (minus the reflector's at the same
+    /// rate, and at capacity minus the reflector's at max): without the
+    /// generator's own per-wake-up cost, which is not steer's.
+    pub wakeup_tax_own: Option<f64>,
+}
+
+/// steer's proxy over the same forwarder on plain tokio (`steer-proxy`
+/// over `kernel-proxy`), at the proxies' own rates.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProxyRatios {
+    /// Capacity (datagrams forwarded and answered per second at max).
+    pub capacity: Option<f64>,
+    /// Per rate: whole-machine CPU per forwarded datagram.
+    pub cost: Vec<(u64, Option<f64>)>,
+    /// Per rate: own CPU per forwarded datagram (minus the reflector's).
+    pub own_cost: Vec<(u64, Option<f64>)>,
+    /// p99 at the first proxy rate.
+    pub p99: Option<f64>,
+}
+
+/// The proxy ratios from the proxies' summaries.
+pub fn proxy_ratios(sums: &[Summary], rates: &[u64]) -> ProxyRatios {
+    let get = |n: &str| sums.iter().find(|s| s.server == n);
+    let (s, k) = (get("steer-proxy"), get("kernel-proxy"));
+    ProxyRatios {
+        capacity: ratio(s.and_then(|s| s.capacity), k.and_then(|k| k.capacity)),
+        cost: (0..rates.len())
+            .map(|i| {
+                let cost = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.1);
+                (rates[i], ratio(cost(s), cost(k)))
+            })
+            .collect(),
+        own_cost: (0..rates.len())
+            .map(|i| {
+                let own = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.2);
+                (rates[i], ratio(own(s), own(k)))
+            })
+            .collect(),
+        p99: ratio(s.and_then(|s| s.p99_us), k.and_then(|k| k.p99_us)),
+    }
+}
+
+/// The proxies' table: capacity, whole-machine CPU per forwarded datagram
+/// at each proxy rate, latency at the first, and steer over plain tokio.
+pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
+    let mut t = String::new();
+    let lat = rates.first().copied().unwrap_or(0);
+    let _ = writeln!(
+        t,
+        "\nproxies (a reply = a datagram forwarded to a kernel echo on loopback and back; the echo on the server CPUs too); cost = whole-machine busy CPU per reply, own = minus the reflector's; latency at {lat}/s"
+    );
+    let mut head = format!("{:<12} {:>11} {:>11}", "proxy", "capacity/s", "offered/s");
+    for rate in rates {
+        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
+    }
+    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
+    let _ = writeln!(t, "{head}");
+    for s in sums {
+        let mut row = format!(
+            "{:<12} {:>11} {:>11}",
+            s.server,
+            f0(s.capacity),
+            f0(s.offered_at_max)
+        );
+        for i in 0..rates.len() {
+            let c = s.cost.get(i);
+            let _ = write!(
+                row,
+                " {:>10} {:>8}",
+                f2(c.and_then(|c| c.1)),
+                f2(c.and_then(|c| c.2))
+            );
+        }
+        let _ = write!(
+            row,
+            " {:>8} {:>8} {:>8}",
+            f1(s.p50_us),
+            f1(s.p99_us),
+            f1(s.p999_us)
+        );
+        let _ = writeln!(t, "{row}");
+    }
+    let mut row = format!("{:<12} {:>11} {:>11}", "steer/tokio", f2(r.capacity), "");
+    for i in 0..rates.len() {
+        let _ = write!(
+            row,
+            " {:>10} {:>8}",
+            f2(r.cost.get(i).and_then(|x| x.1)),
+            f2(r.own_cost.get(i).and_then(|x| x.1))
+        );
+    }
+    let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
+    let _ = writeln!(t, "{row}");
+    for s in sums {
+        for f in &s.flags {
+            let _ = writeln!(t, "! {}: {f}", s.server);
+        }
+    }
+    t
 }
 
 /// Computes the ratios.
@@ -378,6 +477,16 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
         wakeup_tax: ratio(
             steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
             steer.and_then(|s| s.cpu_us_at_max),
+        ),
+        wakeup_tax_own: ratio(
+            steer.and_then(|s| s.cost.first()).and_then(|c| c.2),
+            match (
+                steer.and_then(|s| s.cpu_us_at_max),
+                get("reflector").and_then(|s| s.cpu_us_at_max),
+            ) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            },
         ),
     }
 }
@@ -467,10 +576,11 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     );
     let _ = writeln!(
         t,
-        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} (target <= 1.5)",
+        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} whole-machine, {} own (target <= 1.5)",
         f2(r.capacity_vs_afxdp),
         lat,
-        f2(r.wakeup_tax)
+        f2(r.wakeup_tax),
+        f2(r.wakeup_tax_own)
     );
     if sums.iter().any(|s| {
         (s.server == "kernel-echo" || s.server == "sockperf")
@@ -520,33 +630,37 @@ pub fn missing(sums: &[Summary]) -> Vec<String> {
 }
 
 /// The JSON document.
+#[allow(clippy::too_many_arguments)]
 pub fn json(
     config: Value,
     machine: Value,
     sums: &[Summary],
     k: &KernelBest,
     r: &Ratios,
+    proxies: &[Summary],
+    pr: &ProxyRatios,
     runs: &[ServerRun],
 ) -> Value {
     let named = |x: &Option<(f64, String)>| {
         x.as_ref()
             .map_or(Value::Null, |(v, s)| json!({"value": v, "server": s}))
     };
-    let summary: Vec<Value> = sums
-        .iter()
-        .map(|s| {
-            json!({
-                "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
-                "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
-                "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
-                "cost": s.cost.iter().map(|(rate, us, own)| json!({
-                    "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
-                })).collect::<Vec<_>>(),
-                "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
-                "flags": s.flags, "ran_on": s.ran_on,
+    let summarize = |sums: &[Summary]| -> Vec<Value> {
+        sums.iter()
+            .map(|s| {
+                json!({
+                    "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
+                    "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
+                    "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
+                    "cost": s.cost.iter().map(|(rate, us, own)| json!({
+                        "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
+                    })).collect::<Vec<_>>(),
+                    "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
+                    "flags": s.flags, "ran_on": s.ran_on,
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
     let per_rate = |v: &[(u64, Option<f64>)]| {
         v.iter()
             .map(|(rate, x)| json!({"rate_pps": rate, "ratio": x}))
@@ -557,7 +671,7 @@ pub fn json(
         "format": 1,
         "config": config,
         "machine": machine,
-        "summary": summary,
+        "summary": summarize(sums),
         "kernel_best": {
             "capacity_pps": named(&k.capacity),
             "peak_pps": named(&k.peak),
@@ -572,6 +686,14 @@ pub fn json(
         },
         "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
         "steer_wakeup_tax": r.wakeup_tax,
+        "steer_wakeup_tax_own": r.wakeup_tax_own,
+        "proxies": {
+            "summary": summarize(proxies),
+            "ratios_steer_over_tokio": {
+                "capacity": pr.capacity, "us_per_reply": per_rate(&pr.cost),
+                "own_us_per_reply": per_rate(&pr.own_cost), "p99": pr.p99,
+            },
+        },
         "runs": runs,
     })
 }
@@ -707,8 +829,19 @@ mod tests {
         assert!((r.peak.unwrap() - (400e3 + 2.0) / 1.9e5).abs() < 1e-9);
         assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
+        // Own: (12 - 5) at 50k over (4 - 2) at max.
+        assert!((r.wakeup_tax_own.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
-        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        let j = json(
+            json!({}),
+            json!({}),
+            &sums,
+            &k,
+            &r,
+            &[],
+            &ProxyRatios::default(),
+            &runs,
+        );
         assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
         assert_eq!(
             j["kernel_best"]["own_us_per_reply"][0]["server"],
@@ -723,6 +856,65 @@ mod tests {
             t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_proxies_are_compared_with_each_other() {
+        let rates = [50_000];
+        let runs = vec![
+            run(
+                1,
+                Kind::Reflector,
+                vec![
+                    ("max", phase(None, 6e5, 6e5, 2.0, 50.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 3.0, 20.0)),
+                ],
+            ),
+            run(
+                1,
+                Kind::SteerProxy,
+                vec![
+                    ("max", phase(None, 3e5, 2e5, 6.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 9.0, 120.0)),
+                ],
+            ),
+            run(
+                1,
+                Kind::KernelProxy,
+                vec![
+                    ("max", phase(None, 3e5, 1e5, 8.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 12.0, 150.0)),
+                ],
+            ),
+        ];
+        let sums = summarize(
+            &[Kind::Reflector, Kind::SteerProxy, Kind::KernelProxy],
+            &runs,
+            &rates,
+        );
+        let r = proxy_ratios(&sums, &rates);
+        assert!((r.cost[0].1.unwrap() - 9.0 / 12.0).abs() < 1e-9);
+        assert!((r.own_cost[0].1.unwrap() - 6.0 / 9.0).abs() < 1e-9);
+        assert!((r.capacity.unwrap() - 2.0).abs() < 1e-9);
+        assert!((r.p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
+        let t = proxy_table(&sums, &r, &rates);
+        assert!(t.contains("steer/tokio") && t.contains("0.75"), "{t}");
+        let k = kernel_best(&[], &[]);
+        let j = json(
+            json!({}),
+            json!({}),
+            &[],
+            &k,
+            &ratios(&[], &k, &[]),
+            &sums,
+            &r,
+            &runs,
+        );
+        assert_eq!(
+            j["proxies"]["ratios_steer_over_tokio"]["us_per_reply"][0]["ratio"],
+            json!(0.75)
+        );
+        assert_eq!(j["proxies"]["summary"][2]["server"], json!("kernel-proxy"));
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
     /// Descriptors of the current batch already dispatched (for recovery
     /// when a handler panics mid-batch).
     done_in_batch: usize,
+    /// The handler ran packets inline in this batch and has not been
+    /// flushed since: their replies may still be staged.
+    inline_unflushed: bool,
 }
 
 impl<D, C, H> std::fmt::Debug for Dispatcher<D, C, H>
@@ -138,7 +141,15 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             seen_worker_exits: 0,
             now: 0,
             done_in_batch: 0,
+            inline_unflushed: false,
         }
+    }
+
+    /// Uses `limit` (cloned per target CPU, history cleared) as the flow
+    /// limit's table when it is on (default: [`FlowLimit::default`]).
+    pub fn set_flow_limit(&mut self, limit: &FlowLimit) {
+        let nr = self.flow_limits.len();
+        self.flow_limits = vec![limit.clone(); nr];
     }
 
     /// Sets the bell to ring after queuing packets for `cpu`.
@@ -171,6 +182,11 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
 
     /// Dispatches one batch. Every descriptor ends in the handler (inline),
     /// in a ring, or back in `pool` (counted).
+    ///
+    /// The caller flushes `handler` after the batch (the runtime does, once
+    /// per round); within the batch, a flow moving off this CPU after some
+    /// packets ran inline gets a `handler.flush` first, so their replies
+    /// leave before any later packet of the flow is queued elsewhere.
     #[doc(alias("get_rps_cpu", "enqueue_to_backlog"))]
     pub fn dispatch<P, F>(&mut self, batch: &[D], pool: &mut P, handler: &mut F)
     where
@@ -178,6 +194,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         F: Handler<D, P> + ?Sized,
     {
         self.pins.refresh();
+        // The caller flushed after the last batch.
+        self.inline_unflushed = false;
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
         self.local.rx += batch.len() as u64;
@@ -192,8 +210,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
         }
         // Frames pushed to a worker that died around our liveness check
-        // would be stranded in its ring: take them back (counted as
-        // dropped). Rings pushed to in this batch may have lost their
+        // would be stranded in its ring: take them back (counted in
+        // `worker_gone_drops`). Rings pushed to in this batch may have lost their
         // consumer meanwhile; after a worker exit, any ring may hold some.
         let exits = self.shared.switches.worker_exits.load(Ordering::Acquire);
         if exits != self.seen_worker_exits {
@@ -210,7 +228,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             if let Some(p) = self.producers.get_mut(cpu).and_then(Option::as_mut) {
                 let local = &mut self.local;
                 p.reclaim_abandoned(|d| {
-                    local.dropped += 1;
+                    local.worker_gone_drops += 1;
                     pool.release(d);
                 });
             }
@@ -238,11 +256,15 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         P: FramePool<D>,
         F: Handler<D, P> + ?Sized,
     {
+        let mut desc = desc;
         let info = match self
             .classifier
             .classify(pool.frame(&desc), pool.rx_hash(&desc))
         {
-            Ok(Some(info)) if info.hash != 0 => info,
+            Ok(Some(info)) if info.hash != 0 => {
+                pool.tag_flow(&mut desc, info.hash);
+                info
+            }
             Ok(_) => {
                 // No flow: nothing to keep in order, process here.
                 self.local.no_flow += 1;
@@ -275,7 +297,16 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             || flow_key(frame).ok().flatten(),
         );
         match steered.action {
-            SteerAction::Moved { .. } => self.local.hook_calls += 1,
+            SteerAction::Moved { from } => {
+                self.local.hook_calls += 1;
+                // Leaving this CPU: what ran inline may have staged replies,
+                // which must leave before the flow's next packet is handled
+                // elsewhere (a ring's head covers only ring packets).
+                if from == Some(self.own_cpu) && self.inline_unflushed {
+                    self.inline_unflushed = false;
+                    handler.flush(pool);
+                }
+            }
             SteerAction::HeldBack { .. } => self.local.held_back += 1,
             SteerAction::Stayed | SteerAction::NoTarget => {}
         }
@@ -327,13 +358,17 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         F: Handler<D, P> + ?Sized,
     {
         self.local.processed += 1;
+        self.inline_unflushed = true;
         handler.handle(desc, pool);
     }
 
     /// Plain RPS: the flow hash scaled over the configured CPUs that still
     /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
     /// no RPS CPU configured or left, the flow stays on this dispatcher's
-    /// CPU (the kernel's empty `rps_cpus`: RSS only).
+    /// CPU (the kernel's empty `rps_cpus`: RSS only); when that CPU is
+    /// offline or its worker gone, the flow is spread by hash over every
+    /// CPU that still has a worker (the kernel moves the queue's interrupt
+    /// off an offline CPU; here its flows move instead).
     #[inline]
     fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
         let n = self.rps_cpus.len();
@@ -346,7 +381,19 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 return spread;
             }
         }
-        Some(self.own_cpu).filter(|&c| self.is_usable(c))
+        Some(self.own_cpu)
+            .filter(|&c| self.is_usable(c))
+            .or_else(|| self.any_usable_cpu(hash))
+    }
+
+    /// A CPU with a live worker, chosen by `hash` (out of line: only when
+    /// this dispatcher's own CPU is unusable).
+    #[cold]
+    #[inline(never)]
+    fn any_usable_cpu(&self, hash: u32) -> Option<CpuId> {
+        let usable = || (0..self.producers.len()).filter(|&c| self.is_usable(c));
+        let n = usable().count();
+        usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
     }
 
     #[inline]

@@ -4,9 +4,10 @@
 //!
 //! Per packet (`get_rps_cpu` plus `enqueue_to_backlog`, in userspace):
 //! 1. classify: flow hash and destination port ([`Classifier`], from
-//!    [`crate::flow`]); a malformed frame is counted and returned to its
-//!    pool; a frame with no flow (non-IP) is processed on this CPU, like the
-//!    kernel does without a hash;
+//!    [`crate::flow`]), the descriptor tagged with that hash for the
+//!    handler ([`FramePool::tag_flow`]); a malformed frame is counted and
+//!    returned to its pool; a frame with no flow (non-IP) is processed on
+//!    this CPU, like the kernel does without a hash;
 //! 2. desired CPU: an explicit pin ([`Pins`]) if any, else what the consumer
 //!    recorded in the [`DesiredCpuTable`](crate::table::DesiredCpuTable),
 //!    else plain RPS (the flow hash scaled over the configured CPUs);
@@ -23,9 +24,14 @@
 //!
 //! Invariants: packets of one flow are handled in arrival order (a flow is
 //! never inline while earlier packets of it sit in this CPU's ring, and never
-//! moves while they sit in another's); every frame handed to
+//! moves while they sit in another's), and their replies leave in that order
+//! when the [`Handler`] sends at [`Handler::flush`]: a ring's head counts a
+//! packet only once the worker flushed after it (the runtime's rule), and a
+//! flow leaving this CPU after packets ran inline in the batch gets a
+//! `flush` before its next packet is queued elsewhere; every frame handed to
 //! [`Dispatcher::dispatch`] ends in exactly one of: the handler, a ring, or
-//! the pool (counted as `dropped`, `flow_limit_drops` or `malformed`).
+//! the pool (counted as `dropped`, `flow_limit_drops`, `malformed` or
+//! `worker_gone_drops`).
 //!
 //! Where things are: the [`Dispatcher`] itself (`dispatcher.rs`); what the
 //! dispatchers share with the rest of the engine, [`Shared`] and its
@@ -35,7 +41,7 @@
 //! the [`Classifier`] from [`crate::flow`].
 
 mod dispatcher;
-mod flow_limit;
+pub mod flow_limit;
 mod pins;
 mod shared;
 
@@ -63,6 +69,14 @@ pub trait FramePool<D> {
     }
     /// Takes a frame back (dropped or done with).
     fn release(&mut self, desc: D);
+    /// Tags `desc` with the flow hash the dispatcher steers it by (the
+    /// NIC's receive hash or the classifier's own), so whoever handles it
+    /// knows the hash its flow is steered under: consumption recorded under
+    /// any other hash would never be found. Called once per packet that has
+    /// a flow, before the handler or a ring gets it. The default does
+    /// nothing.
+    #[inline]
+    fn tag_flow(&self, _desc: &mut D, _hash: u32) {}
     /// A hint that the dispatcher will read the start of `desc`'s frame
     /// soon: a pool whose frames were written by another CPU (the kernel
     /// copying into a UMEM) can start the cache miss now, so the misses of
@@ -78,8 +92,12 @@ pub trait Handler<D, P> {
     /// Processes one packet.
     fn handle(&mut self, desc: D, pool: &mut P);
     /// End of a batch (the `xdp_do_flush` point): transmit what was staged.
-    /// The runtime calls it after each dispatched rx batch and each ring
-    /// drain, and before a worker stops; the default does nothing.
+    /// The runtime calls it once per round with work (after dispatching its
+    /// rx batches and draining its rings, before publishing the rings'
+    /// heads) and before a worker stops; a [`Dispatcher`] also calls it
+    /// mid-batch before a flow that ran inline moves off its CPU. Whatever
+    /// `handle` staged must be sent (or dropped) when this returns, in
+    /// staging order. The default does nothing.
     #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
 }

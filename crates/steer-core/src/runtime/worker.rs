@@ -4,16 +4,19 @@
 //! - Start ([`Startup::run`]): prepare the thread (pinning), announce the
 //!   worker's doorbell, wait until `Runtime::start` has published the shared
 //!   state, build the dispatchers of the rx queues it starts with.
-//! - Run: poll its rx queues and dispatch, drain its inbound rings (the head
-//!   advances only after the handler returned), tick the flow tables' clock
-//!   and expire idle flows when idle, sleep on its doorbell.
+//! - Run: poll its rx queues and dispatch, drain its inbound rings, flush the
+//!   handler (its staged replies go out), and only then publish the rings'
+//!   heads past the packets drained (so a ring's head never passes a packet
+//!   whose reply is still staged: see [`Worker::flush`]); tick the flow
+//!   tables' clock and expire idle flows once per tick (a small budget
+//!   under load, a larger one when idle), sleep on its doorbell.
 //! - Adoption: rx queues left by a worker that died are taken over by
 //!   whichever survivor sees them first.
 //! - Finish (stop requested): drain until every running worker has stopped
 //!   polling, so no frame is left in a ring, then flush.
 //! - Panic recovery ([`Worker::run`] catches the unwind): the CPU is marked
 //!   offline, the batch being dispatched goes back to its source, frames
-//!   queued to the worker return to the pool (counted as dropped), its rings
+//!   queued to the worker return to the pool (counted in `worker_gone_drops`), its rings
 //!   are abandoned so dispatchers route around it, and its rx queues are
 //!   handed to the survivors.
 
@@ -25,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
-use crate::dispatch::{Dispatcher, FramePool, Handler};
+use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
 use crate::hook::SteerHook;
 use crate::ring::{Consumer, Producer};
 use crate::stats::LocalStats;
@@ -117,6 +120,10 @@ where
                         d.set_doorbell(c, b.clone());
                     }
                 }
+                // Validated in `Runtime::start`.
+                if let Some(limit) = FlowLimit::new(common.cfg.flow_limit_buckets) {
+                    d.set_flow_limit(&limit);
+                }
                 RxPart {
                     dispatcher: d,
                     source,
@@ -134,6 +141,14 @@ fn unreachable_table() -> ! {
 
 /// Worker rounds between reads of the clock (a vDSO call is not free).
 const TICK_EVERY: u32 = 64;
+
+/// Rx-table buckets swept per tick (at most once a millisecond) while the
+/// worker is busy: 8 000 a second, a whole 4096-bucket table in half a
+/// second, a few hundred nanoseconds a millisecond.
+const SWEEP_BUDGET_BUSY: usize = 8;
+
+/// Rx-table buckets swept per tick while the worker is idle.
+const SWEEP_BUDGET_IDLE: usize = 64;
 
 /// How long a stopping worker waits for the others to stop polling.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -164,6 +179,8 @@ struct Worker<D, St: Setup<D>> {
     dispatching: Option<usize>,
     local: LocalStats,
     start: Instant,
+    /// `DispatchSwitches::layout_epoch` as last seen.
+    layout_epoch: u64,
 }
 
 impl<D, St> Worker<D, St>
@@ -194,6 +211,10 @@ where
             dispatching: None,
             local: LocalStats::default(),
             start: Instant::now(),
+            // Not the current epoch: a change between this thread's
+            // preparation and now must not go unseen (preparing again is
+            // harmless).
+            layout_epoch: 0,
         }
     }
 
@@ -236,7 +257,7 @@ where
             }
             let work = self.poll_sources() + self.drain_rings();
             if work > 0 {
-                self.handler.flush(&mut self.pool);
+                self.flush();
             }
             idle_rounds = if work > 0 {
                 0
@@ -252,13 +273,20 @@ where
                 let now = self.start.elapsed().as_millis() as Tick;
                 if now != last_tick {
                     last_tick = now;
+                    // Maintenance off the hot path, once per tick: a small
+                    // slice of each table under load (so idle flows and
+                    // their hook state expire under sustained traffic
+                    // too), a larger one when idle.
+                    let budget = if work == 0 {
+                        SWEEP_BUDGET_IDLE
+                    } else {
+                        SWEEP_BUDGET_BUSY
+                    };
                     for part in &mut self.rx {
                         part.dispatcher.set_tick(now);
-                        // Maintenance off the hot path: only when idle.
-                        if work == 0 {
-                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
-                        }
+                        part.dispatcher.sweep(self.common.cfg.flow_idle_ms, budget);
                     }
+                    self.follow_hotplug();
                 }
             }
             // Counters change only with work or on a tick (sweeps): idle
@@ -290,6 +318,24 @@ where
         }
     }
 
+    /// CPUs went offline or came back (`layout_epoch` moved): the kernel
+    /// moved this thread off its CPU while that was offline, so once it is
+    /// online again the thread is prepared (pinned) again.
+    fn follow_hotplug(&mut self) {
+        let epoch = self
+            .common
+            .shared
+            .switches
+            .layout_epoch
+            .load(Ordering::Relaxed);
+        if epoch != self.layout_epoch {
+            self.layout_epoch = epoch;
+            if self.common.shared.layout.is_online(self.cpu) {
+                self.common.setup.prepare_thread(self.cpu);
+            }
+        }
+    }
+
     fn poll_sources(&mut self) -> usize {
         let mut work = 0;
         for i in 0..self.rx.len() {
@@ -314,7 +360,10 @@ where
         for inbound in &mut self.inbound {
             let pool = &mut self.pool;
             let handler = &mut self.handler;
-            let got = inbound.consumer.consume(batch, |d| handler.handle(d, pool));
+            // Published by `flush`, once the replies are out.
+            let got = inbound
+                .consumer
+                .consume_unpublished(batch, |d| handler.handle(d, pool));
             if got == 0 {
                 continue;
             }
@@ -332,6 +381,19 @@ where
             }
         }
         work
+    }
+
+    /// The end of a round with work: the handler sends what it staged
+    /// (its replies go on the tx ring), then each inbound ring's head is
+    /// published past the packets drained this round, one store per ring.
+    /// So a dispatcher that sees a ring's head pass a flow's `last_qtail`
+    /// knows the flow's replies from this worker are already on the tx
+    /// ring: "handled" in the `last_qtail` rule means handled and answered.
+    fn flush(&mut self) {
+        self.handler.flush(&mut self.pool);
+        for inbound in &mut self.inbound {
+            inbound.consumer.publish();
+        }
     }
 
     fn adopt(&mut self) {
@@ -355,7 +417,9 @@ where
         self.common.quiesced.fetch_add(1, Ordering::SeqCst);
         let deadline = Instant::now() + QUIESCE_TIMEOUT;
         loop {
-            self.drain_rings();
+            if self.drain_rings() > 0 {
+                self.flush();
+            }
             let running = self
                 .common
                 .states
@@ -369,8 +433,10 @@ where
             }
             std::thread::yield_now();
         }
-        while self.drain_rings() > 0 {}
-        self.handler.flush(&mut self.pool);
+        while self.drain_rings() > 0 {
+            self.flush();
+        }
+        self.flush();
         if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
             block.flush(&mut self.local);
         }
@@ -386,14 +452,21 @@ where
         if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
             let from = part.dispatcher.taken_in_batch().min(self.polled);
             part.source.give_back(&self.buf[from..self.polled]);
+            // Received (counted in rx), never handled: dropped with the
+            // worker. (A source that queues them again receives them anew.)
+            self.local.worker_gone_drops += (self.polled - from) as u64;
         }
         // What the handler staged before it panicked still goes out, if the
-        // handler can still do that much.
+        // handler can still do that much: before any head is published past
+        // those packets (the drain that panicked published nothing) and
+        // before our rx queues go to a survivor, so no later packet of their
+        // flows can be answered first.
         let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
-        // Frames still queued to this worker are dropped, not leaked.
+        // Frames still queued to this worker are dropped, not leaked (each
+        // pop publishes the head past everything taken before it).
         for inbound in &mut self.inbound {
             while let Some(d) = inbound.consumer.pop() {
-                self.local.dropped += 1;
+                self.local.worker_gone_drops += 1;
                 self.pool.release(d);
             }
         }

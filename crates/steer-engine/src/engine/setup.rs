@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use steer_core::cpu::CpuId;
-use steer_core::flow::{FlowClassifier, KeyedHasher};
+use steer_core::flow::{AnyHasher, FlowClassifier};
 use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
@@ -18,6 +18,7 @@ use xdp_io::RawFrame;
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
 use super::sched;
+use super::steering::FlowSteering;
 use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
 
@@ -26,7 +27,7 @@ pub(super) struct EngineSetup {
     pub(super) topology: Topology,
     pub(super) pin: bool,
     pub(super) slice: Option<Duration>,
-    pub(super) hasher: KeyedHasher,
+    pub(super) hasher: AnyHasher,
     pub(super) use_rx_hash: bool,
     pub(super) pool: UmemPool,
     pub(super) tx_sockets: Vec<SharedSocket>,
@@ -35,11 +36,13 @@ pub(super) struct EngineSetup {
     pub(super) app: Arc<dyn Application>,
     pub(super) counters: Arc<EngineCounters>,
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
+    /// What handlers record and pin flows through.
+    pub(super) steering: Arc<FlowSteering>,
     pub(super) hooks: Option<super::builder::HookFactory>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
-    type Classifier = FlowClassifier<KeyedHasher>;
+    type Classifier = FlowClassifier<AnyHasher>;
     type Hook = Box<dyn SteerHook + Send>;
     type Pool = UmemPool;
     type Handler = WorkerHandler;
@@ -82,7 +85,7 @@ impl Setup<RawFrame> for EngineSetup {
         let socket = Arc::clone(&self.tx_sockets[j % self.tx_sockets.len()]);
         WorkerHandler {
             app: self.app.handler(cpu),
-            ctx: PacketContext { cpu },
+            ctx: PacketContext::new(cpu, Arc::clone(&self.steering)),
             umem: self.pool.umem.clone(),
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
             counters: Arc::clone(&self.counters),

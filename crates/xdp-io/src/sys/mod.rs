@@ -8,6 +8,7 @@
 //! - `cpus`: the possible CPUs (per-CPU map values).
 //! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
+//! - `netdev`: the netdev netlink family (a device's XDP features).
 //! - `netns`: the network namespace a program was attached from.
 //! - `signal`: signal handlers (`sigaction`).
 
@@ -34,6 +35,8 @@ pub(crate) mod libxdp;
 #[allow(unsafe_code)]
 mod net;
 #[allow(unsafe_code)]
+mod netdev;
+#[allow(unsafe_code)]
 mod netns;
 #[allow(unsafe_code)]
 mod signal;
@@ -42,9 +45,11 @@ pub use caps::check_privileges;
 pub(crate) use clock::monotonic_ns;
 pub(crate) use cpus::possible_cpus;
 pub(crate) use net::{
-    attach_socket_filter, ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN,
+    attach_socket_filter, ethtool_channels, ethtool_rxfh_indir, ethtool_rxnfc, kick_rx, kick_tx,
+    set_busy_poll, ETHTOOL_RXNFC_LEN,
 };
 pub use net::{ifindex, rx_queue_count};
+pub(crate) use netdev::netdev_xdp;
 pub(crate) use netns::NetNs;
 pub(crate) use signal::install_handler;
 #[cfg(test)]
