@@ -10,6 +10,8 @@ PACKAGES=(
   libhwloc-dev libudev-dev hwloc
   # tests and demos: namespaces and veth, ping, load generators, XDP tools
   iproute2 iputils-ping sockperf xdp-tools bpftool
+  # kernel-socket steering tests: full checksums from local senders (ethtool -K tx off)
+  ethtool
   # the engine tests drop privileges with setpriv; demo summary and seed
   # scripts: python3 (flow generator, JSON), jq, flock
   util-linux python3 jq

@@ -3,6 +3,9 @@
 //! - `steer demo`: steering made visible (flows steered, moved, kept);
 //! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
+//! - `steer tcp-echo`: a tokio TCP echo on kernel sockets, steered by steer's
+//!   flow table through XDP RFS (or not, to compare);
+//! - `steer tcp-load`: TCP echo clients, for the above;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
 //! - `steer plot`: SVG pictures of steer-bench's and seed 000's results;
@@ -21,6 +24,8 @@ mod plot;
 mod proxy;
 mod replay;
 mod stats;
+mod tcp_echo;
+mod tcp_load;
 mod top;
 mod topology;
 
@@ -37,6 +42,7 @@ use clap::{CommandFactory, Parser, Subcommand};
     after_help = "Examples:\n  \
         steer echo -i eth1 -p 11111 --cpus 1          UDP echo on port 11111, one worker on CPU 1\n  \
         steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
+        steer tcp-echo -i eth1 -p 7000                 TCP echo, kernel sockets steered to their reader's CPU\n  \
         steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
         steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n  \
         steer stats eth1                              counters of the engine running on eth1\n  \
@@ -57,6 +63,11 @@ enum Command {
     Echo(echo::EchoArgs),
     /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
     Proxy(proxy::ProxyArgs),
+    /// TCP echo on kernel sockets, steered to the CPU that reads each
+    /// connection (XDP RFS through a cpumap), or not (`--steer none`).
+    TcpEcho(tcp_echo::TcpEchoArgs),
+    /// TCP echo clients: many connections, messages per second as JSON.
+    TcpLoad(tcp_load::TcpLoadArgs),
     /// Replay a trace or a pcap capture through steer's steering decision;
     /// print the steering updates each rule makes, as JSON.
     Replay(replay::ReplayArgs),
@@ -82,6 +93,8 @@ impl Command {
             Self::Demo(_) => "demo",
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
+            Self::TcpEcho(_) => "tcp-echo",
+            Self::TcpLoad(_) => "tcp-load",
             Self::Replay(_) => "replay",
             Self::Topology(_) => "topology",
             Self::Plot(_) => "plot",
@@ -100,6 +113,8 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
+        Command::TcpEcho(a) => tcp_echo::run(a),
+        Command::TcpLoad(a) => tcp_load::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
         Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),

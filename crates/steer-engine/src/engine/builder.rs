@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::AnyHasher;
+use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
@@ -69,7 +70,12 @@ pub struct EngineBuilder {
     metrics: Option<SocketAddr>,
     /// Drop the capabilities not needed at run time once set up.
     drop_privileges: bool,
+    /// Builds each rx queue's steering hook (default: none).
+    hooks: Option<HookFactory>,
 }
+
+/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+pub(super) type HookFactory = Arc<dyn Fn(u32) -> Box<dyn SteerHook + Send> + Send + Sync>;
 
 impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,6 +114,7 @@ impl EngineBuilder {
             stats_group: None,
             metrics: None,
             drop_privileges: false,
+            hooks: None,
         }
     }
 
@@ -464,6 +471,29 @@ impl EngineBuilder {
         self
     }
 
+    /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
+    /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
+    /// is called on every move of a flow, with the flow's key, its old and
+    /// new CPU and the rx queue, and on expiry of idle flows. Default: no
+    /// hook (software steering only). On a NIC with ntuple filters,
+    /// [`xdp_io::ntuple::NtupleSteering`] asks the NIC to deliver each moved
+    /// flow to the rx queue of its new CPU.
+    ///
+    /// ```no_run
+    /// use steer_core::hook::CountingHook;
+    /// use steer_engine::engine::Engine;
+    /// let builder = Engine::builder("eth1").hook(|_rxq| CountingHook::default());
+    /// ```
+    #[doc(alias = "ndo_rx_flow_steer")]
+    pub fn hook<F, H>(mut self, factory: F) -> Self
+    where
+        F: Fn(u32) -> H + Send + Sync + 'static,
+        H: SteerHook + Send + 'static,
+    {
+        self.hooks = Some(Arc::new(move |rxq| Box::new(factory(rxq))));
+        self
+    }
+
     /// The handler each worker runs, built on the worker's thread.
     pub fn handler<F>(self, factory: F) -> Self
     where
@@ -655,6 +685,7 @@ impl EngineBuilder {
             counters: Arc::clone(&counters),
             sleepers,
             steering,
+            hooks: self.hooks.clone(),
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()

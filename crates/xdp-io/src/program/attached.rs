@@ -1,7 +1,7 @@
 //! What is attached to an interface: [`attached_programs`] lists the XDP
 //! programs (to find one left by a crashed run, or somebody else's), with
 //! the owner record of steer's, and `detach_stale` removes steer's own
-//! leftovers.
+//! leftovers (the AF_XDP program's or the RFS program's).
 
 use crate::{
     error::{Result, XdpError},
@@ -65,9 +65,10 @@ pub fn attached_programs(ifindex: u32) -> Vec<AttachedProgram> {
     }
 }
 
-/// Detaches every steer program from `ifindex` (and, for a lone legacy
-/// program, only when it is steer's).
-pub(super) fn detach_stale(ifindex: u32) -> Result<()> {
+/// Detaches every program named `name` (one of steer's) from `ifindex`; a
+/// lone legacy program is detached whatever its name (the callers check it
+/// is `name` first).
+pub(crate) fn detach_stale(ifindex: u32, name: &str) -> Result<()> {
     let idx = i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
     let Some(mp) = Multiprog::on_interface(idx) else {
         return Ok(());
@@ -78,7 +79,7 @@ pub(super) fn detach_stale(ifindex: u32) -> Result<()> {
         let mode = mp.attach_mode();
         let mut last = Ok(());
         for p in mp.programs() {
-            if p.name().to_bytes() == PROGRAM_NAME.as_bytes() {
+            if p.name().to_bytes() == name.as_bytes() {
                 last = p.detach(idx, mode);
             }
         }

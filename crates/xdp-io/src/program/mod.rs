@@ -46,10 +46,10 @@ use crate::{
     sys::libxdp::{detach_netlink, program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
 };
 
-use attached::detach_stale;
+pub(crate) use attached::detach_stale;
 pub use attached::{attached_programs, AttachedProgram};
 pub use keys::FlowMapKey;
-use keys::PortKey;
+pub(crate) use keys::PortKey;
 pub use owner::ProgramOwner;
 
 /// The compiled program (clang -O2 -g -target bpf, see build.rs).
@@ -185,7 +185,7 @@ impl SteerProgram {
                     }
                 }
                 debug!(interface, id = p.id, owner = ?p.owner, "replacing a steer XDP program whose owner is gone");
-                detach_stale(ifindex)?;
+                detach_stale(ifindex, PROGRAM_NAME)?;
                 replaced = Some(Replaced {
                     id: p.id,
                     owner: p.owner,

@@ -15,6 +15,12 @@
 //!   which check the key and value lengths against the map's definition (for
 //!   per-CPU maps: one 8-byte slot per possible CPU) before the kernel reads
 //!   or writes the buffers, so byte slices of any length are safe to pass.
+//! - [`MapFd`]: a map's own file descriptor (a duplicate, so it outlives
+//!   nothing it should not and is `Send + Sync`) with the key and value
+//!   lengths the kernel expects, checked before every call: for maps shared
+//!   between threads (the RFS program's flow maps).
+//! - [`Link`]: a program attached to a raw tracepoint (`struct bpf_link`),
+//!   detached when dropped.
 //! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
 //!   [`ProgramRef`] is one of them, valid while the snapshot lives.
 //! - [`lookup_program_map`]: reads a map of a program another process
@@ -30,7 +36,7 @@ use std::{
     io,
     marker::PhantomData,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
         raw::c_int,
     },
     ptr::{self, NonNull},
@@ -318,6 +324,23 @@ pub(crate) fn lookup_program_map(
     Err(io::Error::from_raw_os_error(libc::ENOENT))
 }
 
+impl BpfObject {
+    /// Sets the size of map `name` before the object is loaded
+    /// (`bpf_map__set_max_entries`); ENOENT when there is no such map.
+    pub(crate) fn set_max_entries(&mut self, name: &str, entries: u32) -> io::Result<()> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid (owned by `self`); the name is
+        // NUL-terminated and outlives the call.
+        let map = unsafe { xdp::bpf_object__find_map_by_name(self.0.as_ptr(), name.as_ptr()) };
+        if map.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `map` belongs to the object, which is not loaded yet (a
+        // BpfObject is loaded only through the XdpProgram that consumes it).
+        check_rc(unsafe { xdp::bpf_map__set_max_entries(map, entries) })
+    }
+}
+
 impl Drop for BpfObject {
     fn drop(&mut self) {
         // SAFETY: the object is owned by `self` and closed only here.
@@ -395,6 +418,92 @@ impl XdpProgram {
     pub(crate) fn map(&self, name: &str) -> io::Result<Map<'_>> {
         self.obj.map(name)
     }
+
+    /// The file descriptor of program `name` (the C function's name) of the
+    /// loaded object, borrowed from it: any program of the object, not only
+    /// the attached one (a cpumap entry's program, a socket filter).
+    pub(crate) fn program_fd(&self, name: &str) -> io::Result<BorrowedFd<'_>> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the object, valid while `self` lives.
+        let fd = unsafe { xdp::bpf_program__fd(prog) };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: the fd is the object's, open until the object is closed,
+        // which happens only when `self` is dropped: the borrow cannot
+        // outlive it.
+        Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+
+    /// Attaches program `name` (the C function's name) of the loaded object
+    /// to the raw tracepoint `tracepoint`
+    /// (`bpf_program__attach_raw_tracepoint`).
+    pub(crate) fn attach_raw_tracepoint(&self, name: &str, tracepoint: &str) -> io::Result<Link> {
+        let name = c_string(name)?;
+        let tp = c_string(tracepoint)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the loaded object; the tracepoint name is
+        // NUL-terminated and outlives the call. The link holds its own
+        // reference to the program, so it may outlive the object.
+        let link = unsafe { xdp::bpf_program__attach_raw_tracepoint(prog, tp.as_ptr()) };
+        check_ptr(link).map(Link)
+    }
+
+    /// A [`MapFd`] for map `name` of the loaded object (a duplicate of its
+    /// descriptor, independent of `self`). `value_len` is what a lookup
+    /// writes: the value size, or for a per-CPU map one 8-byte-rounded value
+    /// per possible CPU (`possible_cpus`).
+    pub(crate) fn map_fd(&self, name: &str, possible_cpus: usize) -> io::Result<MapFd> {
+        let map = self.map(name)?;
+        // SAFETY: `map.map` is a created map of the loaded object (checked
+        // by `map`), valid while `self` lives.
+        let (fd, key, value, kind) = unsafe {
+            let m = map.map.as_ptr();
+            (
+                xdp::bpf_map__fd(m),
+                xdp::bpf_map__key_size(m),
+                xdp::bpf_map__value_size(m),
+                xdp::bpf_map__type(m),
+            )
+        };
+        let percpu = matches!(
+            kind,
+            xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_ARRAY
+                | xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_HASH
+                | xdp::bpf_map_type_BPF_MAP_TYPE_LRU_PERCPU_HASH
+        );
+        let value = value as usize;
+        let value_len = if percpu {
+            value.div_ceil(8) * 8 * possible_cpus
+        } else {
+            value
+        };
+        // SAFETY: `fd` is the map's open descriptor (checked by `map`);
+        // F_DUPFD_CLOEXEC makes a new one that the OwnedFd owns alone.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MapFd {
+            // SAFETY: `dup` was just returned by fcntl and is owned by nobody else.
+            fd: unsafe { OwnedFd::from_raw_fd(dup) },
+            key_len: key as usize,
+            value_len,
+        })
+    }
 }
 
 impl Drop for XdpProgram {
@@ -458,6 +567,98 @@ impl Map<'_> {
                 0,
             )
         })
+    }
+}
+
+/// A map's own descriptor, with the key and value lengths the kernel reads
+/// and writes; every call checks the buffers against them first, so byte
+/// slices of any length are safe to pass. `Send + Sync` (a descriptor).
+#[derive(Debug)]
+pub(crate) struct MapFd {
+    fd: OwnedFd,
+    key_len: usize,
+    value_len: usize,
+}
+
+/// `BPF_NOEXIST`: create only.
+pub(crate) const BPF_NOEXIST: u64 = 1;
+
+impl MapFd {
+    fn check(&self, key: &[u8], value: Option<usize>) -> io::Result<()> {
+        if key.len() != self.key_len || value.is_some_and(|v| v != self.value_len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `value` with `flags` (`BPF_ANY` = 0, [`BPF_NOEXIST`]).
+    pub(crate) fn update(&self, key: &[u8], value: &[u8], flags: u64) -> io::Result<()> {
+        self.check(key, Some(value.len()))?;
+        // SAFETY: the descriptor is a map's; both buffers have exactly the
+        // lengths the kernel reads (checked above) and outlive the call.
+        check_rc(unsafe {
+            xdp::bpf_map_update_elem(
+                self.fd.as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_ptr().cast(),
+                flags,
+            )
+        })
+    }
+
+    /// Removes `key`; ENOENT when it is absent.
+    pub(crate) fn delete(&self, key: &[u8]) -> io::Result<()> {
+        self.check(key, None)?;
+        // SAFETY: as in `update`; only the key is read.
+        check_rc(unsafe { xdp::bpf_map_delete_elem(self.fd.as_raw_fd(), key.as_ptr().cast()) })
+    }
+
+    /// Reads the value of `key` into `value`; ENOENT when it is absent.
+    pub(crate) fn lookup(&self, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+        self.check(key, Some(value.len()))?;
+        // SAFETY: as in `update`; `value` is exactly as long as what the
+        // kernel writes and is borrowed mutably for the call.
+        check_rc(unsafe {
+            xdp::bpf_map_lookup_elem(
+                self.fd.as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_mut_ptr().cast(),
+            )
+        })
+    }
+
+    /// The length of a value as `lookup` writes it.
+    pub(crate) fn value_len(&self) -> usize {
+        self.value_len
+    }
+
+    /// The kernel's id of the map (`bpf_map_get_info_by_fd`).
+    pub(crate) fn id(&self) -> io::Result<u32> {
+        // SAFETY: bpf_map_info is plain data; all-zero is the documented
+        // initial value.
+        let mut info: xdp::bpf_map_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<xdp::bpf_map_info>() as u32;
+        // SAFETY: `info` and `len` are valid for writes and describe each
+        // other; the descriptor is a map's.
+        check_rc(unsafe { xdp::bpf_map_get_info_by_fd(self.fd.as_raw_fd(), &mut info, &mut len) })?;
+        Ok(info.id)
+    }
+}
+
+/// A program attached to a tracepoint; dropping it detaches the program.
+#[derive(Debug)]
+pub(crate) struct Link(NonNull<xdp::bpf_link>);
+
+// SAFETY: a bpf_link is a file descriptor and a small heap object owned
+// exclusively by this value; libbpf keeps no thread-affine state in it.
+unsafe impl Send for Link {}
+// SAFETY: no method takes `&self`; shared references can do nothing.
+unsafe impl Sync for Link {}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // SAFETY: the link is owned by `self` and destroyed only here.
+        unsafe { xdp::bpf_link__destroy(self.0.as_ptr()) };
     }
 }
 
