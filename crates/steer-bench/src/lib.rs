@@ -3,7 +3,8 @@
 //! and latency for steer's echo server against the kernel (a
 //! recvmmsg/sendmmsg echo and `sockperf server`, both with RPS/RFS), the raw
 //! AF_XDP turnaround and an XDP_TX reflector (the floor). Also the sockperf
-//! report parser and comparison used by `benches/compare-kernel.sh`.
+//! report parser and comparison used by `benches/compare-kernel.sh`, and
+//! the seed reproductions (`steer-bench seed ...`).
 //!
 //! See benches/README.md for the method.
 
@@ -31,6 +32,8 @@ pub mod pacing;
 pub mod payload;
 /// Medians, own cost, ratios, table, JSON.
 pub mod report;
+/// The seed reproductions (`steer-bench seed ...`).
+pub mod seeds;
 /// The servers under test.
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.

@@ -5,6 +5,8 @@
 //!                 [--steer-cmd CMD] [--json FILE]
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
+//! steer-bench seed 000|001|002-004|003 [--quick] [--runs N] [--json FILE]
+//! steer-bench seed medians FILE.json...
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
@@ -47,6 +49,9 @@ enum Cmd {
     /// sockperf client reports: parse, check the fixtures, compare (compare-kernel.sh).
     #[command(subcommand)]
     Sockperf(SockperfCmd),
+    /// The seed reproductions (benches/seeds/README.md) and their medians.
+    #[command(subcommand)]
+    Seed(steer_bench::seeds::SeedCmd),
     /// Helper: the kernel UDP echo (recvmmsg/sendmmsg, SO_REUSEPORT, a pinned thread per CPU).
     #[command(hide = true)]
     KernelEcho {
@@ -279,6 +284,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
+        Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::KernelEcho { addr, cpus } => {
             steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }
