@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The benchmark scripts still work end to end: the sockperf output parser's
+# The benchmarks still work end to end: the sockperf output parser's
 # self-test, shell syntax of every script, then quick runs of the kernel
-# comparison and of each seed reproduction.
+# comparison, of steer-bench and of each seed reproduction.
 #
 # A 2 s window is too short for the goals; the quick runs check that each
 # script still drives its binaries and finds every number it reports (exit 2
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 cargo build -p steer-bench -p steer-cli
 export STEER_BENCH="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer-bench"
 bash benches/compare-kernel.sh --self-test
-for f in ci/*.sh scripts/*.sh benches/*.sh benches/seeds/*.sh; do
+for f in ci/*.sh scripts/*.sh benches/*.sh; do
   [ -e "$f" ] && bash -n "$f"
 done
 
@@ -25,6 +25,8 @@ bash benches/compare-kernel.sh --quick
 # kernel echo, sockperf server, the two proxies) through every phase, 1 s windows; exits 2
 # unless it finds every number.
 "$STEER_BENCH" run --quick --steer-cmd "$STEER echo"
-for f in benches/seeds/seed*.sh; do
-  bash "$f" --quick
+# The seed reproductions (benches/seeds/README.md; they find steer through
+# $STEER): each exits 2 unless it finds every number it reports.
+for seed in 000 001 002-004 003; do
+  "$STEER_BENCH" seed "$seed" --quick
 done

@@ -48,7 +48,7 @@ pub struct FlowsConfig {
     pub stall: Duration,
 }
 
-/// What happened (the `key=value` lines udp_flows.py printed).
+/// What happened ([`to_kv`](Self::to_kv) prints it as `key=value` lines).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FlowsResult {
     /// Flows opened.
