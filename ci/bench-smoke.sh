@@ -4,8 +4,8 @@
 # comparison, of steer-bench and of each seed reproduction.
 #
 # A 2 s window is too short for the goals; the quick runs check that each
-# script still drives its binaries and finds every number it reports (exit 2
-# otherwise). They run the debug `steer` command (numbers are not checked here; a
+# command still drives its binaries and finds every number it reports (exit
+# 2 otherwise). They run the debug `steer` command (numbers are not checked here; a
 # release build would double CI's time); the criterion parts need the bench
 # profile. Run as root (namespaces, XDP).
 set -euo pipefail
@@ -13,14 +13,14 @@ cd "$(dirname "$0")/.."
 
 cargo build -p steer-bench -p steer-cli
 export STEER_BENCH="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer-bench"
-bash benches/compare-kernel.sh --self-test
+"$STEER_BENCH" sockperf check-fixtures benches/fixtures
 for f in ci/*.sh scripts/*.sh benches/*.sh; do
   [ -e "$f" ] && bash -n "$f"
 done
 
 export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
 cargo bench --no-default-features --bench table --bench dispatch --no-run
-bash benches/compare-kernel.sh --quick
+"$STEER_BENCH" compare-kernel --quick
 # steer-bench: every server (XDP_TX reflector, raw AF_XDP turnaround, steer,
 # kernel echo, sockperf server, the two proxies) through every phase, 1 s windows; exits 2
 # unless it finds every number.

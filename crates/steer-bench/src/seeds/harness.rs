@@ -11,6 +11,7 @@
 
 use std::{
     fs::{self, File},
+    net::Ipv4Addr,
     os::fd::AsFd,
     path::{Path, PathBuf},
     process::Command,
@@ -40,8 +41,24 @@ impl Harness {
     /// Takes the seeds lock (waiting up to 10 min when another run holds
     /// it) and makes a work directory.
     pub fn new(name: &'static str, keep_logs: Option<PathBuf>) -> Result<Self> {
+        Self::locked(
+            name,
+            keep_logs,
+            Path::new(LOCK_PATH),
+            Duration::from_secs(600),
+        )
+    }
+
+    /// Takes the lock `lock_path` (waiting up to `wait` when another run
+    /// holds it) and makes a work directory.
+    pub fn locked(
+        name: &'static str,
+        keep_logs: Option<PathBuf>,
+        lock_path: &Path,
+        wait: Duration,
+    ) -> Result<Self> {
         let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
-        let lock = lock(Path::new(LOCK_PATH), name, stop)?;
+        let lock = lock(lock_path, name, stop, wait)?;
         let work = std::env::temp_dir().join(format!("steer-{name}.{}", std::process::id()));
         let _ = fs::remove_dir_all(&work);
         fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
@@ -122,7 +139,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn lock(path: &Path, name: &str, stop: &AtomicBool) -> Result<File> {
+fn lock(path: &Path, name: &str, stop: &AtomicBool, wait: Duration) -> Result<File> {
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -133,11 +150,12 @@ fn lock(path: &Path, name: &str, stop: &AtomicBool) -> Result<File> {
         return Ok(f);
     }
     eprintln!(
-        "{name}: another seed run holds {}: waiting (up to 10 min)",
-        path.display()
+        "{name}: another measurement holds {}: waiting (up to {} min)",
+        path.display(),
+        wait.as_secs() / 60
     );
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(600) {
+    while t.elapsed() < wait {
         if stop.load(Ordering::Relaxed) {
             bail!("{name}: interrupted while waiting for {}", path.display());
         }
@@ -238,20 +256,38 @@ pub fn source_tree(explicit: Option<&Path>) -> Result<PathBuf> {
 /// Whether a UDP socket in this network namespace has `port` bound (any
 /// address), from /proc/net/udp and udp6.
 pub fn udp_bound(port: u16) -> bool {
-    ["/proc/net/udp", "/proc/net/udp6"]
-        .iter()
-        .any(|f| bound_ports(&fs::read_to_string(f).unwrap_or_default()).contains(&port))
+    ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
+        bound_ports(&fs::read_to_string(f).unwrap_or_default())
+            .iter()
+            .any(|&(_, p)| p == port)
+    })
 }
 
-/// The local ports of a /proc/net/udp table (`local_address` is
-/// `HEXADDR:HEXPORT`).
-pub fn bound_ports(table: &str) -> Vec<u16> {
+/// Whether a UDP socket in this network namespace is bound to exactly
+/// `addr`:`port` (a wildcard socket on `port` does not count).
+pub fn udp_bound_on(addr: Ipv4Addr, port: u16) -> bool {
+    bound_ports(&fs::read_to_string("/proc/net/udp").unwrap_or_default())
+        .contains(&(Some(addr), port))
+}
+
+/// The local addresses of a /proc/net/udp (or udp6) table:
+/// `local_address` is `HEXADDR:HEXPORT`, the IPv4 address as the kernel
+/// holds it (network order, printed as a native-endian word); IPv6
+/// addresses come back as `None`.
+pub fn bound_ports(table: &str) -> Vec<(Option<Ipv4Addr>, u16)> {
     table
         .lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().nth(1))
         .filter_map(|a| a.rsplit_once(':'))
-        .filter_map(|(_, p)| u16::from_str_radix(p, 16).ok())
+        .filter_map(|(a, p)| {
+            let port = u16::from_str_radix(p, 16).ok()?;
+            let v4 = (a.len() == 8)
+                .then(|| u32::from_str_radix(a, 16).ok())
+                .flatten()
+                .map(|w| Ipv4Addr::from(w.to_ne_bytes()));
+            Some((v4, port))
+        })
         .collect()
 }
 
@@ -263,12 +299,17 @@ pub fn free_udp_port(base: u16) -> Result<u16> {
         .with_context(|| format!("no free UDP port from {base} up"))
 }
 
-/// Waits until something has UDP `port` bound (at most `timeout`), while
-/// `alive` says its owner still runs.
-pub fn wait_udp_bound(port: u16, timeout: Duration, mut alive: impl FnMut() -> bool) -> bool {
+/// Waits until something has `addr`:`port` (UDP) bound (at most
+/// `timeout`), while `alive` says its owner still runs.
+pub fn wait_udp_bound(
+    addr: Ipv4Addr,
+    port: u16,
+    timeout: Duration,
+    mut alive: impl FnMut() -> bool,
+) -> bool {
     let t = Instant::now();
     while t.elapsed() < timeout {
-        if udp_bound(port) {
+        if udp_bound_on(addr, port) {
             return true;
         }
         if !alive() {
@@ -382,14 +423,22 @@ mod tests {
         let table = "  sl  local_address rem_address   st\n\
              \x20  1: 0100007F:1B58 00000000:0000 07\n\
              \x20  2: 00000000:4269 00000000:0000 07\n";
-        assert_eq!(bound_ports(table), vec![7000, 17001]);
+        let lo = Ipv4Addr::LOCALHOST;
+        if cfg!(target_endian = "little") {
+            assert_eq!(
+                bound_ports(table),
+                vec![(Some(lo), 7000), (Some(Ipv4Addr::UNSPECIFIED), 17001)]
+            );
+        }
         let held = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
         let p = held.local_addr().unwrap().port();
         assert!(udp_bound(p));
+        assert!(udp_bound_on(lo, p));
+        assert!(!udp_bound_on(Ipv4Addr::new(127, 0, 0, 2), p));
         assert_ne!(free_udp_port(p).unwrap(), p, "a bound port is not free");
-        assert!(wait_udp_bound(p, Duration::from_millis(100), || true));
+        assert!(wait_udp_bound(lo, p, Duration::from_millis(100), || true));
         drop(held);
-        assert!(!wait_udp_bound(p, Duration::from_millis(100), || false));
+        assert!(!wait_udp_bound(lo, p, Duration::from_millis(100), || false));
     }
 
     #[test]

@@ -253,7 +253,8 @@ pub fn start_backend(h: &Harness, port: u16) -> Result<Proc> {
         &h.path("backend.log"),
         &Spawn::default(),
     )?;
-    if !harness::wait_udp_bound(port, Duration::from_secs(10), || p.alive()) {
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    if !harness::wait_udp_bound(lo, port, Duration::from_secs(10), || p.alive()) {
         bail!(
             "the sockperf backend did not bind 127.0.0.1:{port}: {}",
             procs::tail(&p.log, 5)
