@@ -22,6 +22,7 @@
 //! fails, so success is judged from its output only.
 
 use std::{
+    net::Ipv4Addr,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
     time::Duration,
@@ -76,7 +77,7 @@ pub struct CompareKernel {
     #[arg(short = 'm', long = "msg-size", default_value_t = 14, value_parser = clap::value_parser!(u16).range(14..))]
     pub msg_size: u16,
     /// under-load send rate per client (`max` or messages per second).
-    #[arg(long, default_value = "max")]
+    #[arg(long, default_value = "max", value_parser = crate::seeds::seed001::parse_mps)]
     pub mps: String,
     /// Also write the numbers as JSON.
     #[arg(long, value_name = "FILE")]
@@ -113,34 +114,34 @@ struct Run<'a> {
     steer_cmd: Vec<String>,
 }
 
-impl Run<'_> {
-    fn client_argv(&self, mode: Mode, i: u16) -> Vec<String> {
-        let a = self.a;
-        let mut v: Vec<String> = [
-            "ip",
-            "netns",
-            "exec",
-            &self.bed.ns,
-            "sockperf",
-            mode.name(),
-            "-i",
-            &self.bed.host_v4.to_string(),
-            "-p",
-            &a.port.to_string(),
-            "-t",
-            &a.secs.to_string(),
-            "-m",
-            &a.msg_size.to_string(),
-        ]
-        .map(String::from)
-        .to_vec();
-        if mode == Mode::UnderLoad {
-            v.push(format!("--mps={}", a.mps));
-        }
-        v.extend(["--client_port".into(), (a.client_port + i).to_string()]);
-        v
+/// Client `i`'s command: sockperf in namespace `ns` against `server`.
+fn client_argv(a: &CompareKernel, ns: &str, server: Ipv4Addr, mode: Mode, i: u16) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "sockperf",
+        mode.name(),
+        "-i",
+        &server.to_string(),
+        "-p",
+        &a.port.to_string(),
+        "-t",
+        &a.secs.to_string(),
+        "-m",
+        &a.msg_size.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    if mode == Mode::UnderLoad {
+        v.push(format!("--mps={}", a.mps));
     }
+    v.extend(["--client_port".into(), (a.client_port + i).to_string()]);
+    v
+}
 
+impl Run<'_> {
     /// The clients against whatever server listens; their reports go to
     /// `<tag>-client<i>.log`.
     fn clients(&self, mode: Mode, tag: &str) -> Result<()> {
@@ -153,7 +154,7 @@ impl Run<'_> {
             let log = self.h.path(&format!("{tag}-client{i}.log"));
             ps.push(Proc::spawn(
                 &format!("sockperf client {i}"),
-                &self.client_argv(mode, i),
+                &client_argv(self.a, &self.bed.ns, self.bed.host_v4, mode, i),
                 &log,
                 &pin,
             )?);
@@ -315,9 +316,6 @@ pub fn run(a: &CompareKernel) -> Result<ExitCode> {
     if a.quick {
         a.secs = 2;
     }
-    if a.mps != "max" && a.mps.parse::<u32>().map_or(true, |n| n == 0) {
-        bail!("--mps wants a number or max");
-    }
     let modes = match a.mode.as_str() {
         "under-load" | "ul" => vec![Mode::UnderLoad],
         "ping-pong" | "pp" => vec![Mode::PingPong],
@@ -418,4 +416,55 @@ pub fn run(a: &CompareKernel) -> Result<ExitCode> {
     drop(rps);
     drop(bed);
     Ok(ExitCode::from(status as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CompareKernel,
+    }
+
+    fn args(words: &[&str]) -> CompareKernel {
+        Cli::try_parse_from(std::iter::once("x").chain(words.iter().copied()))
+            .unwrap()
+            .a
+    }
+
+    #[test]
+    fn clients_and_options() {
+        let a = args(&[
+            "-t",
+            "3",
+            "--mps",
+            "5000",
+            "--client-port",
+            "30000",
+            "-m",
+            "64",
+            "--",
+            "--busy-poll",
+        ]);
+        let server = Ipv4Addr::new(198, 18, 130, 1);
+        let ul = client_argv(&a, "sb1", server, Mode::UnderLoad, 2);
+        assert_eq!(
+            ul.join(" "),
+            "ip netns exec sb1 sockperf under-load -i 198.18.130.1 -p 11111 -t 3 -m 64 --mps=5000 --client_port 30002"
+        );
+        let pp = client_argv(&a, "sb1", server, Mode::PingPong, 0);
+        assert!(!pp.iter().any(|w| w.starts_with("--mps")), "{pp:?}");
+        assert_eq!(a.extra, ["--busy-poll"]);
+        assert_eq!((a.clients, a.slice_us, a.mode.as_str()), (4, 100, "both"));
+        assert!(Cli::try_parse_from(["x", "--kernel-only", "--steer-only"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--mode", "sideways"]).is_err());
+        assert!(
+            Cli::try_parse_from(["x", "-m", "8"]).is_err(),
+            "below sockperf's header"
+        );
+        assert!(Cli::try_parse_from(["x", "--mps", "0"]).is_err());
+    }
 }

@@ -86,7 +86,8 @@ pub struct Seed001 {
     pub common: Common,
 }
 
-fn parse_mps(s: &str) -> Result<String, String> {
+/// A sockperf `--mps` value: `max` or a positive number.
+pub fn parse_mps(s: &str) -> Result<String, String> {
     if s == "max" || s.parse::<u32>().is_ok_and(|n| n > 0) {
         Ok(s.into())
     } else {

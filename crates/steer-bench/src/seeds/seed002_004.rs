@@ -13,7 +13,7 @@
 //!    other thread records suppressed intra-LLC churn) and
 //!    `steer/flow_table/lookup/hit` (no second thread): median ns per batch
 //!    of 1024 lookups, turned into lookups per second.
-//! 2. The replica ([`false_sharing`](super::false_sharing)): both threads
+//! 2. The replica ([`false_sharing`]): both threads
 //!    measured over a fixed time, the reader's lookups/s and the writer's
 //!    counter increments/s, each also alone.
 //!
