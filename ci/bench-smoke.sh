@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmarks still work end to end: the sockperf output parser's
 # self-test, shell syntax of every script, then quick runs of the kernel
-# comparison, of steer-bench and of each seed reproduction.
+# comparison, of steer-bench, of each seed reproduction, of the demo and of
+# the AF_XDP rate benchmark.
 #
 # A 2 s window is too short for the goals; the quick runs check that each
 # command still drives its binaries and finds every number it reports (exit
@@ -30,3 +31,8 @@ cargo bench --no-default-features --bench table --bench dispatch --no-run
 for seed in 000 001 002-004 003; do
   "$STEER_BENCH" seed "$seed" --quick
 done
+# The demo (sockperf clients against `steer echo`, the summary) and the
+# AF_XDP rates, each a few seconds on the debug builds; both exit non-zero
+# when no traffic went through or the frames do not balance.
+bash scripts/demo.sh --quick
+bash scripts/bench-xdp.sh --quick

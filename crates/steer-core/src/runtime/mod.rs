@@ -16,8 +16,10 @@
 //!    head, once per ring per round: a head passes a packet only after the
 //!    handler returned *and* its reply left, which is what `last_qtail`
 //!    compares against;
-//! 4. when idle: maintenance (flow-table expiry, never per packet), then,
-//!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
+//! 4. once per tick (a millisecond at most): maintenance, flow-table
+//!    expiry over a few buckets (more when idle), never per packet;
+//! 5. when idle, unless busy-polling: spins a little and sleeps on its
+//!    [`Doorbell`].
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
@@ -52,7 +54,7 @@ use std::time::Duration;
 pub use source::{RxSource, Setup};
 
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::Shared;
+use crate::dispatch::{FlowLimit, Shared};
 use crate::policy::Policy;
 use crate::ring::{self, Producer};
 use crate::stats::StatsSnapshot;
@@ -82,8 +84,13 @@ pub struct RuntimeConfig {
     /// [`RuntimeConfig::shared`]).
     pub fast_path: bool,
     /// Start with the per-CPU flow limit on (read by
-    /// [`RuntimeConfig::shared`]).
+    /// [`RuntimeConfig::shared`]; switchable at run time).
     pub flow_limit: bool,
+    /// Buckets of each flow-limit table (the kernel's
+    /// `flow_limit_table_len`): a power of two, at most
+    /// [`FlowLimit::MAX_BUCKETS`].
+    #[doc(alias = "flow_limit_table_len")]
+    pub flow_limit_buckets: usize,
     /// Never sleep: poll rings and sources continuously.
     pub busy_poll: bool,
     /// Max packets per poll and per ring drain per round (the NAPI budget).
@@ -108,6 +115,7 @@ impl Default for RuntimeConfig {
             rps: RpsMode::Spread,
             fast_path: true,
             flow_limit: false,
+            flow_limit_buckets: crate::dispatch::flow_limit::DEFAULT_BUCKETS,
             busy_poll: false,
             batch: 64,
             idle_spins: 64,
@@ -160,6 +168,9 @@ pub enum RuntimeError {
     Table(TableError),
     /// The ring capacity is not a power of two.
     BadRingCapacity(usize),
+    /// The flow-limit table length is not a power of two from 1 to
+    /// [`FlowLimit::MAX_BUCKETS`].
+    BadFlowLimit(usize),
     /// No rx source was given.
     NoSources,
     /// The shared state's parts are sized for other CPUs than its layout
@@ -184,6 +195,12 @@ impl std::fmt::Display for RuntimeError {
             ),
             Self::Table(e) => write!(f, "{e}"),
             Self::BadRingCapacity(n) => write!(f, "ring capacity {n} must be a power of two"),
+            Self::BadFlowLimit(n) => write!(
+                f,
+                "flow limit table of {n} buckets: give a power of two from 1 to {} \
+                 (the kernel's default is 4096)",
+                FlowLimit::MAX_BUCKETS
+            ),
             Self::NoSources => f.write_str("a runtime needs at least one rx source"),
             Self::SharedMismatch {
                 layout,
@@ -328,6 +345,9 @@ where
         }
         if !cfg.ring_capacity.is_power_of_two() {
             return Err(RuntimeError::BadRingCapacity(cfg.ring_capacity));
+        }
+        if FlowLimit::new(cfg.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(cfg.flow_limit_buckets));
         }
         let nr = layout.nr_cpus();
         let (desired, stats) = (shared.desired.codec().nr_cpus(), shared.stats.nr_cpus());
