@@ -3,8 +3,8 @@
 //! and latency for steer's echo server against the kernel (a
 //! recvmmsg/sendmmsg echo and `sockperf server`, both with RPS/RFS), the raw
 //! AF_XDP turnaround and an XDP_TX reflector (the floor). Also the sockperf
-//! sockperf comparison (`steer-bench compare-kernel`), and the seed
-//! reproductions (`steer-bench seed ...`).
+//! comparison (`steer-bench compare-kernel`) with its report parser, and the
+//! seed reproductions (`steer-bench seed ...`).
 //!
 //! See benches/README.md for the method.
 
