@@ -28,7 +28,7 @@ cargo bench --no-default-features --bench table --bench dispatch --no-run
 "$STEER_BENCH" run --quick --steer-cmd "$STEER echo"
 # The seed reproductions (benches/seeds/README.md; they find steer through
 # $STEER): each exits 2 unless it finds every number it reports.
-for seed in 000 001 002-004 003; do
+for seed in 000 000-tcp 001 002-004 003; do
   "$STEER_BENCH" seed "$seed" --quick
 done
 # The README's first command, short: exits 3 unless its summary shows flows

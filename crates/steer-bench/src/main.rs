@@ -6,7 +6,7 @@
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
 //! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
-//! steer-bench seed 000|001|002-004|003 [--quick] [--runs N] [--json FILE]
+//! steer-bench seed 000|000-tcp|001|002-004|003 [--quick] [--runs N] [--json FILE]
 //! steer-bench seed medians FILE.json...
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)

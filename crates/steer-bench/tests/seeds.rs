@@ -98,6 +98,7 @@ fn bad_input_gives_one_line() {
     for (args, want) in [
         (&["seed", "005"][..], "unrecognized subcommand"),
         (&["seed", "000", "--flows", "0"][..], "--flows"),
+        (&["seed", "000-tcp", "--conns", "0"][..], "--conns"),
         (&["seed", "003", "--layouts", "4cpu"][..], "4cpu"),
         (
             &["seed", "002-004", "--criterion-only", "--replica-only"][..],

@@ -2,7 +2,7 @@
 //! a work directory for logs (kept with `--keep-logs`, else removed), log
 //! lines with the time since start, sleeps that end on Ctrl-C, where the
 //! `steer` command and the source tree are, the machine as JSON, and small
-//! checks (CPUs online, a free UDP port).
+//! checks (CPUs online, a free UDP or TCP port).
 //!
 //! Invariants: the lock is held for the life of the [`Harness`] (runs
 //! sharing the two CPUs would measure each other); the work directory is
@@ -299,6 +299,25 @@ pub fn free_udp_port(base: u16) -> Result<u16> {
         .with_context(|| format!("no free UDP port from {base} up"))
 }
 
+/// Whether a TCP socket in this network namespace (listening or
+/// connected, any address) has local port `port`, from /proc/net/tcp and
+/// tcp6.
+pub fn tcp_bound(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        bound_ports(&fs::read_to_string(f).unwrap_or_default())
+            .iter()
+            .any(|&(_, p)| p == port)
+    })
+}
+
+/// The first TCP port from `base` up that no socket in this network
+/// namespace uses.
+pub fn free_tcp_port(base: u16) -> Result<u16> {
+    (base..=u16::MAX)
+        .find(|&p| !tcp_bound(p))
+        .with_context(|| format!("no free TCP port from {base} up"))
+}
+
 /// Waits until something has `addr`:`port` (UDP) bound (at most
 /// `timeout`), while `alive` says its owner still runs.
 pub fn wait_udp_bound(
@@ -439,6 +458,14 @@ mod tests {
         assert!(wait_udp_bound(lo, p, Duration::from_millis(100), || true));
         drop(held);
         assert!(!wait_udp_bound(lo, p, Duration::from_millis(100), || false));
+    }
+
+    #[test]
+    fn free_tcp_ports_are_free() {
+        let held = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let p = held.local_addr().unwrap().port();
+        assert!(tcp_bound(p), "a listening socket's port is in use");
+        assert!(free_tcp_port(p).unwrap() > p, "the next one up, not {p}");
     }
 
     #[test]

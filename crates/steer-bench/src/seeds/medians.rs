@@ -5,9 +5,9 @@
 //! taken.
 //!
 //! Invariant: every document must come from the same seed; results of the
-//! earlier scripts (`"tool": "benches/seeds/seed000-llc-steering.sh"`) and
-//! of `steer-bench seed` (`"tool": "steer-bench seed 000"`) mix freely,
-//! they share one format.
+//! earlier scripts (`"tool": "benches/seeds/seed000-llc-steering.sh"`, or
+//! no `tool` but `"seed": "000-kernel-sockets"`) and of `steer-bench seed`
+//! (`"tool": "steer-bench seed 000"`) mix freely, they share one format.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{
     num::{median, num, ratio, raw, round_to},
-    seed000, seed001, seed002_004, seed003,
+    seed000, seed000_tcp, seed001, seed002_004, seed003,
 };
 
 /// Which seed a result came from.
@@ -24,6 +24,8 @@ use super::{
 pub enum Seed {
     /// `steer-bench seed 000`.
     S000,
+    /// `steer-bench seed 000-tcp`.
+    S000Tcp,
     /// `steer-bench seed 001`.
     S001,
     /// `steer-bench seed 002-004`.
@@ -37,6 +39,7 @@ impl Seed {
     pub fn of_tool(tool: &str) -> Option<Seed> {
         [
             (Seed::S000, seed000::TOOL, seed000::OLD_TOOL),
+            (Seed::S000Tcp, seed000_tcp::TOOL, seed000_tcp::OLD_TOOL),
             (Seed::S001, seed001::TOOL, seed001::OLD_TOOL),
             (Seed::S002004, seed002_004::TOOL, seed002_004::OLD_TOOL),
             (Seed::S003, seed003::TOOL, seed003::OLD_TOOL),
@@ -44,6 +47,15 @@ impl Seed {
         .into_iter()
         .find(|(_, new, old)| tool == *new || tool == *old)
         .map(|(s, _, _)| s)
+    }
+
+    /// The tool a JSON document names: its `tool`, or for the kernel-socket
+    /// script's results (which have none) that script.
+    pub fn tool_of(doc: &Value) -> String {
+        match doc.get("tool") {
+            None if doc["seed"] == seed000_tcp::SEED => seed000_tcp::OLD_TOOL.into(),
+            t => raw(t),
+        }
     }
 }
 
@@ -95,7 +107,12 @@ fn count(docs: &[Value], ptr: &str) -> usize {
         .count()
 }
 
+/// The load averages the runs recorded; nothing when none did (the
+/// kernel-socket script's results).
 fn load_line(docs: &[Value]) -> String {
+    if docs.iter().all(|d| d.get("host").is_none()) {
+        return String::new();
+    }
     let loads: Vec<String> = docs
         .iter()
         .map(|d| raw(d.pointer("/host/loadavg_1_5_15")))
@@ -111,12 +128,12 @@ pub fn markdown(docs: &[Value]) -> Result<String> {
     let Some(first) = docs.first() else {
         bail!("medians: no results given");
     };
-    let tool = raw(first.get("tool"));
+    let tool = Seed::tool_of(first);
     let Some(seed) = Seed::of_tool(&tool) else {
         bail!("medians: unknown tool {tool:?}");
     };
     for d in docs {
-        let t = raw(d.get("tool"));
+        let t = Seed::tool_of(d);
         if Seed::of_tool(&t) != Some(seed) {
             bail!("medians: a result comes from {t:?}, not from {tool:?}");
         }
@@ -124,6 +141,7 @@ pub fn markdown(docs: &[Value]) -> Result<String> {
     let mut out = format!("medians of {} runs of {tool}\n\n", docs.len());
     out += &match seed {
         Seed::S000 => s000(docs),
+        Seed::S000Tcp => s000_tcp(docs),
         Seed::S001 => s001(docs),
         Seed::S002004 => s002_004(docs),
         Seed::S003 => s003(docs),
@@ -184,6 +202,74 @@ fn s000(docs: &[Value]) -> String {
         count(docs, "/goal/real_95pct_fewer"),
         count(docs, "/goal/override_cross_llc_followed"),
         n = docs.len()
+    );
+    o + &load_line(docs)
+}
+
+fn s000_tcp(docs: &[Value]) -> String {
+    let mut o = head(&[
+        "topology",
+        "policy",
+        "msg/s",
+        "writes",
+        "collisions",
+        "suppressed",
+        "map updates",
+        "moves",
+        "moves/s",
+        "cross_llc",
+        "ns/update mean",
+        "ns/update p50",
+        "ns/update p99",
+    ]);
+    let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
+    g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
+    for g in &g {
+        o += &row(&[
+            s(g[0], "topology"),
+            s(g[0], "policy"),
+            med(g, "/msg_per_s", 0),
+            med(g, "/writes", 0),
+            med(g, "/collisions", 0),
+            med(g, "/suppressed", 0),
+            med(g, "/map_updates", 0),
+            med(g, "/moves", 0),
+            med(g, "/moves_per_s", 1),
+            med(g, "/cross_llc", 0),
+            med(g, "/update_ns/mean", 0),
+            med(g, "/update_ns/p50", 0),
+            med(g, "/update_ns/p99", 0),
+        ]);
+    }
+    o += "\n";
+    let per_run: Vec<String> = g
+        .iter()
+        .map(|g| {
+            let (topo, policy) = (s(g[0], "topology"), s(g[0], "policy"));
+            let each: Vec<String> = docs
+                .iter()
+                .map(|d| round_to(seed000_tcp::moves(d, &topo, &policy), 0))
+                .collect();
+            format!("{topo} {policy} {}", each.join(" / "))
+        })
+        .collect();
+    o += &format!(
+        "moves (map updates after the first placements) per run: {}\n",
+        per_run.join("; ")
+    );
+    let each: Vec<String> = docs
+        .iter()
+        .map(|d| round_to(num(d, "/saving_percent"), 1))
+        .collect();
+    o += &format!(
+        "real topology, llc vs always, % fewer moves (per run): {} (median {})\n",
+        each.join(", "),
+        round_to(median(docs.iter().map(|d| num(d, "/saving_percent"))), 1)
+    );
+    o += &format!(
+        "goal (>= 90% fewer on the real topology, cross-LLC moves followed on the override) met in {}/{} runs\n",
+        docs.iter().filter(|d| d["goal"] == "met").count(),
+        docs.len()
     );
     o + &load_line(docs)
 }
@@ -479,6 +565,7 @@ mod tests {
     fn the_readme_tables_from_the_committed_results() {
         for (name, fx) in [
             ("seed000-llc-steering", "medians-seed000.md"),
+            ("seed000-kernel-sockets", "medians-seed000-tcp.md"),
             ("seed001-pinned-proxy", "medians-seed001.md"),
             ("seed002-004-false-sharing", "medians-seed002-004.md"),
             ("seed003-fast-path", "medians-seed003.md"),
@@ -496,6 +583,14 @@ mod tests {
         docs[2] = result("seed000-llc-steering-1");
         assert!(markdown(&docs).is_err());
         assert!(markdown(&[]).is_err());
+        // The kernel-socket script's results have no tool, only their seed.
+        let mut tcp = three("seed000-kernel-sockets");
+        tcp[2]["tool"] = seed000_tcp::TOOL.into();
+        let m = markdown(&tcp).unwrap();
+        assert!(m.starts_with("medians of 3 runs of benches/seeds/seed000-kernel-sockets.sh\n"));
+        tcp[1] = result("seed000-llc-steering-2");
+        let e = markdown(&tcp).unwrap_err().to_string();
+        assert!(e.contains("not from"), "{e}");
         let mut unknown = result("seed000-llc-steering-1");
         unknown["tool"] = "something else".into();
         assert!(markdown(&[unknown])

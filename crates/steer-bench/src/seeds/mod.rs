@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! steer-bench seed 000      steering-hook calls, policy always vs llc    (root)
+//! steer-bench seed 000-tcp  the same for kernel TCP sockets: map updates (root)
 //! steer-bench seed 001      pinned proxy, client on a worker's CPU       (root)
 //! steer-bench seed 002-004  false sharing: split vs packed counters
 //! steer-bench seed 003      same-CPU fast path on vs off                 (root)
@@ -17,7 +18,7 @@
 //! meaningful), `--runs N` (N runs one after the other, then their
 //! medians), `--json FILE`, `--keep-logs DIR`. Exit status: 0 ok, 1 setup
 //! error, 2 a run produced no numbers, 3 goal not met (with
-//! `--require-goal`, seeds 000 and 003), 130 interrupted.
+//! `--require-goal`, seeds 000, 000-tcp and 003), 130 interrupted.
 //!
 //! Invariants: one seed measurement at a time (the seeds lock); every
 //! namespace, veth pair, XDP program and process a run makes is removed on
@@ -32,6 +33,7 @@ pub mod medians;
 pub mod num;
 pub mod procs;
 pub mod seed000;
+pub mod seed000_tcp;
 pub mod seed001;
 pub mod seed002_004;
 pub mod seed003;
@@ -92,6 +94,11 @@ pub enum SeedCmd {
     /// under tokio work-stealing with many flows (root).
     #[command(name = "000")]
     S000(seed000::Seed000),
+    /// Seed 000 for kernel TCP sockets: XDP RFS map updates and their cost,
+    /// policy always vs llc, `steer tcp-echo` under tokio work-stealing
+    /// (root).
+    #[command(name = "000-tcp")]
+    S000Tcp(seed000_tcp::Seed000Tcp),
     /// Seed 001: a proxy's forward rate when its client shares a worker's
     /// CPU, workers pinned / unpinned / traffic on the other worker (root).
     #[command(name = "001")]
@@ -117,6 +124,9 @@ pub enum SeedCmd {
 pub fn run(cmd: SeedCmd) -> Result<ExitCode> {
     match cmd {
         SeedCmd::S000(a) => repeat("seed000", &a.common.clone(), |h| seed000::run_once(&a, h)),
+        SeedCmd::S000Tcp(a) => repeat("seed000-tcp", &a.common.clone(), |h| {
+            seed000_tcp::run_once(&a, h)
+        }),
         SeedCmd::S001(a) => repeat("seed001", &a.common.clone(), |h| seed001::run_once(&a, h)),
         SeedCmd::S002004(a) => repeat("seed002-004", &a.common.clone(), |h| {
             seed002_004::run_once(&a, h)

@@ -1,5 +1,5 @@
 //! What `steer plot` reads: a steer-bench `--json` report ([`BenchReport`])
-//! or the `--json` files of seed 000's script ([`Seed000Run`]), recognised
+//! or the `--json` files of seed 000 ([`Seed000Run`]), recognised
 //! by their `tool` field and turned into plain numbers. Anything else is a
 //! one-line error that names the file and what was expected.
 
@@ -56,7 +56,8 @@ pub struct Seed000Run {
 pub enum Input {
     /// steer-bench's report.
     Bench(BenchReport),
-    /// seed000-llc-steering.sh's report.
+    /// Seed 000's report (`steer-bench seed 000`, or the earlier
+    /// seed000-llc-steering.sh).
     Seed000(Seed000Run),
 }
 
@@ -74,12 +75,12 @@ pub fn parse(text: &str) -> Result<Input, String> {
     if tool == "steer-bench" {
         return bench(&v).map(Input::Bench);
     }
-    if tool.ends_with("seed000-llc-steering.sh") {
+    if tool == "steer-bench seed 000" || tool.ends_with("seed000-llc-steering.sh") {
         return seed000(&v).map(Input::Seed000);
     }
     Err(format!(
         "not a report steer plot reads (tool {tool:?}): give steer-bench's `--json` output or \
-         benches/seeds/seed000-llc-steering.sh's"
+         seed 000's (`steer-bench seed 000 --json`)"
     ))
 }
 
@@ -182,6 +183,22 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert!(e.contains(want) && !e.contains('\n'), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn seed000_of_steer_bench_and_of_the_earlier_script() {
+        let runs =
+            r#""runs":[{"topology":"override","policy":"llc","window":{"hook_calls_per_s":5}}]"#;
+        for tool in [
+            "steer-bench seed 000",
+            "benches/seeds/seed000-llc-steering.sh",
+        ] {
+            let text = format!(r#"{{"tool":"{tool}",{runs}}}"#);
+            assert!(matches!(parse(&text), Ok(Input::Seed000(_))), "{tool}");
+        }
+        // Seed 000 for kernel sockets is another report (no hook calls).
+        let e = parse(r#"{"seed":"000-kernel-sockets","runs":[]}"#).unwrap_err();
+        assert!(e.contains("steer-bench seed 000 --json"), "{e}");
     }
 
     #[test]
