@@ -4,12 +4,15 @@
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
+//! - `steer balance-sim`: worker load under hash placement and under the
+//!   load balancer, modelled on a workload;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer completions`: shell completions.
 //!
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
 
 mod args;
+mod balance_sim;
 mod echo;
 mod logging;
 mod proxy;
@@ -30,6 +33,7 @@ use clap::{CommandFactory, Parser, Subcommand};
         steer echo -i eth1 -p 11111 --cpus 1          UDP echo on port 11111, one worker on CPU 1\n  \
         steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
         steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
+        steer balance-sim --workers 2,8,64 --zipf 1.1 --table   hash placement vs the load balancer\n  \
         steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n\n\
         Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=steer_engine=info) for more."
 )]
@@ -47,6 +51,10 @@ enum Command {
     /// Replay a trace or a pcap capture through steer's steering decision;
     /// print the steering updates each rule makes, as JSON.
     Replay(replay::ReplayArgs),
+    /// Model worker load under hash placement (RPS) and under the load
+    /// balancer on a workload; print max/mean load, moves and queueing
+    /// delay, as JSON.
+    BalanceSim(balance_sim::BalanceSimArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
@@ -62,6 +70,7 @@ impl Command {
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
             Self::Replay(_) => "replay",
+            Self::BalanceSim(_) => "balance-sim",
             Self::Topology(_) => "topology",
             Self::Completions { .. } => "completions",
         }
@@ -76,6 +85,7 @@ fn main() -> ExitCode {
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
+        Command::BalanceSim(a) => balance_sim::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "steer", &mut std::io::stdout());
