@@ -85,6 +85,9 @@ counters! {
     malformed,
     /// Frames without a flow (non-IP), steered by the fallback rule.
     no_flow,
+    /// Nanoseconds the worker on this CPU spent in rounds that did work
+    /// (polling, dispatching, handling), read from the clock once per round.
+    busy_ns,
 }
 
 /// The shared counters of every CPU, one cache-padded block each.

@@ -216,6 +216,8 @@ pub struct BalanceShared {
     on: AtomicBool,
     tables: Mutex<Vec<Arc<BucketLoads>>>,
     counters: CachePadded<Counters>,
+    /// The balancer's thread, woken when switched on.
+    waker: Mutex<Option<std::thread::Thread>>,
 }
 
 impl BalanceShared {
@@ -227,9 +229,19 @@ impl BalanceShared {
     }
 
     /// Switches the balancer on or off. Off, dispatchers ignore the
-    /// assignments (flows go back to plain RPS, through `last_qtail`).
+    /// assignments (flows go back to plain RPS, through `last_qtail`). Wakes
+    /// the balancer's thread, if one is registered.
     pub fn set_on(&self, on: bool) {
-        self.on.store(on, Ordering::Relaxed);
+        self.on.store(on, Ordering::SeqCst);
+        if let Some(t) = &*self.waker.lock().unwrap_or_else(PoisonError::into_inner) {
+            t.unpark();
+        }
+    }
+
+    /// Registers (or, with `None`, forgets) the thread [`set_on`](Self::set_on)
+    /// wakes.
+    pub fn set_waker(&self, thread: Option<std::thread::Thread>) {
+        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = thread;
     }
 
     /// The loads of rx queue `rxq` (a table of `entries` buckets), created
