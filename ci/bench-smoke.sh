@@ -22,7 +22,7 @@ export STEER="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer"
 cargo bench --no-default-features --bench table --bench dispatch --no-run
 bash benches/compare-kernel.sh --quick
 # steer-bench: every server (XDP_TX reflector, raw AF_XDP turnaround, steer,
-# kernel echo, sockperf server) through every phase, 1 s windows; exits 2
+# kernel echo, sockperf server, the two proxies) through every phase, 1 s windows; exits 2
 # unless it finds every number.
 "$STEER_BENCH" run --quick --steer-cmd "$STEER echo"
 for f in benches/seeds/seed*.sh; do

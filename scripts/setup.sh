@@ -15,6 +15,9 @@ PACKAGES=(
   util-linux python3 jq
   # instruction counts for benchmark scripts (no hardware counters in VMs)
   valgrind
+  # metrics tests: promtool checks a scrape, a real Prometheus server scrapes
+  # a running engine; `steer top` is driven in a terminal through tmux
+  prometheus tmux
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -7,11 +7,13 @@
 //! - [`topology`]: CPU, LLC and NUMA discovery (hwloc, sysfs, synthetic, XML);
 //! - [`xdp`] (`xdp-io`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program;
 //! - [`engine`], [`flows`], [`echo`], [`sleep`], [`probe`] (`steer-engine`,
-//!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies.
+//!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies;
+//! - [`observe`] (`steer-engine`, feature `xdp`): a running engine seen from
+//!   outside: its stats socket and Prometheus metrics.
 //!
-//! The `steer` command (echo server, proxy, replay, topology) is the
-//! `steer-cli` package; its dependencies (clap, tracing-subscriber) do not
-//! reach this library.
+//! The `steer` command (echo server, proxy, replay, topology, stats, top) is
+//! the `steer-cli` package; its dependencies (clap, tracing-subscriber,
+//! ratatui) do not reach this library.
 
 pub use steer_core as core;
 pub use topology;
@@ -19,7 +21,7 @@ pub use topology;
 pub use xdp_io as xdp;
 
 #[cfg(feature = "xdp")]
-pub use steer_engine::{echo, engine, flows, probe, sleep};
+pub use steer_engine::{echo, engine, flows, observe, probe, sleep};
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(all(doctest, feature = "xdp"))]

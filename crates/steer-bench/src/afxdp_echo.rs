@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use steer_core::packet::echo::{echo_in_place, EchoMode};
 use xdp_io::{PortConfig, Proto, XdpPort};
 
-use crate::clock::pin;
+use crate::sys::pin;
 
 /// Serves UDP `port` on `interface` from CPU `cpu` until SIGINT/SIGTERM.
 pub fn run(interface: &str, port: u16, cpu: usize) -> Result<()> {

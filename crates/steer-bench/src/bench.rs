@@ -19,11 +19,12 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::{
-    clock, cpustat,
+    cpustat,
     gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
     netns::TestBed,
     payload::Endpoints,
     servers::{Kind, Running, ServerEnv},
+    sys,
 };
 
 /// Everything a run is configured with.
@@ -57,6 +58,8 @@ pub struct BenchConfig {
     pub tick: Duration,
     /// steer's echo command.
     pub steer_cmd: Vec<String>,
+    /// The `steer` binary, for the proxies.
+    pub steer_bin: String,
     /// Each end's receive path on its owner's CPUs (threaded NAPI).
     pub rx_on_receiver: bool,
     /// Logs of the servers go here (a temporary directory otherwise).
@@ -115,9 +118,8 @@ impl GenThread {
             .spawn(move || {
                 let open = (|| -> Result<Generator> {
                     bed_ns()?;
-                    clock::pin(cpu)
-                        .with_context(|| format!("pinning the generator to CPU {cpu}"))?;
-                    clock::tight_timer_slack();
+                    sys::pin(cpu).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                    sys::tight_timer_slack();
                     Generator::open(setup)
                 })();
                 let mut gen = match open {
@@ -212,6 +214,7 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         port: cfg.port,
         cpus: cfg.server_cpus.clone(),
         steer_cmd: cfg.steer_cmd.clone(),
+        steer_bin: cfg.steer_bin.clone(),
         self_exe: std::env::current_exe().context("finding this binary")?,
         log_dir: cfg.log_dir.clone(),
         rx_on_server: cfg.rx_on_receiver,

@@ -46,16 +46,7 @@ pub fn sample() -> io::Result<CpuSample> {
     Ok(parse_stat(&fs::read_to_string("/proc/stat")?))
 }
 
-/// Ticks per second of /proc/stat.
-pub fn ticks_per_sec() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as f64
-    } else {
-        100.0
-    }
-}
+pub use crate::sys::ticks_per_sec;
 
 /// CPU use between two samples.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -26,11 +26,11 @@ use serde::Serialize;
 use xdp_io::{object::XdpObject, BindMode, Frame, PortConfig, QueueSocket};
 
 use crate::{
-    clock::{current_cpu, mono_ns, sleep_until},
     cpustat::{self, CpuUse},
     flows::{FlowBook, FlowCounts, Verdict},
     pacing::TokenBucket,
     payload::{parse_reply, Endpoints, Template, FRAME_LEN},
+    sys::{current_cpu, mono_ns, sleep_until},
     xdp,
 };
 

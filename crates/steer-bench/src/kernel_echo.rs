@@ -7,6 +7,11 @@
 //! Invariants: every datagram received is sent back unchanged to its source,
 //! in arrival order per socket; the threads stop within the receive timeout
 //! (100 ms) of SIGINT/SIGTERM.
+//!
+//! `unsafe` is allowed here (and in `sys`): the socket loop is raw
+//! `recvmmsg`/`sendmmsg` on `mmsghdr` arrays, the point of this server.
+
+#![allow(unsafe_code)]
 
 use std::{
     io,
@@ -18,7 +23,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::clock::pin;
+use crate::sys::pin;
 
 /// Datagrams per recvmmsg/sendmmsg.
 pub const BATCH: usize = 64;

@@ -7,12 +7,12 @@
 //!
 //! See benches/README.md for the method.
 
+#![deny(unsafe_code)]
+
 /// The XDP_TX-free AF_XDP turnaround server (`afxdp-echo`).
 pub mod afxdp_echo;
 /// One benchmark run: test bed, generator thread, servers in turn.
 pub mod bench;
-/// CLOCK_MONOTONIC, absolute sleeps, pinning.
-pub mod clock;
 /// /proc/stat and per-thread CPU.
 pub mod cpustat;
 /// Per-flow checking.
@@ -35,5 +35,7 @@ pub mod report;
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.
 pub mod sockperf;
+/// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).
+pub mod sys;
 /// The XDP programs of this crate.
 pub mod xdp;

@@ -9,6 +9,8 @@
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
 
+#![deny(unsafe_code)]
+
 use std::{
     net::SocketAddrV4,
     path::{Path, PathBuf},
@@ -23,7 +25,7 @@ use steer_bench::{
     bench::{self, BenchConfig},
     report,
     servers::Kind,
-    sockperf,
+    sockperf, sys,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -126,7 +128,7 @@ struct RunArgs {
     #[command(flatten)]
     common: Common,
     /// Servers, in visiting order.
-    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf", value_parser = parse_kind)]
+    #[arg(long, value_delimiter = ',', default_value = "reflector,afxdp,steer,kernel-echo,sockperf,steer-proxy,kernel-proxy", value_parser = parse_kind)]
     servers: Vec<Kind>,
     /// Interleaved runs (medians are reported).
     #[arg(long, default_value_t = 3)]
@@ -313,8 +315,7 @@ fn config(
     runs: usize,
     phases: Vec<Option<u64>>,
 ) -> Result<BenchConfig> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !sys::is_root() {
         bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
     }
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -338,16 +339,12 @@ fn config(
     if !(0.1..=600.0).contains(&c.window_secs) {
         bail!("--window-secs must be between 0.1 and 600");
     }
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let dir = exe.parent().context("this binary has no directory")?;
+    let steer_bin = dir.join("steer").to_string_lossy().into_owned();
     let steer_cmd: Vec<String> = match &c.steer_cmd {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
-        None => {
-            let exe = std::env::current_exe().context("finding this binary")?;
-            let dir = exe.parent().context("this binary has no directory")?;
-            vec![
-                dir.join("steer").to_string_lossy().into_owned(),
-                "echo".into(),
-            ]
-        }
+        None => vec![steer_bin.clone(), "echo".into()],
     };
     if servers.contains(&Kind::Steer) {
         let Some(first) = steer_cmd.first() else {
@@ -356,6 +353,9 @@ fn config(
         if find_in_path(first).is_none() {
             bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
         }
+    }
+    if servers.iter().any(|k| k.is_proxy()) && find_in_path(&steer_bin).is_none() {
+        bail!("the proxies need {steer_bin:?}: build it (cargo build --release -p steer-cli)");
     }
     let log_dir = match &c.keep_logs {
         Some(d) => d.clone(),
@@ -377,6 +377,7 @@ fn config(
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
         steer_cmd,
+        steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
         log_dir,
     })
@@ -386,7 +387,7 @@ fn config(
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
 fn measurement_lock() -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let path = "/run/lock/steer-compare-kernel.lock";
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -394,13 +395,9 @@ fn measurement_lock() -> Result<std::fs::File> {
         .write(true)
         .open(path)
         .with_context(|| format!("opening {path}"))?;
-    // SAFETY: flock on a file descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if !sys::lock_exclusive(f.as_fd(), false).with_context(|| format!("locking {path}"))? {
         eprintln!("steer-bench: another measurement holds {path}: waiting");
-        // SAFETY: as above, blocking.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("waiting for the lock");
-        }
+        sys::lock_exclusive(f.as_fd(), true).context("waiting for the lock")?;
     }
     Ok(f)
 }

@@ -40,7 +40,7 @@ pub fn thread_and_pin(ns: Option<&str>, interface: &str, cpus: &[usize]) -> Resu
         let tids = threads_named(&prefix);
         if !tids.is_empty() {
             for &tid in &tids {
-                pin_task(tid, cpus)
+                crate::sys::pin_task(tid, cpus)
                     .with_context(|| format!("pinning NAPI thread {tid} of {interface}"))?;
             }
             return Ok(tids.len());
@@ -73,20 +73,4 @@ fn threads_named(prefix: &str) -> Vec<i32> {
                 .unwrap_or(false)
         })
         .collect()
-}
-
-fn pin_task(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call
-    // only reads the set.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

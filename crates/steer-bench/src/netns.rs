@@ -13,7 +13,7 @@
 use std::{
     fs::{self, File},
     net::Ipv4Addr,
-    os::fd::AsRawFd,
+    os::fd::AsFd,
     process::Command,
 };
 
@@ -186,13 +186,7 @@ impl TestBed {
         move || {
             let path = format!("/run/netns/{ns}");
             let file = File::open(&path).with_context(|| format!("opening {path}"))?;
-            // SAFETY: `file` is an open network namespace file; setns
-            // switches only the calling thread.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if rc != 0 {
-                bail!("setns into {ns}: {}", std::io::Error::last_os_error());
-            }
-            Ok(())
+            crate::sys::enter_net_ns(file.as_fd()).with_context(|| format!("setns into {ns}"))
         }
     }
 }

@@ -338,6 +338,17 @@ pub struct Ratios {
     pub capacity_vs_afxdp: Option<f64>,
     /// steer's whole-machine cost at the latency rate / at capacity.
     pub wakeup_tax: Option<f64>,
+    /// The same for steer's own cost (minus the reflector's at the same
+    /// rate, and at capacity minus the reflector's at max): without the
+    /// generator's own per-wake-up cost, which is not steer's.
+    pub wakeup_tax_own: Option<f64>,
+    /// Per rate: steer-proxy whole-machine cost per forwarded datagram /
+    /// kernel-proxy's (the same forwarder on plain tokio).
+    pub proxy_cost: Vec<(u64, Option<f64>)>,
+    /// steer-proxy capacity / kernel-proxy capacity.
+    pub proxy_capacity: Option<f64>,
+    /// steer-proxy p99 / kernel-proxy p99 at the latency rate.
+    pub proxy_p99: Option<f64>,
 }
 
 /// Computes the ratios.
@@ -378,6 +389,32 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
         wakeup_tax: ratio(
             steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
             steer.and_then(|s| s.cpu_us_at_max),
+        ),
+        wakeup_tax_own: ratio(
+            steer.and_then(|s| s.cost.first()).and_then(|c| c.2),
+            match (
+                steer.and_then(|s| s.cpu_us_at_max),
+                get("reflector").and_then(|s| s.cpu_us_at_max),
+            ) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            },
+        ),
+        proxy_cost: rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let cost = |n: &str| get(n).and_then(|s| s.cost.get(i)).and_then(|c| c.1);
+                (r, ratio(cost("steer-proxy"), cost("kernel-proxy")))
+            })
+            .collect(),
+        proxy_capacity: ratio(
+            get("steer-proxy").and_then(|s| s.capacity),
+            get("kernel-proxy").and_then(|s| s.capacity),
+        ),
+        proxy_p99: ratio(
+            get("steer-proxy").and_then(|s| s.p99_us),
+            get("kernel-proxy").and_then(|s| s.p99_us),
         ),
     }
 }
@@ -457,6 +494,32 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     }
     let _ = write!(rrow, " {:>8} {:>8}", "", f2(r.p99));
     let _ = writeln!(t, "{rrow}");
+    let proxies = ["steer-proxy", "kernel-proxy"];
+    if proxies.iter().all(|p| sums.iter().any(|s| s.server == *p)) {
+        let mut prow = format!(
+            "{:<12} {:>11} {:>11} {:>9}",
+            "proxy s/k",
+            f2(r.proxy_capacity),
+            "",
+            ""
+        );
+        for i in 0..rates.len() {
+            let _ = write!(
+                prow,
+                " {:>10} {:>8}",
+                f2(r.proxy_cost.get(i).and_then(|x| x.1)),
+                ""
+            );
+        }
+        let _ = write!(prow, " {:>8} {:>8}", "", f2(r.proxy_p99));
+        let _ = writeln!(t, "{prow}");
+    }
+    if sums.iter().any(|s| s.server.ends_with("-proxy")) {
+        let _ = writeln!(
+            t,
+            "proxies: a reply is a datagram forwarded to the loopback echo and back; proxy s/k = steer-proxy over kernel-proxy (the same forwarder on plain tokio)"
+        );
+    }
     let _ = writeln!(
         t,
         "kernel figures from: capacity {}, peak {}, own cost {}, p99 {}",
@@ -467,10 +530,11 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     );
     let _ = writeln!(
         t,
-        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} (target <= 1.5)",
+        "steer capacity / raw AF_XDP turnaround: {} (target >= 0.80); steer cost at {}/s over cost at capacity: {} whole-machine, {} own (target <= 1.5)",
         f2(r.capacity_vs_afxdp),
         lat,
-        f2(r.wakeup_tax)
+        f2(r.wakeup_tax),
+        f2(r.wakeup_tax_own)
     );
     if sums.iter().any(|s| {
         (s.server == "kernel-echo" || s.server == "sockperf")
@@ -572,6 +636,12 @@ pub fn json(
         },
         "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
         "steer_wakeup_tax": r.wakeup_tax,
+        "steer_wakeup_tax_own": r.wakeup_tax_own,
+        "ratios_steer_proxy_over_kernel_proxy": {
+            "capacity": r.proxy_capacity,
+            "us_per_reply": per_rate(&r.proxy_cost),
+            "p99": r.proxy_p99,
+        },
         "runs": runs,
     })
 }
@@ -707,6 +777,8 @@ mod tests {
         assert!((r.peak.unwrap() - (400e3 + 2.0) / 1.9e5).abs() < 1e-9);
         assert!((r.own_cost[0].1.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!((r.wakeup_tax.unwrap() - 12.0 / 4.0).abs() < 1e-9);
+        // Own: (12 - 5) at 50k over (4 - 2) at max.
+        assert!((r.wakeup_tax_own.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
         let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
         assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
@@ -722,6 +794,44 @@ mod tests {
         assert!(
             t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn the_proxies_are_compared_with_each_other() {
+        let rates = [50_000];
+        let runs = vec![
+            run(
+                1,
+                Kind::SteerProxy,
+                vec![
+                    ("max", phase(None, 3e5, 2e5, 6.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 9.0, 120.0)),
+                ],
+            ),
+            run(
+                1,
+                Kind::KernelProxy,
+                vec![
+                    ("max", phase(None, 3e5, 1e5, 8.0, 900.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 12.0, 150.0)),
+                ],
+            ),
+        ];
+        let sums = summarize(&[Kind::SteerProxy, Kind::KernelProxy], &runs, &rates);
+        let k = kernel_best(&sums, &rates);
+        let r = ratios(&sums, &k, &rates);
+        assert!((r.proxy_cost[0].1.unwrap() - 9.0 / 12.0).abs() < 1e-9);
+        assert!((r.proxy_capacity.unwrap() - 2.0).abs() < 1e-9);
+        assert!((r.proxy_p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
+        // The kernel proxy is not one of the kernel's echo servers.
+        assert!(k.capacity.is_none());
+        let t = table(&sums, &k, &r, &rates, 1);
+        assert!(t.contains("proxy s/k") && t.contains("0.75"), "{t}");
+        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        assert_eq!(
+            j["ratios_steer_proxy_over_kernel_proxy"]["us_per_reply"][0]["ratio"],
+            json!(0.75)
         );
     }
 

@@ -1,8 +1,10 @@
 //! The servers under test, each started on the server's veth end and
 //! stopped again: steer's echo server (an external command), the kernel
 //! echo (this binary's `kernel-echo`), `sockperf server`, the XDP_TX
-//! reflector (attached in process) and the raw AF_XDP turnaround (this
-//! binary's `afxdp-echo`).
+//! reflector (attached in process), the raw AF_XDP turnaround (this
+//! binary's `afxdp-echo`), and two UDP proxies forwarding to a kernel echo
+//! on loopback: `steer proxy` and its plain-tokio twin `steer proxy --io
+//! kernel`.
 //!
 //! Invariants: a [`Running`](crate::servers::Running) server owns what it started (child process,
 //! XDP program, RPS settings) and `Drop` ends and removes it, also on error
@@ -13,7 +15,6 @@
 use std::{
     fs::{self, File},
     io::Read,
-    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -40,16 +41,23 @@ pub enum Kind {
     KernelEcho,
     /// `sockperf server` with RPS/RFS.
     Sockperf,
+    /// `steer proxy` (flows to tokio tasks) in front of a loopback echo.
+    SteerProxy,
+    /// `steer proxy --io kernel` (plain tokio, SO_REUSEPORT, RPS/RFS) in
+    /// front of the same echo.
+    KernelProxy,
 }
 
 impl Kind {
     /// Every kind, in the order a run visits them.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Reflector,
         Kind::Afxdp,
         Kind::Steer,
         Kind::KernelEcho,
         Kind::Sockperf,
+        Kind::SteerProxy,
+        Kind::KernelProxy,
     ];
 
     /// Short name (table rows, JSON keys, `--servers`).
@@ -60,6 +68,8 @@ impl Kind {
             Kind::Steer => "steer",
             Kind::KernelEcho => "kernel-echo",
             Kind::Sockperf => "sockperf",
+            Kind::SteerProxy => "steer-proxy",
+            Kind::KernelProxy => "kernel-proxy",
         }
     }
 
@@ -70,7 +80,12 @@ impl Kind {
 
     /// Whether the kernel's socket path serves (RPS/RFS configured).
     pub fn is_kernel(self) -> bool {
-        matches!(self, Kind::KernelEcho | Kind::Sockperf)
+        matches!(self, Kind::KernelEcho | Kind::Sockperf | Kind::KernelProxy)
+    }
+
+    /// Whether it forwards to a backend (a proxy) rather than answering.
+    pub fn is_proxy(self) -> bool {
+        matches!(self, Kind::SteerProxy | Kind::KernelProxy)
     }
 }
 
@@ -87,6 +102,8 @@ pub struct ServerEnv {
     pub cpus: Vec<usize>,
     /// steer's echo command (words), `--interface ...` appended.
     pub steer_cmd: Vec<String>,
+    /// The `steer` binary (the proxies are its `proxy` subcommand).
+    pub steer_bin: String,
     /// This binary.
     pub self_exe: PathBuf,
     /// Where logs go.
@@ -108,6 +125,8 @@ pub struct Running {
     stats_json: Option<PathBuf>,
     /// The server end, when its NAPI runs in threads (`--rx-on receiver`).
     napi_if: Option<String>,
+    /// A proxy's backend (a kernel echo on loopback).
+    backend: Option<Child>,
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -125,23 +144,28 @@ fn spawn_pinned(argv: &[String], cpus: &[usize], log: &Path) -> Result<Child> {
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    let cpus = cpus.to_vec();
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // sched_setaffinity on a stack value (async-signal-safe).
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for &c in &cpus {
-                libc::CPU_SET(c, &mut set);
-            }
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::sys::pin_child(&mut cmd, cpus);
     cmd.spawn()
         .with_context(|| format!("starting {} (is it installed?)", argv[0]))
+}
+
+/// Waits until `child` writes a line with the word `ready` to `log` (at
+/// most 60 s); an early exit is an error with its last words.
+fn wait_ready(log: &Path, child: Option<&mut Child>, what: &str) -> Result<()> {
+    let Some(child) = child else { return Ok(()) };
+    let t = Instant::now();
+    loop {
+        if log_text(log).split_whitespace().any(|w| w == "ready") {
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            bail!("{what} exited early ({st}): {}", tail(log, 3));
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!("{what} did not say `ready` within 60 s: {}", tail(log, 3));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn log_text(log: &Path) -> String {
@@ -170,6 +194,7 @@ impl Running {
             rps: None,
             stats_json: None,
             napi_if: None,
+            backend: None,
         };
         if kind.is_kernel() {
             r.rps = Some(RpsGuard::configure(
@@ -211,6 +236,41 @@ impl Running {
                 "-p".into(),
                 env.port.to_string(),
             ],
+            Kind::SteerProxy | Kind::KernelProxy => {
+                let backend = format!("127.0.0.1:{}", env.port.wrapping_add(1));
+                let echo = [
+                    exe,
+                    "kernel-echo".into(),
+                    "--addr".into(),
+                    backend.clone(),
+                    "--cpus".into(),
+                    cpu_list(&env.cpus),
+                ];
+                let echo_log = env.log_dir.join(format!("{}-backend.log", kind.name()));
+                r.backend = Some(spawn_pinned(&echo, &env.cpus, &echo_log)?);
+                wait_ready(&echo_log, r.backend.as_mut(), "the proxy's backend")?;
+                let stats = env.log_dir.join(format!("{}-stats.json", kind.name()));
+                r.stats_json = Some(stats.clone());
+                let mut v = vec![env.steer_bin.clone(), "proxy".into()];
+                if kind == Kind::KernelProxy {
+                    v.extend(["--io".into(), "kernel".into()]);
+                } else {
+                    v.extend(["--runtime".into(), "per-core".into()]);
+                }
+                v.extend([
+                    "--interface".into(),
+                    env.interface.clone(),
+                    "--port".into(),
+                    env.port.to_string(),
+                    "--cpus".into(),
+                    cpu_list(&env.cpus),
+                    "--backend".into(),
+                    backend,
+                    "--stats-json".into(),
+                    stats.to_string_lossy().into_owned(),
+                ]);
+                v
+            }
             Kind::Steer => {
                 let stats = env.log_dir.join("steer-stats.json");
                 r.stats_json = Some(stats.clone());
@@ -237,22 +297,9 @@ impl Running {
             r.check_alive()?;
             return Ok(r);
         }
-        let t = Instant::now();
-        loop {
-            if log_text(&log).split_whitespace().any(|w| w == "ready") {
-                r.napi(env)?;
-                return Ok(r);
-            }
-            r.check_alive()?;
-            if t.elapsed() > Duration::from_secs(60) {
-                bail!(
-                    "{} did not say `ready` within 60 s: {}",
-                    kind.name(),
-                    tail(&log, 3)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_ready(&log, r.child.as_mut(), kind.name())?;
+        r.napi(env)?;
+        Ok(r)
     }
 
     /// `--rx-on receiver`: the server end's NAPI threads on the server CPUs.
@@ -314,24 +361,19 @@ impl Running {
     }
 
     fn stop_child(&mut self) -> Result<String> {
-        let Some(mut c) = self.child.take() else {
+        let out = self.stop_server();
+        // A proxy's backend goes after the proxy, whatever the proxy did.
+        if let Some(b) = self.backend.take() {
+            let _ = stop_process(b, "the proxy's backend");
+        }
+        out
+    }
+
+    fn stop_server(&mut self) -> Result<String> {
+        let Some(c) = self.child.take() else {
             return Ok(String::new());
         };
-        let pid = c.id() as libc::pid_t;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(pid, libc::SIGINT) };
-        let t = Instant::now();
-        let status = loop {
-            if let Some(st) = c.try_wait()? {
-                break st;
-            }
-            if t.elapsed() > Duration::from_secs(10) {
-                warn!("{} ignored SIGINT for 10 s: killing it", self.kind.name());
-                let _ = c.kill();
-                break c.wait()?;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = stop_process(c, self.kind.name())?;
         let last = tail(&self.log, 1);
         // sockperf server exits with a signal status; steer's echo must exit 0.
         if !status.success() && self.kind != Kind::Sockperf {
@@ -342,6 +384,23 @@ impl Running {
             );
         }
         Ok(last)
+    }
+}
+
+/// SIGINT, then SIGKILL after 10 s; the exit status.
+fn stop_process(mut c: Child, what: &str) -> Result<std::process::ExitStatus> {
+    let _ = crate::sys::interrupt(c.id());
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait()? {
+            return Ok(st);
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            warn!("{what} ignored SIGINT for 10 s: killing it");
+            let _ = c.kill();
+            return Ok(c.wait()?);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -23,11 +23,8 @@ fn text(o: &Output) -> (String, String) {
 }
 
 fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid,
-        0,
+    assert!(
+        steer_bench::sys::is_root(),
         "steer-bench's end-to-end tests need root (namespaces, veth, XDP): run them as root, as CI does"
     );
 }

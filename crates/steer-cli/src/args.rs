@@ -3,6 +3,7 @@
 //! turns them into an [`EngineBuilder`].
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuSet;
 use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
+use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
 use xdp_io::{BindMode, XdpMode};
 
@@ -130,6 +132,13 @@ pub struct EngineArgs {
     /// At most this many events in the trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub record_trace_max: u64,
+    /// Serve Prometheus metrics on http://ADDR/metrics, e.g.
+    /// `127.0.0.1:9464` (port 0: a free port, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Directory of the stats socket `steer stats` and `steer top` read.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
+    pub run_dir: PathBuf,
 }
 
 impl EngineArgs {
@@ -170,6 +179,10 @@ impl EngineArgs {
         if let Some(path) = &self.record_trace {
             builder = builder.record_trace(path, self.record_trace_max);
         }
+        builder = builder.stats_dir(&self.run_dir);
+        if let Some(addr) = self.metrics {
+            builder = builder.metrics(addr);
+        }
         // After `topology`, which turns pinning off for a model.
         builder = builder.pin_workers(!self.no_pin);
         match self.rps {
@@ -178,6 +191,21 @@ impl EngineArgs {
             Rps::Spread => builder = builder.rps(RpsMode::Spread),
         }
         Ok(builder)
+    }
+}
+
+/// Says where to watch a running engine: its stats socket and metrics.
+pub fn print_endpoints(command: &str, engine: &Engine, interface: &str) {
+    let mut out = std::io::stdout();
+    if let Some(path) = engine.stats_socket() {
+        let _ = writeln!(
+            out,
+            "steer {command}: stats socket {} (`steer stats {interface}`, `steer top {interface}`)",
+            path.display()
+        );
+    }
+    if let Some(addr) = engine.metrics_addr() {
+        let _ = writeln!(out, "steer {command}: metrics on http://{addr}/metrics");
     }
 }
 

@@ -20,6 +20,7 @@ use crate::args::EngineArgs;
     steer echo -i eth1 -p 11111                      answer UDP port 11111 on every CPU\n  \
     steer echo -i eth1 -p 11111 --cpus 1 --sockperf  one worker on CPU 1, answer sockperf clients\n  \
     steer echo -i eth1 -p 7 --policy always --stats-json /tmp/echo.json\n  \
+    steer echo -i eth1 -p 7 --metrics 127.0.0.1:9464    Prometheus metrics on /metrics\n  \
     steer echo -i eth1 -p 7 --cost-ns 2000 --balance on   a costly handler, the load balancer on")]
 pub struct EchoArgs {
     #[command(flatten)]
@@ -79,6 +80,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         on_off(args.engine.fast_path.is_on()),
         on_off(args.engine.balance.is_on()),
     );
+    crate::args::print_endpoints("echo", &engine, &args.engine.interface);
 
     let started = Instant::now();
     let deadline = args
@@ -105,7 +107,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
     let report = engine.stop()?;
     let t = &report.stats.total;
     println!(
-        "steer echo: stopped after {:.1} s: rx {} tx {} fast path {} steered {} drops {} (ring {}, tx {}, malformed {}, refused {}), steering updates {}, kernel rx drops {}",
+        "steer echo: stopped after {:.1} s: rx {} tx {} fast path {} steered {} drops {} (ring {}, tx {}, malformed {}, refused {}, worker gone {}, handler panicked {}), steering updates {}, kernel rx drops {}",
         report.stats.elapsed.as_secs_f64(),
         t.core.rx,
         t.engine.tx,
@@ -116,6 +118,8 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         t.engine.tx_dropped,
         t.core.malformed,
         t.engine.app_dropped,
+        t.core.worker_gone_drops,
+        t.engine.app_panicked,
         report.stats.steering_updates(),
         report.kernel.rx_dropped + report.kernel.rx_ring_full,
     );

@@ -7,6 +7,8 @@
 //! - `steer balance-sim`: worker load under hash placement and under the
 //!   load balancer, modelled on a workload;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
+//! - `steer stats`: the counters of a running engine, once (table or JSON);
+//! - `steer top`: the same, refreshed in the terminal;
 //! - `steer completions`: shell completions.
 //!
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
@@ -17,6 +19,8 @@ mod echo;
 mod logging;
 mod proxy;
 mod replay;
+mod stats;
+mod top;
 mod topology;
 
 use std::process::ExitCode;
@@ -34,7 +38,9 @@ use clap::{CommandFactory, Parser, Subcommand};
         steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
         steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
         steer balance-sim --workers 2,8,64 --zipf 1.1 --table   hash placement vs the load balancer\n  \
-        steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n\n\
+        steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n  \
+        steer stats eth1                              counters of the engine running on eth1\n  \
+        steer top eth1                                the same, refreshed per CPU (q quits)\n\n\
         Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=steer_engine=info) for more."
 )]
 struct Cli {
@@ -57,6 +63,11 @@ enum Command {
     BalanceSim(balance_sim::BalanceSimArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
+    /// Print the counters of the engine running on an interface, once.
+    Stats(stats::StatsArgs),
+    /// Show the counters of the engine running on an interface, refreshed
+    /// per CPU in the terminal.
+    Top(top::TopArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -72,6 +83,8 @@ impl Command {
             Self::Replay(_) => "replay",
             Self::BalanceSim(_) => "balance-sim",
             Self::Topology(_) => "topology",
+            Self::Stats(_) => "stats",
+            Self::Top(_) => "top",
             Self::Completions { .. } => "completions",
         }
     }
@@ -87,6 +100,8 @@ fn main() -> ExitCode {
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
         Command::BalanceSim(a) => balance_sim::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Top(a) => top::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "steer", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)

@@ -2,7 +2,8 @@
 //! host end of a 2-queue veth, a kernel UDP echo as the backend on loopback.
 //! Every datagram is answered in order per flow under llc and always, with
 //! the multi-thread and the per-core layouts, switched at start and at run
-//! time (stdin commands). Needs root, as CI runs it.
+//! time (stdin commands); and the plain-tokio baseline (`--io kernel`)
+//! forwards the same traffic the same way. Needs root, as CI runs it.
 
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
@@ -175,4 +176,44 @@ fn the_layout_and_policy_flags_apply_at_start() {
     let _ = std::fs::remove_file(&json);
     assert_eq!(report["policy"], "always", "{report:#}");
     assert_eq!(report["proxy"]["flows_per_core"], 4, "{report:#}");
+}
+
+#[test]
+fn the_kernel_io_baseline_forwards_every_datagram_in_order() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-kernel-{}.json", std::process::id()));
+    let proxy = Proxy::start(&net, backend, &["--io", "kernel", "--cpus", "0,1"], &json);
+    let (flows, per_flow) = (6, 150);
+    let got = drive_flows(&net, flows, per_flow, 15);
+    assert_in_order(&got, per_flow as usize, "io kernel");
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["io"], "kernel", "{report:#}");
+    let total = flows as u64 * u64::from(per_flow);
+    assert_eq!(report["proxy"]["to_backend"], total, "{report:#}");
+    assert_eq!(report["proxy"]["to_client"], total, "{report:#}");
+    assert_eq!(report["proxy"]["send_errors"], 0, "{report:#}");
+}
+
+#[test]
+fn the_proxy_serves_with_workers_on_a_subset_of_the_cpus() {
+    let net = TestNet::new();
+    let backend = kernel_backend();
+    let json = std::env::temp_dir().join(format!("steer-proxy-cpu1-{}.json", std::process::id()));
+    let proxy = Proxy::start(
+        &net,
+        backend,
+        &["--cpus", "1", "--runtime", "per-core"],
+        &json,
+    );
+    let got = drive_flows(&net, 4, 100, 10);
+    assert_in_order(&got, 100, "--cpus 1");
+    proxy.quit();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["proxy"]["to_client"], 400, "{report:#}");
 }

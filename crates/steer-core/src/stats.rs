@@ -11,14 +11,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpu::CpuId;
 
 macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident ),+ $(,)?) => {
         /// Counts kept by the thread working on one CPU, flushed per batch.
-        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+        /// Serialized with one field per counter (a reader of a live
+        /// engine's stats deserializes it; a missing field reads as 0).
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
         pub struct LocalStats {
             $( $(#[$doc])* pub $name: u64, )+
         }
@@ -85,6 +88,8 @@ counters! {
     malformed,
     /// Frames without a flow (non-IP), steered by the fallback rule.
     no_flow,
+    /// Packets dropped because their worker died: queued to it, or pushed to its ring as it went (frame returned to its pool).
+    worker_gone_drops,
     /// Nanoseconds the worker on this CPU spent in rounds that did work
     /// (polling, dispatching, handling), read from the clock once per round.
     busy_ns,

@@ -67,7 +67,8 @@ fn frames_left_in_a_dead_workers_ring_come_back_to_the_pool() {
         .map(|&d| common::read(&pool.frames[d]))
         .collect();
     assert_eq!(back, (0..5).map(|seq| (7, seq)).collect::<Vec<_>>());
-    assert_eq!(shared.stats.snapshot().per_cpu[0].1.dropped, 5);
+    assert_eq!(shared.stats.snapshot().per_cpu[0].1.worker_gone_drops, 5);
+    assert_eq!(shared.stats.snapshot().per_cpu[0].1.dropped, 0);
 
     // Nothing is reclaimed twice, and the flow now runs elsewhere.
     d.dispatch(&[], &mut pool, &mut |_d: usize, _p: &mut Pool| handled += 1);

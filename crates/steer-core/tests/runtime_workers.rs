@@ -297,6 +297,16 @@ fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
     // The survivor adopted CPU 1's rx queue and handled flow 3 after the death.
     let after = log.lock().unwrap().get(&3).map_or(0, Vec::len);
     assert!(after > 0, "flow 3 was re-steered to the survivor");
+    // Every frame received was handled or dropped with its reason (the rest
+    // of the batch the panic interrupted counts as dropped with the worker;
+    // this source queues it again, so it is received and handled anew).
+    let stats = rt.stats().total;
+    assert!(stats.rx as usize >= sent, "{stats:?}");
+    assert_eq!(
+        stats.rx,
+        stats.processed + stats.dropped + stats.worker_gone_drops,
+        "{stats:?}"
+    );
     rt.stop();
     // Exactly the one packet inside the panicking handler is lost with it.
     assert_eq!(frames.released.load(Ordering::Relaxed), sent - 1);

@@ -13,10 +13,14 @@
 //! - [`probe`]: the live CPU probe recorders use (current and allowed CPUs).
 //! - [`trace`]: recording the trace `steer replay` reads (packet arrivals and
 //!   consumption), off the hot path.
+//! - [`observe`]: a running engine seen from outside: the stats socket
+//!   (`/run/steer/<interface>.sock`, read by `steer stats` and `steer
+//!   top`) and Prometheus metrics on `/metrics`.
 //!
 //! The layering, bottom up: `frames` (where UMEM frames live between the
-//! sockets: the spare pool, the rx source, the transmit path) below
-//! `engine`, `engine` below `flows`; nothing below imports anything above.
+//! sockets: the spare pool, the rx source, the transmit path) and `observe`
+//! (the published snapshot's format and its two servers) below `engine`,
+//! `engine` below `flows`; nothing below imports anything above.
 //! `unsafe` is denied crate-wide and allowed only in `frames` (the one
 //! place a descriptor becomes a frame again, UMEM reads, prefetch) and in
 //! the scheduling syscalls.
@@ -27,6 +31,7 @@ pub mod echo;
 pub mod engine;
 pub mod flows;
 mod frames;
+pub mod observe;
 pub mod probe;
 pub mod sleep;
 pub mod trace;

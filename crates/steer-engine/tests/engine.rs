@@ -5,14 +5,10 @@
 
 mod support;
 
-use std::net::IpAddr;
-use std::os::fd::AsRawFd;
-
-use steer_core::packet::build::FrameBuilder;
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use support::net::TestNet;
-use support::{assert_accounted, drive_flows, echo_engine, PORT};
+use support::{assert_accounted, drive_flows, echo_engine, malformed_frames, send_raw};
 
 #[test]
 fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path() {
@@ -88,96 +84,11 @@ fn workers_ask_for_a_short_scheduling_slice_unless_told_not_to() {
     engine.stop().unwrap();
 }
 
-/// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
-fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
-    net.in_ns(|| {
-        let ifindex = xdp_io::ifindex(&net.peer).unwrap();
-        // SAFETY: plain socket(2) call; the fd is closed below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        assert!(
-            fd >= 0,
-            "AF_PACKET socket: {}",
-            std::io::Error::last_os_error()
-        );
-        let sock = std::fs::File::from(unsafe {
-            // SAFETY: `fd` is a fresh descriptor we own.
-            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
-        });
-        for f in frames {
-            // SAFETY: sockaddr_ll is plain data; zero is a valid start.
-            let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            addr.sll_family = libc::AF_PACKET as u16;
-            addr.sll_ifindex = ifindex as i32;
-            addr.sll_halen = 6;
-            addr.sll_addr[..6].copy_from_slice(&f[..6]);
-            // SAFETY: `f` and `addr` outlive the call; lengths are theirs.
-            let rc = unsafe {
-                libc::sendto(
-                    sock.as_raw_fd(),
-                    f.as_ptr().cast(),
-                    f.len(),
-                    0,
-                    (&addr as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(rc, f.len() as isize, "{}", std::io::Error::last_os_error());
-        }
-    });
-}
-
 #[test]
 fn malformed_and_foreign_frames_at_the_owned_port_are_counted_never_fatal() {
     let net = TestNet::new();
     let engine = echo_engine(&net, Policy::LlcAffinity, true);
-    let (host, peer): (IpAddr, IpAddr) = (net.host_v4.into(), net.peer_v4.into());
-    let good = FrameBuilder::udp(peer, host, 40000, PORT)
-        .payload(b"0123456789abcdef")
-        .build();
-    let mut bad = Vec::new();
-    // Truncated inside the UDP header, and inside the payload's claimed length.
-    bad.push(good[..14 + 20 + 4].to_vec());
-    bad.push(good[..good.len() - 6].to_vec());
-    // IHL below 5, and a total length beyond the frame.
-    let mut ihl = good.clone();
-    ihl[14] = 0x44;
-    bad.push(ihl);
-    let mut total = good.clone();
-    total[16..18].copy_from_slice(&1400u16.to_be_bytes());
-    bad.push(total);
-    // A UDP length beyond the datagram.
-    let mut udp_len = good.clone();
-    udp_len[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&999u16.to_be_bytes());
-    bad.push(udp_len);
-    // Fragments of a datagram to the owned port (the echo does not reassemble).
-    bad.push(
-        FrameBuilder::udp(peer, host, 40001, PORT)
-            .payload(&[7; 64])
-            .fragment(0, true)
-            .build(),
-    );
-    bad.push(
-        FrameBuilder::udp(peer, host, 40001, PORT)
-            .payload(&[7; 64])
-            .fragment(8, false)
-            .build(),
-    );
-    // Not UDP: TCP and a raw protocol to the owned port number.
-    bad.push(FrameBuilder::tcp(peer, host, 40002, PORT).build());
-    bad.push(
-        FrameBuilder::proto(peer, host, 253)
-            .payload(&[1; 32])
-            .build(),
-    );
-    // Garbage with an IPv4 EtherType.
-    let mut junk = vec![0xa5u8; 60];
-    junk[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    bad.push(junk);
-    let macs = net.macs();
-    let host_mac = parse_mac(&macs.0);
-    for f in &mut bad {
-        f[..6].copy_from_slice(&host_mac);
-    }
+    let bad = malformed_frames(&net);
     for _ in 0..50 {
         send_raw(&net, &bad);
     }
@@ -198,12 +109,4 @@ fn malformed_and_foreign_frames_at_the_owned_port_are_counted_never_fatal() {
     assert_eq!(t.engine.tx, 40);
     assert!(t.drops() > 0, "{t:?}");
     assert_accounted(&report);
-}
-
-fn parse_mac(s: &str) -> [u8; 6] {
-    let v: Vec<u8> = s
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
 }

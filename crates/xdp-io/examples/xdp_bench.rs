@@ -30,11 +30,9 @@ const PORT: u16 = 9000;
 const FLOWS: u16 = 64;
 
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
 }
 

@@ -210,8 +210,11 @@ impl QueueSocket {
     }
 
     /// Puts frames from the front of `frames` on the tx ring (as many as fit,
-    /// one batch) and kicks the kernel; frames that did not fit stay in
-    /// `frames`. Also reaps completions. Returns how many were queued.
+    /// one batch) and kicks the kernel, again while it keeps taking them, so
+    /// in copy mode every frame queued has been handed to the device, in
+    /// order, when this returns (a zero-copy driver sends them later); frames
+    /// that did not fit stay in `frames`. Also reaps completions. Returns how
+    /// many were queued.
     /// Frames of another port are left in `frames` untouched.
     pub fn send(&mut self, frames: &mut Vec<Frame>) -> io::Result<usize> {
         self.reap();
@@ -237,12 +240,34 @@ impl QueueSocket {
         }
         // Copy mode reports need-wakeup even without XDP_USE_NEED_WAKEUP.
         if self.tx.needs_wakeup() || n > 0 {
+            self.kick_tx_until_taken()?;
+        }
+        Ok(n)
+    }
+
+    /// Frames on the tx ring the kernel has not taken yet (an exact read of
+    /// the ring's consumer position).
+    fn tx_pending(&mut self) -> u32 {
+        self.ring_size - self.tx.nb_free_exact()
+    }
+
+    /// Kicks the kernel, and again as long as a kick took frames and some
+    /// are left: in copy mode a kick sends at most 32 frames and the rest
+    /// would wait on the ring for the next kick; a driver that sends later
+    /// (zero-copy) takes none during the kick, so it gets one, as before.
+    fn kick_tx_until_taken(&mut self) -> io::Result<()> {
+        let mut pending = self.tx_pending();
+        loop {
             self.ledger
                 .wakeups
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             sys::kick_tx(self.as_raw_fd())?;
+            let now = self.tx_pending();
+            if now == 0 || now >= pending {
+                return Ok(());
+            }
+            pending = now;
         }
-        Ok(n)
     }
 
     /// Moves completed transmissions from the completion ring to the free

@@ -631,3 +631,48 @@ fn frames_built_from_scratch_reach_the_namespace() {
     assert_eq!(port.counters().tx_frames, 3);
     port.census(&mut sockets).check().unwrap();
 }
+
+#[test]
+fn one_send_hands_every_frame_to_the_device_in_order_before_it_returns() {
+    // In copy mode the kernel sends at most 32 frames per kick: a send of
+    // 200 must keep kicking, or 168 would wait on the ring for a later kick.
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let mut sockets = port.take_sockets();
+    let (host_mac, peer_mac) = net.macs();
+    let listener =
+        net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 7001)).unwrap());
+    listener
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    const N: u32 = 200;
+    let mut frames = Vec::new();
+    assert_eq!(sockets[0].alloc(N as usize, &mut frames), N as usize);
+    for (seq, f) in (0..N).zip(frames.iter_mut()) {
+        let mut pkt = FrameBuilder::udp(net.host_v4.into(), net.peer_v4.into(), PORT, 7001)
+            .payload(&seq.to_be_bytes())
+            .build();
+        let mut eth = EthernetFrame::new_unchecked(&mut pkt[..]);
+        eth.set_dst_addr(parse_mac(&peer_mac));
+        eth.set_src_addr(parse_mac(&host_mac));
+        UdpPacket::new_checked(&mut pkt[14 + 20..])
+            .unwrap()
+            .set_checksum(0);
+        assert_eq!(sockets[0].write(f, &pkt), Some(pkt.len()));
+    }
+    assert_eq!(sockets[0].send(&mut frames).unwrap(), N as usize);
+    let census = port.census(&mut sockets);
+    assert_eq!(census.tx_ring, 0, "frames left on the tx ring: {census:?}");
+    let mut buf = [0u8; 16];
+    for seq in 0..N {
+        let (n, _) = listener
+            .recv_from(&mut buf)
+            .expect("every frame of the send reached the namespace");
+        assert_eq!(&buf[..n], &seq.to_be_bytes(), "in order");
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while port.counters().tx_frames < u64::from(N) && Instant::now() < deadline {
+        sockets[0].complete();
+    }
+    port.census(&mut sockets).check().unwrap();
+}

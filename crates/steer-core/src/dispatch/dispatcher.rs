@@ -93,6 +93,9 @@ pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
     /// Descriptors of the current batch already dispatched (for recovery
     /// when a handler panics mid-batch).
     done_in_batch: usize,
+    /// The handler ran packets inline in this batch and has not been
+    /// flushed since: their replies may still be staged.
+    inline_unflushed: bool,
 }
 
 impl<D, C, H> std::fmt::Debug for Dispatcher<D, C, H>
@@ -145,6 +148,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             seen_worker_exits: 0,
             now: 0,
             done_in_batch: 0,
+            inline_unflushed: false,
         }
     }
 
@@ -178,6 +182,11 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
 
     /// Dispatches one batch. Every descriptor ends in the handler (inline),
     /// in a ring, or back in `pool` (counted).
+    ///
+    /// The caller flushes `handler` after the batch (the runtime does, once
+    /// per round); within the batch, a flow moving off this CPU after some
+    /// packets ran inline gets a `handler.flush` first, so their replies
+    /// leave before any later packet of the flow is queued elsewhere.
     #[doc(alias("get_rps_cpu", "enqueue_to_backlog"))]
     pub fn dispatch<P, F>(&mut self, batch: &[D], pool: &mut P, handler: &mut F)
     where
@@ -185,6 +194,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         F: Handler<D, P> + ?Sized,
     {
         self.pins.refresh();
+        // The caller flushed after the last batch.
+        self.inline_unflushed = false;
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
         let balance = self.shared.balance.is_on();
@@ -200,8 +211,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.dispatch_one(desc, pool, handler, fast_path, flow_limit, balance);
         }
         // Frames pushed to a worker that died around our liveness check
-        // would be stranded in its ring: take them back (counted as
-        // dropped). Rings pushed to in this batch may have lost their
+        // would be stranded in its ring: take them back (counted in
+        // `worker_gone_drops`). Rings pushed to in this batch may have lost their
         // consumer meanwhile; after a worker exit, any ring may hold some.
         let exits = self.shared.switches.worker_exits.load(Ordering::Acquire);
         if exits != self.seen_worker_exits {
@@ -218,7 +229,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             if let Some(p) = self.producers.get_mut(cpu).and_then(Option::as_mut) {
                 let local = &mut self.local;
                 p.reclaim_abandoned(|d| {
-                    local.dropped += 1;
+                    local.worker_gone_drops += 1;
                     pool.release(d);
                 });
             }
@@ -288,7 +299,16 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.rx_table
                 .steer(info.hash, desired, &self.shared.layout, &heads, self.now);
         match steered.action {
-            SteerAction::Moved { .. } => self.local.hook_calls += 1,
+            SteerAction::Moved { from } => {
+                self.local.hook_calls += 1;
+                // Leaving this CPU: what ran inline may have staged replies,
+                // which must leave before the flow's next packet is handled
+                // elsewhere (a ring's head covers only ring packets).
+                if from == Some(self.own_cpu) && self.inline_unflushed {
+                    self.inline_unflushed = false;
+                    handler.flush(pool);
+                }
+            }
             SteerAction::HeldBack { .. } => self.local.held_back += 1,
             SteerAction::Stayed | SteerAction::NoTarget => {}
         }
@@ -343,6 +363,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         F: Handler<D, P> + ?Sized,
     {
         self.local.processed += 1;
+        self.inline_unflushed = true;
         handler.handle(desc, pool);
     }
 

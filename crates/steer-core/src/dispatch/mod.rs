@@ -26,9 +26,14 @@
 //!
 //! Invariants: packets of one flow are handled in arrival order (a flow is
 //! never inline while earlier packets of it sit in this CPU's ring, and never
-//! moves while they sit in another's); every frame handed to
+//! moves while they sit in another's), and their replies leave in that order
+//! when the [`Handler`] sends at [`Handler::flush`]: a ring's head counts a
+//! packet only once the worker flushed after it (the runtime's rule), and a
+//! flow leaving this CPU after packets ran inline in the batch gets a
+//! `flush` before its next packet is queued elsewhere; every frame handed to
 //! [`Dispatcher::dispatch`] ends in exactly one of: the handler, a ring, or
-//! the pool (counted as `dropped`, `flow_limit_drops` or `malformed`).
+//! the pool (counted as `dropped`, `flow_limit_drops`, `malformed` or
+//! `worker_gone_drops`).
 //!
 //! Where things are: the [`Dispatcher`] itself (`dispatcher.rs`); what the
 //! dispatchers share with the rest of the engine, [`Shared`] and its
@@ -81,8 +86,12 @@ pub trait Handler<D, P> {
     /// Processes one packet.
     fn handle(&mut self, desc: D, pool: &mut P);
     /// End of a batch (the `xdp_do_flush` point): transmit what was staged.
-    /// The runtime calls it after each dispatched rx batch and each ring
-    /// drain, and before a worker stops; the default does nothing.
+    /// The runtime calls it once per round with work (after dispatching its
+    /// rx batches and draining its rings, before publishing the rings'
+    /// heads) and before a worker stops; a [`Dispatcher`] also calls it
+    /// mid-batch before a flow that ran inline moves off its CPU. Whatever
+    /// `handle` staged must be sent (or dropped) when this returns, in
+    /// staging order. The default does nothing.
     #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
 }

@@ -1,12 +1,14 @@
 //! The consumer half: the only writer of `head` and the only reader of the
 //! filled slots.
 //!
-//! Invariant kept here: `head <= cached_tail <= tail`, where `tail` is the
-//! producer's shared counter; so `cached_tail - head` under-estimates the
+//! Invariants kept here: `published <= head <= cached_tail <= tail`, where
+//! `tail` is the producer's shared counter and `published` the last value
+//! stored in the shared head; so `cached_tail - head` under-estimates the
 //! fill level and the consumer never reads a slot the producer has not
-//! published.
+//! published, and the producer never reuses a slot (or sees an item as
+//! handled) before the consumer publishes past it.
 
-use super::sync::{Arc, AtomicU64, Ordering};
+use super::sync::{Arc, Ordering};
 use super::Shared;
 
 /// The receiving half of a ring (one worker's end of the queue from one
@@ -30,6 +32,10 @@ pub struct Consumer<T> {
     head: u64,
     /// The producer's `tail` as last read; never ahead of the real one.
     cached_tail: u64,
+    /// The head as last stored in the shared counter (`<= head`): items in
+    /// `[published, head)` were taken but are not yet released to the
+    /// producer ([`Consumer::consume_unpublished`]).
+    published: u64,
 }
 
 impl<T> Consumer<T> {
@@ -38,6 +44,7 @@ impl<T> Consumer<T> {
             shared,
             head: 0,
             cached_tail: 0,
+            published: 0,
         }
     }
 
@@ -61,14 +68,29 @@ impl<T> Consumer<T> {
         self.cached_tail - self.head
     }
 
-    /// Frees `n` slots just read: one `Release` store of `head`.
+    /// Frees `n` slots just read (and any taken unpublished before): one
+    /// `Release` store of `head`.
     #[inline]
     fn release(&mut self, n: u64) {
         self.head += n;
-        // Release: our reads of the slots (and, in `consume`, the handler's
-        // work) happen-before the producer's Acquire load that observes
-        // this head, hence before it overwrites them.
-        self.shared.head.store(self.head, Ordering::Release);
+        self.publish();
+    }
+
+    /// Publishes the head past every item taken so far: one `Release`
+    /// store, or nothing when it is already published. After
+    /// [`Consumer::consume_unpublished`], call it once the handler's work on
+    /// those items is complete (e.g. their replies are on the wire), so the
+    /// producer's [`Producer::has_dequeued`](super::Producer::has_dequeued)
+    /// covers that work too.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.published != self.head {
+            self.published = self.head;
+            // Release: our reads of the slots (and, after `consume`, the
+            // handler's work) happen-before the producer's Acquire load that
+            // observes this head, hence before it overwrites them.
+            self.shared.head.store(self.head, Ordering::Release);
+        }
     }
 
     /// Dequeues one item, or `None` when the ring is empty.
@@ -94,7 +116,34 @@ impl<T> Consumer<T> {
     /// panics, the items already passed to it count as dequeued (they were
     /// moved out) and the rest stay in the ring.
     #[doc(alias = "process_backlog")]
-    pub fn consume<F: FnMut(T)>(&mut self, max: usize, mut handle: F) -> usize {
+    pub fn consume<F: FnMut(T)>(&mut self, max: usize, handle: F) -> usize {
+        // Publishes also when `handle` panics.
+        let this = PublishOnDrop(self);
+        this.0.consume_unpublished(max, handle)
+    }
+
+    /// [`Consumer::consume`] without the publish: the items leave the ring
+    /// on this side, but the producer keeps seeing them as queued (their
+    /// slots stay unavailable, [`Producer::has_dequeued`](super::Producer::has_dequeued)
+    /// stays false) until [`Consumer::publish`], also if `handle` panics.
+    /// For a consumer whose work on an item ends after `handle` returns (a
+    /// reply staged and sent at the end of the batch): publish once it has
+    /// ended, still once per batch.
+    ///
+    /// ```
+    /// use steer_core::ring::channel;
+    ///
+    /// let (mut tx, mut rx) = channel::<u32>(4).expect("power of two");
+    /// tx.push_batch(&[1, 2]);
+    /// let mark = tx.enqueued();
+    /// let mut staged = Vec::new();
+    /// assert_eq!(rx.consume_unpublished(8, |x| staged.push(x)), 2);
+    /// assert!(!tx.has_dequeued(mark)); // staged, not sent: still "queued"
+    /// staged.clear(); // ... sent
+    /// rx.publish();
+    /// assert!(tx.has_dequeued(mark));
+    /// ```
+    pub fn consume_unpublished<F: FnMut(T)>(&mut self, max: usize, mut handle: F) -> usize {
         let avail = self.available(max as u64);
         // `avail <= capacity`, so the min fits a usize.
         let n = (max as u64).min(avail) as usize;
@@ -103,19 +152,20 @@ impl<T> Consumer<T> {
         }
         let start = self.head;
         let shared: &Shared<T> = &self.shared;
-        let mut guard = Release {
+        let mut taken = Taken {
             head: &mut self.head,
-            published: &shared.head,
-            taken: 0,
+            count: 0,
         };
         // SAFETY: positions `[start, start + n)` are inside `[head, tail)`
-        // for a tail loaded with Acquire: initialised and ours. `taken` is
+        // for a tail loaded with Acquire: initialised and ours. `count` is
         // bumped before `handle` runs, so if it panics the guard still moves
-        // the head past every item already moved out, and none is read twice;
-        // the items not yet taken stay in the ring.
+        // our head past every item already moved out, and none is read
+        // twice; the items not yet taken stay in the ring. The shared head
+        // is not stored here, so the producer cannot reuse those slots
+        // before `publish`, which needs `&mut self`, after this returns.
         unsafe {
             shared.slots.read_each(start, n, |item| {
-                guard.taken += 1;
+                taken.count += 1;
                 handle(item);
             });
         }
@@ -174,22 +224,36 @@ impl<T: Copy> Consumer<T> {
     }
 }
 
-/// Publishes the head past the items `consume` has taken, also on unwind.
-struct Release<'a> {
+/// Moves the consumer's own head past the items `consume_unpublished` has
+/// taken, also on unwind (the shared head is `publish`'s).
+struct Taken<'a> {
     /// The consumer's own head counter.
     head: &'a mut u64,
-    /// The shared head the producer reads.
-    published: &'a AtomicU64,
     /// Items moved out so far.
-    taken: u64,
+    count: u64,
 }
 
-impl Drop for Release<'_> {
+impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        *self.head += self.taken;
-        // Release: as in `Consumer::release`; here it also orders the
-        // handler's work before the producer sees the new head.
-        self.published.store(*self.head, Ordering::Release);
+        *self.head += self.count;
+    }
+}
+
+/// Publishes the consumer's head when dropped (`consume`, also on unwind).
+struct PublishOnDrop<'a, T>(&'a mut Consumer<T>);
+
+impl<T> Drop for PublishOnDrop<'_, T> {
+    fn drop(&mut self) {
+        self.0.publish();
+    }
+}
+
+impl<T> Drop for Consumer<T> {
+    /// A consumer that goes away publishes what it took, so neither the
+    /// producer's [`Producer::reclaim_abandoned`](super::Producer::reclaim_abandoned)
+    /// nor the ring's own drop sees those items again.
+    fn drop(&mut self) {
+        self.publish();
     }
 }
 
@@ -199,6 +263,7 @@ impl<T> std::fmt::Debug for Consumer<T> {
             .field("capacity", &self.capacity())
             .field("dequeued", &self.head)
             .field("cached_tail", &self.cached_tail)
+            .field("published", &self.published)
             .finish()
     }
 }

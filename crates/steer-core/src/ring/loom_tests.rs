@@ -112,6 +112,42 @@ fn has_dequeued_means_the_handler_ran() {
     });
 }
 
+#[test]
+fn has_dequeued_after_publish_means_the_work_after_the_handler_ran_too() {
+    loom::model(|| {
+        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
+        // Written after the handler returned (a staged reply sent), before
+        // `publish`: the producer must see it once the head passed the mark.
+        let sent = Arc::new(UnsafeCell::new(0u32));
+        let seen = sent.clone();
+        let consumer = thread::spawn(move || {
+            let mut left = 2;
+            while left > 0 {
+                let mut staged = 0;
+                let n = rx.consume_unpublished(2, |item| staged += item);
+                // SAFETY: only this thread writes, and the producer reads
+                // only after `has_dequeued` proved we published past it.
+                seen.with_mut(|p| unsafe { *p += staged });
+                rx.publish();
+                left -= n;
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        push_all(&mut tx, &[10, 20]);
+        let mark = tx.enqueued();
+        while !tx.has_dequeued(mark) {
+            thread::yield_now();
+        }
+        // SAFETY: the consumer wrote before publishing the head we observed
+        // with Acquire; it writes nothing more.
+        let sum = sent.with(|p| unsafe { *p });
+        assert_eq!(sum, 30);
+        consumer.join().unwrap();
+    });
+}
+
 /// Counts drops in a loom atomic.
 struct Tracked(Arc<AtomicUsize>);
 

@@ -13,7 +13,9 @@
 //! - `tail` = items ever enqueued ([`Producer::enqueued`]); stored only by the
 //!   producer, with `Release`, after the slots it publishes are written.
 //! - `head` = items ever dequeued ([`Consumer::dequeued`]); stored only by the
-//!   consumer, with `Release`, after the slots it frees are read.
+//!   consumer, with `Release`, after the slots it frees are read (and, for
+//!   items taken with [`Consumer::consume_unpublished`], only at the next
+//!   [`Consumer::publish`]; a consumer publishes what it took when dropped).
 //!
 //! At all times `head <= tail <= head + capacity`. The slots of positions in
 //! `[head, tail)` are initialised and belong to the consumer; all other
@@ -39,8 +41,12 @@
 //!   means the handler has *returned* for each item (the head is published
 //!   once per batch, after the closure ran), like the kernel's
 //!   `input_queue_head`, which advances after `__netif_receive_skb`. With
-//!   [`Consumer::pop`]/[`Consumer::pop_batch`] it only means the items were
-//!   taken out, so workers that need the RFS guarantee use `consume`.
+//!   [`Consumer::consume_unpublished`] the head is stored only by a later
+//!   [`Consumer::publish`], so "done" can mean more than "the handler
+//!   returned": steer's workers publish after the batch's replies are on
+//!   the tx ring. With [`Consumer::pop`]/[`Consumer::pop_batch`] it only
+//!   means the items were taken out, so workers that need the RFS guarantee
+//!   use `consume` or `consume_unpublished`.
 //! - The `Acquire` load synchronises with that store: if it returns
 //!   `>= X`, everything the handler did for packets below `X` happens-before
 //!   whatever the dispatcher does next (e.g. enqueue the flow elsewhere).

@@ -225,3 +225,69 @@ fn reclaimed_items_come_back_in_order_once_and_are_not_dropped_again() {
     drop(tx); // the ring is empty: no further drop
     assert_eq!(drops.load(Ordering::SeqCst), 5);
 }
+
+#[test]
+fn unpublished_items_stay_queued_for_the_producer_until_publish() {
+    let (mut tx, mut rx) = channel::<u32>(4).unwrap();
+    assert_eq!(tx.push_batch(&[1, 2, 3, 4]), 4);
+    let mark = tx.enqueued();
+    let mut seen = Vec::new();
+    assert_eq!(rx.consume_unpublished(3, |x| seen.push(x)), 3);
+    assert_eq!(seen, [1, 2, 3]);
+    // Taken on the consumer's side...
+    assert_eq!((rx.dequeued(), rx.len()), (3, 1));
+    // ...but the producer sees them queued: no slot free, nothing handled.
+    assert_eq!(tx.dequeued(), 0);
+    assert!(tx.is_full() && !tx.has_dequeued(3));
+    assert_eq!(rx.consume_unpublished(8, |x| seen.push(x)), 1);
+    rx.publish();
+    assert!(tx.has_dequeued(mark));
+    assert_eq!(tx.free_len(), 4);
+    // Publishing again with nothing new taken is a no-op.
+    rx.publish();
+    assert_eq!(tx.dequeued(), 4);
+    // `pop` publishes everything taken before it too.
+    tx.push_batch(&[5, 6]);
+    rx.consume_unpublished(1, |x| seen.push(x));
+    assert_eq!(tx.dequeued(), 4);
+    assert_eq!(rx.pop(), Some(6));
+    assert_eq!(tx.dequeued(), 6);
+}
+
+#[test]
+fn a_panic_in_consume_unpublished_publishes_nothing_and_loses_nothing() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    struct Tracked(u32, Arc<AtomicUsize>);
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let (mut tx, mut rx) = channel::<Tracked>(8).unwrap();
+    for i in 0..5 {
+        tx.push(Tracked(i, drops.clone())).unwrap();
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        rx.consume_unpublished(8, |t| assert_ne!(t.0, 2, "handler fails on item 2"))
+    }));
+    assert!(result.is_err());
+    assert_eq!(drops.load(Ordering::SeqCst), 3, "items 0..=2 dropped once");
+    assert_eq!(rx.dequeued(), 3);
+    assert_eq!(
+        tx.dequeued(),
+        0,
+        "not published: still queued for the producer"
+    );
+    // The consumer goes away (its worker died): it publishes what it took,
+    // so reclaiming returns only the items it never read.
+    drop(rx);
+    let mut back = Vec::new();
+    assert_eq!(tx.reclaim_abandoned(|t| back.push(t.0)), 2);
+    assert_eq!(back, [3, 4]);
+    drop(tx);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        5,
+        "each item dropped exactly once"
+    );
+}

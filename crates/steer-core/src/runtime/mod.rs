@@ -8,10 +8,15 @@
 //! 1. polls its rx queues and dispatches each batch (inline fast path, or to
 //!    the target's ring, ringing its doorbell);
 //! 2. drains each inbound ring with
-//!    [`Consumer::consume`](crate::ring::Consumer::consume), at most `batch`
-//!    packets per ring per round (a full budget with packets left counts a
-//!    `time_squeeze`), so the head advances only after the handler returned;
-//! 3. when idle: maintenance (flow-table expiry, never per packet), then,
+//!    [`Consumer::consume_unpublished`](crate::ring::Consumer::consume_unpublished),
+//!    at most `batch` packets per ring per round (a full budget with packets
+//!    left counts a `time_squeeze`);
+//! 3. flushes the handler ([`Handler::flush`](crate::dispatch::Handler::flush):
+//!    staged replies go on the tx ring), then publishes each drained ring's
+//!    head, once per ring per round: a head passes a packet only after the
+//!    handler returned *and* its reply left, which is what `last_qtail`
+//!    compares against;
+//! 4. when idle: maintenance (flow-table expiry, never per packet), then,
 //!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
 //!
 //! Each worker reads the clock once per round and adds the length of the
@@ -23,8 +28,8 @@
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
-//! the frames still queued to it are returned to the pool and counted as
-//! dropped, its rx queues are adopted by a surviving worker, and its rings
+//! the frames still queued to it are returned to the pool and counted in
+//! `worker_gone_drops`, its rx queues are adopted by a surviving worker, and its rings
 //! are dropped so every dispatcher routes around it. The rest keep running.
 //!
 //! The state the workers share with the application (the desired-CPU

@@ -14,7 +14,9 @@ pub trait RxSource<D>: Send {
     /// Writes up to `out.len()` received descriptors to `out`; returns how many.
     fn poll(&mut self, out: &mut [D]) -> usize;
     /// Gives back descriptors this source handed out that will never be
-    /// dispatched (shutdown, or a worker that died mid-batch).
+    /// dispatched (shutdown, or a worker that died mid-batch, which counts
+    /// them in `worker_gone_drops`): the source returns them to its pool,
+    /// or queues them again to be received anew.
     fn give_back(&mut self, descs: &[D]);
     /// Whether frames are waiting (checked before an idle worker sleeps;
     /// `false` when unknown, then the worker wakes on its sleep timeout or

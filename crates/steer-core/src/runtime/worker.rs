@@ -4,17 +4,19 @@
 //! - Start ([`Startup::run`]): prepare the thread (pinning), announce the
 //!   worker's doorbell, wait until `Runtime::start` has published the shared
 //!   state, build the dispatchers of the rx queues it starts with.
-//! - Run: poll its rx queues and dispatch, drain its inbound rings (the head
-//!   advances only after the handler returned), count the rounds that did
-//!   work as busy time (one clock read per round), tick the flow tables'
-//!   clock and expire idle flows when idle, sleep on its doorbell.
+//! - Run: poll its rx queues and dispatch, drain its inbound rings, flush the
+//!   handler (its staged replies go out), and only then publish the rings'
+//!   heads past the packets drained (so a ring's head never passes a packet
+//!   whose reply is still staged: see [`Worker::flush`]); count the rounds
+//!   that did work as busy time (one clock read per round); tick the flow
+//!   tables' clock and expire idle flows when idle, sleep on its doorbell.
 //! - Adoption: rx queues left by a worker that died are taken over by
 //!   whichever survivor sees them first.
 //! - Finish (stop requested): drain until every running worker has stopped
 //!   polling, so no frame is left in a ring, then flush.
 //! - Panic recovery ([`Worker::run`] catches the unwind): the CPU is marked
 //!   offline, the batch being dispatched goes back to its source, frames
-//!   queued to the worker return to the pool (counted as dropped), its rings
+//!   queued to the worker return to the pool (counted in `worker_gone_drops`), its rings
 //!   are abandoned so dispatchers route around it, and its rx queues are
 //!   handed to the survivors.
 
@@ -239,7 +241,7 @@ where
             }
             let work = self.poll_sources() + self.drain_rings();
             if work > 0 {
-                self.handler.flush(&mut self.pool);
+                self.flush();
             }
             idle_rounds = if work > 0 {
                 0
@@ -329,7 +331,10 @@ where
         for inbound in &mut self.inbound {
             let pool = &mut self.pool;
             let handler = &mut self.handler;
-            let got = inbound.consumer.consume(batch, |d| handler.handle(d, pool));
+            // Published by `flush`, once the replies are out.
+            let got = inbound
+                .consumer
+                .consume_unpublished(batch, |d| handler.handle(d, pool));
             if got == 0 {
                 continue;
             }
@@ -347,6 +352,19 @@ where
             }
         }
         work
+    }
+
+    /// The end of a round with work: the handler sends what it staged
+    /// (its replies go on the tx ring), then each inbound ring's head is
+    /// published past the packets drained this round, one store per ring.
+    /// So a dispatcher that sees a ring's head pass a flow's `last_qtail`
+    /// knows the flow's replies from this worker are already on the tx
+    /// ring: "handled" in the `last_qtail` rule means handled and answered.
+    fn flush(&mut self) {
+        self.handler.flush(&mut self.pool);
+        for inbound in &mut self.inbound {
+            inbound.consumer.publish();
+        }
     }
 
     fn adopt(&mut self) {
@@ -370,7 +388,9 @@ where
         self.common.quiesced.fetch_add(1, Ordering::SeqCst);
         let deadline = Instant::now() + QUIESCE_TIMEOUT;
         loop {
-            self.drain_rings();
+            if self.drain_rings() > 0 {
+                self.flush();
+            }
             let running = self
                 .common
                 .states
@@ -384,8 +404,10 @@ where
             }
             std::thread::yield_now();
         }
-        while self.drain_rings() > 0 {}
-        self.handler.flush(&mut self.pool);
+        while self.drain_rings() > 0 {
+            self.flush();
+        }
+        self.flush();
         if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
             block.flush(&mut self.local);
         }
@@ -401,14 +423,21 @@ where
         if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
             let from = part.dispatcher.taken_in_batch().min(self.polled);
             part.source.give_back(&self.buf[from..self.polled]);
+            // Received (counted in rx), never handled: dropped with the
+            // worker. (A source that queues them again receives them anew.)
+            self.local.worker_gone_drops += (self.polled - from) as u64;
         }
         // What the handler staged before it panicked still goes out, if the
-        // handler can still do that much.
+        // handler can still do that much: before any head is published past
+        // those packets (the drain that panicked published nothing) and
+        // before our rx queues go to a survivor, so no later packet of their
+        // flows can be answered first.
         let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
-        // Frames still queued to this worker are dropped, not leaked.
+        // Frames still queued to this worker are dropped, not leaked (each
+        // pop publishes the head past everything taken before it).
         for inbound in &mut self.inbound {
             while let Some(d) = inbound.consumer.pop() {
-                self.local.dropped += 1;
+                self.local.worker_gone_drops += 1;
                 self.pool.release(d);
             }
         }

@@ -1,10 +1,18 @@
 //! The application's side of the engine: the [`PacketHandler`] each worker
-//! runs, what it answers ([`Verdict`]), and the adapter that runs it on UMEM
-//! frames and stages replies for the worker's transmit path.
+//! runs, what it answers ([`Verdict`]), where it runs and how it steers its
+//! flows ([`PacketContext`]), and the adapter that runs it on UMEM frames
+//! and stages replies for the worker's transmit path.
 //!
-//! Invariant: every frame handed to the adapter ends on the tx path or back
-//! in the spare pool, whatever the verdict.
+//! Invariants: every frame handed to the adapter ends on the tx path or back
+//! in the spare pool, whatever the verdict, also when the handler panics
+//! (the frame is returned and counted in `app_panicked` on the way out).
+//! Replies leave in the order they were staged, and a ring's head passes a
+//! packet only after the flush that sent its reply (steer-core's runtime
+//! publishes heads after [`Handler::flush`]), so a flow the handler moves
+//! ([`PacketContext::record_on`], [`PacketContext::pin_to`]) never has a
+//! later reply sent before an earlier one.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use steer_core::cpu::CpuId;
@@ -12,7 +20,10 @@ use steer_core::dispatch::Handler;
 use xdp_io::{RawFrame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
+use super::steering::{FlowSteerError, FlowSteering};
 use crate::frames::{adopt, TxPath, UmemPool};
+use steer_core::flow::{FlowHasher, KeyedHasher};
+use steer_core::policy::RecordOutcome;
 
 /// What to do with a handled packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +37,106 @@ pub enum Verdict {
     Drop,
 }
 
-/// Where a packet is being handled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a packet is being handled, and the handler's say in where its flow
+/// goes next: a run-to-completion handler knows which CPU should serve a
+/// flow, and records it (through the update rule, as flow delivery records
+/// the reading thread's CPU) or pins it there. The dispatchers move the
+/// flow only once its earlier packets are handled and answered, so its
+/// replies stay in order. Not using it costs nothing per packet.
+///
+/// ```
+/// use steer_engine::engine::{PacketContext, Verdict};
+/// use steer_core::packet::build::FrameBuilder;
+///
+/// let mut frame = FrameBuilder::udp([10, 0, 0, 2].into(), [10, 0, 0, 1].into(), 4000, 53).build();
+/// let handler = |packet: &mut [u8], ctx: &PacketContext| {
+///     // Before rewriting the packet: the hash steer steers its flow by.
+///     if let Some(hash) = ctx.flow_hash(packet) {
+///         let _ = ctx.record_on(hash, 1); // its state lives on CPU 1
+///     }
+///     Verdict::Consume
+/// };
+/// // Outside an engine the context steers nothing, and says so.
+/// let ctx = PacketContext::detached(0);
+/// assert_eq!(handler(&mut frame, &ctx), Verdict::Consume);
+/// assert!(ctx.flow_hash(&frame).is_some());
+/// assert!(ctx.record(1).is_err());
+/// ```
+#[derive(Debug, Clone)]
 pub struct PacketContext {
     /// The CPU of the worker running the handler.
     pub cpu: CpuId,
+    steering: Option<Arc<FlowSteering>>,
+}
+
+impl PacketContext {
+    /// A context outside any engine (tests, benches): it knows its CPU and
+    /// hashes flows with a fixed key; recording and pinning answer
+    /// [`FlowSteerError::Detached`].
+    pub fn detached(cpu: CpuId) -> Self {
+        Self {
+            cpu,
+            steering: None,
+        }
+    }
+
+    pub(crate) fn new(cpu: CpuId, steering: Arc<FlowSteering>) -> Self {
+        Self {
+            cpu,
+            steering: Some(steering),
+        }
+    }
+
+    fn steering(&self) -> Result<&FlowSteering, FlowSteerError> {
+        self.steering.as_deref().ok_or(FlowSteerError::Detached)
+    }
+
+    /// The hash the dispatchers steer `packet`'s flow by (its 5-tuple under
+    /// the engine's hasher), `None` for a frame without a flow. Ask before
+    /// rewriting the packet into a reply: the reply's 5-tuple is another
+    /// flow's. (With [`EngineBuilder::use_rx_hash`](super::EngineBuilder::use_rx_hash)
+    /// the dispatchers steer by the NIC's hash instead, which this does not
+    /// see.)
+    pub fn flow_hash(&self, packet: &[u8]) -> Option<u32> {
+        match &self.steering {
+            Some(s) => s.flow_hash(packet),
+            None => {
+                let key = steer_core::flow::flow_key(packet).ok()??;
+                Some(KeyedHasher::with_seed(0).hash(&key))
+            }
+        }
+    }
+
+    /// Flow `hash` is consumed on this worker's CPU ([`PacketContext::cpu`]):
+    /// [`PacketContext::record_on`] it.
+    #[doc(alias("rps_record_sock_flow", "sock_rps_record_flow"))]
+    pub fn record(&self, hash: u32) -> Result<RecordOutcome, FlowSteerError> {
+        self.record_on(hash, self.cpu)
+    }
+
+    /// Flow `hash` is consumed on worker CPU `cpu`: recorded in the
+    /// desired-CPU table under the engine's update policy (`llc` keeps a
+    /// flow whose new CPU shares the old one's cache, and says
+    /// [`RecordOutcome::Suppressed`]), so the dispatchers steer its next
+    /// packets there once its earlier ones are handled and answered.
+    pub fn record_on(&self, hash: u32, cpu: CpuId) -> Result<RecordOutcome, FlowSteerError> {
+        self.steering()?.record_on(hash, cpu)
+    }
+
+    /// Runs flow `hash` on worker CPU `cpu` from now on, whatever is
+    /// recorded (explicit affinity, like flow delivery's `Flow::pin_to`).
+    /// A pin rewrites the engine's shared pin set: for occasional changes,
+    /// not for every packet.
+    pub fn pin_to(&self, hash: u32, cpu: CpuId) -> Result<(), FlowSteerError> {
+        self.steering()?.pin(hash, cpu)
+    }
+
+    /// Removes a [`PacketContext::pin_to`]: flow `hash` follows its records
+    /// again.
+    pub fn unpin(&self, hash: u32) -> Result<(), FlowSteerError> {
+        self.steering()?.unpin(hash);
+        Ok(())
+    }
 }
 
 /// The application's packet handler; one instance per worker, built on the
@@ -46,7 +152,7 @@ pub struct PacketContext {
 ///     }
 /// }
 /// let mut c = Counter(0);
-/// assert_eq!(c.handle(&mut [0u8; 60], &PacketContext { cpu: 0 }), Verdict::Consume);
+/// assert_eq!(c.handle(&mut [0u8; 60], &PacketContext::detached(0)), Verdict::Consume);
 /// ```
 pub trait PacketHandler: Send {
     /// Handles one frame (Ethernet header first), which may be rewritten in
@@ -82,10 +188,20 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
         let mut frame = adopt(desc);
         let app = &mut self.app;
         let ctx = &self.ctx;
-        let verdict = self
-            .umem
-            .with_data_mut(&mut frame, |data| app.handle(data, ctx))
-            .unwrap_or(Verdict::Drop);
+        let verdict = self.umem.with_data_mut(&mut frame, |data| {
+            catch_unwind(AssertUnwindSafe(|| app.handle(data, ctx)))
+        });
+        let verdict = match verdict {
+            Some(Ok(v)) => v,
+            None => Verdict::Drop,
+            Some(Err(panic)) => {
+                // The frame goes back before the worker dies; the runtime
+                // then routes around this worker.
+                self.local.app_panicked += 1;
+                pool.spare.put(frame);
+                resume_unwind(panic);
+            }
+        };
         match verdict {
             Verdict::Transmit(len) => {
                 self.umem.set_len(&mut frame, len);

@@ -2,6 +2,7 @@
 //! which opens the port, builds the shared tables, the spare pool and the
 //! workers' parts, and starts the runtime.
 
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,9 +19,12 @@ use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPor
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::publish::Publisher;
 use super::setup::EngineSetup;
+use super::steering::FlowSteering;
 use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
 use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
+use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
 
@@ -47,6 +51,10 @@ pub struct EngineBuilder {
     worker_slice: Option<Duration>,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
+    /// The directory of the stats socket (`None`: no socket).
+    stats_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics here.
+    metrics: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -80,6 +88,8 @@ impl EngineBuilder {
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
             trace: None,
+            stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
+            metrics: None,
         }
     }
 
@@ -275,6 +285,54 @@ impl EngineBuilder {
         self
     }
 
+    /// Where the engine's stats socket goes: `<dir>/<interface>.sock`,
+    /// `0600`, read by `steer stats` and `steer top` and by
+    /// [`observe::query`](crate::observe::query) (default
+    /// [`DEFAULT_RUN_DIR`], `/run/steer`). Engines in different network
+    /// namespaces with the same interface name need different directories.
+    ///
+    /// At start, a socket there that answers means another engine serves
+    /// the interface: the start is refused, naming its pid. One that does
+    /// not answer was left by an engine that is gone: it is replaced, and so
+    /// is the steer XDP program that engine left attached.
+    pub fn stats_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.stats_dir = Some(dir.into());
+        self
+    }
+
+    /// Whether to serve the stats socket at all (default on).
+    pub fn stats_socket(mut self, on: bool) -> Self {
+        match (on, &self.stats_dir) {
+            (false, _) => self.stats_dir = None,
+            (true, None) => self.stats_dir = Some(PathBuf::from(DEFAULT_RUN_DIR)),
+            (true, Some(_)) => {}
+        }
+        self
+    }
+
+    /// Serves Prometheus metrics on `http://<addr>/metrics` (text format,
+    /// `steer_softnet_processed_total{cpu="0"}` and the rest, listed in
+    /// `docs/operations.md`). Port 0 picks a free port:
+    /// [`Engine::metrics_addr`] says which. Bind to loopback unless the
+    /// metrics must leave the machine; the endpoint is read-only.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::Engine;
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .metrics("127.0.0.1:9464".parse().unwrap())
+    ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Drop
+    ///     }))
+    ///     .start()?;
+    /// println!("scrape http://{}/metrics", engine.metrics_addr().unwrap());
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        self.metrics = Some(addr);
+        self
+    }
+
     /// The handler each worker runs, built on the worker's thread.
     pub fn handler<F>(self, factory: F) -> Self
     where
@@ -335,7 +393,31 @@ impl EngineBuilder {
         let ring_size = self.port.ring_size as usize;
 
         let interface = self.port.interface.clone();
-        let mut port = XdpPort::open(self.port)?;
+        // The errors that say what to do come before anything is created.
+        xdp_io::check_privileges()?;
+        xdp_io::ifindex(&interface)?;
+        let endpoint = match &self.stats_dir {
+            Some(dir) => Some(StatsEndpoint::claim(dir, &interface)?),
+            None => None,
+        };
+        let mut port_config = self.port;
+        if endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale) {
+            info!(
+                interface = %interface,
+                "the steer engine that served this interface is gone (its stats socket was left \
+                 over): replacing what it left"
+            );
+            port_config = port_config.replace_stale(true);
+        }
+        let metrics = match self.metrics {
+            Some(addr) => {
+                Some(bind_metrics(addr).map_err(|source| EngineError::Metrics { addr, source })?)
+            }
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
+        let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
+        let mut port = XdpPort::open(port_config)?;
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
@@ -396,6 +478,12 @@ impl EngineBuilder {
             }
             sleepers.push((cpu, sleeper));
         }
+        let steering = Arc::new(FlowSteering::new(
+            shared.clone(),
+            hasher.clone(),
+            cpus,
+            sink.clone(),
+        ));
         let setup = Arc::new(EngineSetup {
             topology: topology.clone(),
             pin: self.pin,
@@ -413,6 +501,7 @@ impl EngineBuilder {
             app: Arc::clone(&app),
             counters: Arc::clone(&counters),
             sleepers,
+            steering,
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()
@@ -432,6 +521,16 @@ impl EngineBuilder {
                 }
             })
             .collect();
+        let publisher = Arc::new(Publisher {
+            interface: interface.clone(),
+            cpus,
+            shared: shared.clone(),
+            counters: Arc::clone(&counters),
+            sockets: sockets.clone(),
+            total_frames: total as u32,
+            modes: port.modes(),
+            started: Instant::now(),
+        });
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
         info!(
             interface = %interface,
@@ -440,7 +539,7 @@ impl EngineBuilder {
             cpus = %cpus,
             "steer engine running"
         );
-        Ok(Engine {
+        let mut engine = Engine {
             runtime: Some(runtime),
             app,
             app_any,
@@ -452,7 +551,17 @@ impl EngineBuilder {
             cpus,
             started: Instant::now(),
             trace,
-        })
+            publisher: Some(Arc::clone(&publisher)),
+            observer: None,
+            metrics_addr,
+            stats_path,
+        };
+        if endpoint.is_some() || metrics.is_some() {
+            let snapshot: Snapshot = Arc::new(move || publisher.snapshot());
+            // On failure the engine is dropped, which stops it.
+            engine.observer = Some(Observer::start(endpoint, metrics, snapshot)?);
+        }
+        Ok(engine)
     }
 }
 

@@ -19,6 +19,9 @@ pub struct WorkerCounts {
     pub consumed: u64,
     /// Packets the handler refused.
     pub app_dropped: u64,
+    /// Packets whose handler panicked (the frame is returned; the worker
+    /// stops and is routed around).
+    pub app_panicked: u64,
 }
 
 impl WorkerCounts {
@@ -28,6 +31,7 @@ impl WorkerCounts {
         self.tx_dropped += o.tx_dropped;
         self.consumed += o.consumed;
         self.app_dropped += o.app_dropped;
+        self.app_panicked += o.app_panicked;
     }
 }
 
@@ -37,6 +41,7 @@ struct Block {
     tx_dropped: AtomicU64,
     consumed: AtomicU64,
     app_dropped: AtomicU64,
+    app_panicked: AtomicU64,
 }
 
 /// All CPUs' engine counters.
@@ -62,6 +67,7 @@ impl EngineCounters {
                 (&b.tx_dropped, local.tx_dropped),
                 (&b.consumed, local.consumed),
                 (&b.app_dropped, local.app_dropped),
+                (&b.app_panicked, local.app_panicked),
             ] {
                 if v != 0 {
                     counter.fetch_add(v, Relaxed);
@@ -79,6 +85,7 @@ impl EngineCounters {
                 tx_dropped: b.tx_dropped.load(Relaxed),
                 consumed: b.consumed.load(Relaxed),
                 app_dropped: b.app_dropped.load(Relaxed),
+                app_panicked: b.app_panicked.load(Relaxed),
             })
             .unwrap_or_default()
     }

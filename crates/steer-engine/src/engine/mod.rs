@@ -32,10 +32,14 @@
 mod app;
 mod builder;
 mod counters;
+mod publish;
 mod sched;
 mod setup;
 mod stats;
+mod steering;
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,11 +54,14 @@ pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHan
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
 pub use stats::{CpuRow, EngineReport, EngineStats};
+pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
 use setup::EngineSetup;
 
 use crate::frames::{lock, SharedSocket, SparePool};
+use crate::observe::{LiveStats, ObserveError, Observer};
+use publish::Publisher;
 
 type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 
@@ -77,9 +84,24 @@ pub enum EngineError {
     /// A setting is invalid.
     #[error("{0}")]
     Config(String),
-    /// A worker's event loop could not be set up.
+    /// A worker's event loop (or the observer thread) could not be set up.
     #[error("setting up a worker's event loop: {0}")]
     Io(#[from] std::io::Error),
+    /// The stats socket could not be claimed (another engine serves the
+    /// interface, or the directory is not writable).
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+    /// The metrics address could not be bound.
+    #[error(
+        "cannot serve metrics on {addr}: {source} (another process on that port? pick another \
+         address, or port 0 for a free one)"
+    )]
+    Metrics {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
 }
 
 /// A running engine. Dropping it stops it too, without the report.
@@ -98,6 +120,12 @@ pub struct Engine {
     started: Instant,
     /// The trace being recorded, if any.
     trace: Option<crate::trace::TraceWriter>,
+    /// Builds [`LiveStats`]; dropped before the sockets are released.
+    publisher: Option<Arc<Publisher>>,
+    /// Serves the stats socket and `/metrics`; stopped first.
+    observer: Option<Observer>,
+    metrics_addr: Option<SocketAddr>,
+    stats_path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -188,6 +216,26 @@ impl Engine {
         EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed())
     }
 
+    /// What the stats socket and `/metrics` publish: per-CPU counters, the
+    /// kernel's statistics of each AF_XDP socket, the frame census.
+    pub fn live_stats(&self) -> LiveStats {
+        self.publisher
+            .as_ref()
+            .expect("engine publisher present until stop")
+            .snapshot()
+    }
+
+    /// Where `/metrics` is served ([`EngineBuilder::metrics`]), with the
+    /// port the kernel picked for port 0.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The stats socket `steer stats` reads ([`EngineBuilder::stats_dir`]).
+    pub fn stats_socket(&self) -> Option<&Path> {
+        self.stats_path.as_deref()
+    }
+
     /// Each worker's state (a panicked handler shows here).
     pub fn worker_states(&self) -> Vec<(CpuId, WorkerState)> {
         self.runtime().worker_states()
@@ -202,6 +250,12 @@ impl Engine {
     /// transmissions to complete, returns every frame to the sockets, takes
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
+        // Readers see the engine gone from here on; the observer's handles
+        // on the sockets go before the sockets are released.
+        if let Some(mut o) = self.observer.take() {
+            o.stop();
+        }
+        self.publisher = None;
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
         self.app.stop();
@@ -275,6 +329,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if let Some(mut o) = self.observer.take() {
+            o.stop();
+        }
         self.app.stop();
         if let Some(rt) = self.runtime.take() {
             rt.stop();

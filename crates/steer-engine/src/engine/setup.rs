@@ -18,6 +18,7 @@ use xdp_io::RawFrame;
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
 use super::sched;
+use super::steering::FlowSteering;
 use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
 
@@ -35,6 +36,8 @@ pub(super) struct EngineSetup {
     pub(super) app: Arc<dyn Application>,
     pub(super) counters: Arc<EngineCounters>,
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
+    /// What handlers record and pin flows through.
+    pub(super) steering: Arc<FlowSteering>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
@@ -78,7 +81,7 @@ impl Setup<RawFrame> for EngineSetup {
         let socket = Arc::clone(&self.tx_sockets[j % self.tx_sockets.len()]);
         WorkerHandler {
             app: self.app.handler(cpu),
-            ctx: PacketContext { cpu },
+            ctx: PacketContext::new(cpu, Arc::clone(&self.steering)),
             umem: self.pool.umem.clone(),
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
             counters: Arc::clone(&self.counters),

@@ -33,13 +33,16 @@ pub struct CpuRow {
 
 impl CpuRow {
     /// Frames dropped by steer on this CPU for any reason: ring full, flow
-    /// limit, malformed, tx ring full, refused by the handler.
+    /// limit, malformed, worker gone, tx ring full, refused by the handler,
+    /// handler panicked.
     pub fn drops(&self) -> u64 {
         self.core.dropped
+            + self.core.worker_gone_drops
             + self.core.flow_limit_drops
             + self.core.malformed
             + self.engine.tx_dropped
             + self.engine.app_dropped
+            + self.engine.app_panicked
     }
 
     fn add(&mut self, o: &CpuRow) {

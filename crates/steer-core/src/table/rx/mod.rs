@@ -31,7 +31,9 @@
 //! Otherwise the move is held back (counted) and the packet goes to `c`. For
 //! the guarantee to cover processing and not just dequeueing, a worker should
 //! advance its `dequeued` counter (with release ordering) only once the
-//! packets are handled, and [`QueueHeads`] should read it with acquire.
+//! packets are handled, including what handling leaves for later (steer's
+//! workers publish it after the batch's replies are sent), and
+//! [`QueueHeads`] should read it with acquire.
 //!
 //! # Expiry
 //!

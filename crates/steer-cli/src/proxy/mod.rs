@@ -13,6 +13,11 @@
 //! Both are switchable at start (`--policy`, `--runtime`) and at run time by
 //! lines on stdin: `policy llc|always`, `runtime multi|per-core` (new flows
 //! use the new layout), `stats`, `quit`.
+//!
+//! `--io kernel` runs the same forwarder on plain tokio sockets instead
+//! ([`kernel`]): the baseline a proxy author would write without steer.
+
+mod kernel;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -29,6 +34,15 @@ use tokio::net::UdpSocket;
 use xdp_io::Proto;
 
 use crate::args::EngineArgs;
+
+/// How client datagrams reach the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Io {
+    /// steer: AF_XDP, flows delivered to the task that reads them.
+    Steer,
+    /// Plain tokio: a `SO_REUSEPORT` socket per CPU, the kernel's RPS/RFS.
+    Kernel,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Layout {
@@ -52,7 +66,8 @@ impl Layout {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
-    steer proxy -i eth1 -p 7000 --backend 10.0.0.2:53 --runtime per-core --policy always\n\n\
+    steer proxy -i eth1 -p 7000 --backend 10.0.0.2:53 --runtime per-core --policy always\n  \
+    steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111 --io kernel --cpus 1   # the same, without steer\n\n\
     Commands on stdin: policy llc|always, runtime multi|per-core, stats, quit")]
 pub struct ProxyArgs {
     #[command(flatten)]
@@ -66,6 +81,11 @@ pub struct ProxyArgs {
     /// Task layout at start.
     #[arg(long, value_enum, default_value = "multi")]
     pub runtime: Layout,
+    /// `steer` (AF_XDP) or `kernel` (plain tokio sockets with SO_REUSEPORT on
+    /// the interface, one pinned runtime per `--cpus` CPU; engine flags other
+    /// than `--interface`, `--cpus` and `--no-pin` do not apply).
+    #[arg(long, value_enum, default_value = "steer")]
+    pub io: Io,
     /// Close a flow idle this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub idle_timeout: f64,
@@ -87,7 +107,102 @@ struct Relayed {
     flows_per_core: AtomicU64,
 }
 
+impl Relayed {
+    /// Counts one send: in `sent` when it went out, as a send error if not.
+    fn count(&self, ok: bool, sent: &AtomicU64) {
+        if ok {
+            sent.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.send_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "flows_multi": self.flows_multi.load(Ordering::Relaxed),
+            "flows_per_core": self.flows_per_core.load(Ordering::Relaxed),
+            "to_backend": self.to_backend.load(Ordering::Relaxed),
+            "to_client": self.to_client.load(Ordering::Relaxed),
+            "send_errors": self.send_errors.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// A UDP socket connected to `backend`, from an ephemeral port.
+async fn backend_socket(backend: SocketAddr) -> std::io::Result<UdpSocket> {
+    let local: SocketAddr = if backend.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(local).await?;
+    socket.connect(backend).await?;
+    Ok(socket)
+}
+
+/// `--io kernel`: the forwarder on plain tokio sockets.
+fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
+    let stop = xdp_io::shutdown::install()?;
+    let cpus: Vec<usize> = match &args.engine.cpus {
+        Some(set) => set.iter().collect(),
+        None => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    };
+    let relayed = Arc::new(Relayed::default());
+    let idle = Duration::from_secs_f64(args.idle_timeout.max(0.001));
+    let started = std::time::Instant::now();
+    let duration = args.duration;
+    // `quit` on stdin stops it, as it stops the steer proxy.
+    let done = Arc::new(AtomicBool::new(false));
+    {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            // End of input (stdin closed or /dev/null) is not a quit.
+            for line in std::io::stdin().lock().lines() {
+                match line.as_deref().map(str::trim) {
+                    Ok("quit") => {
+                        done.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    Ok(_) => eprintln!("steer proxy (io kernel): commands: quit"),
+                    Err(_) => break,
+                }
+            }
+        });
+    }
+    kernel::serve(
+        &args.engine.interface,
+        args.port,
+        args.backend,
+        &cpus,
+        !args.engine.no_pin,
+        idle,
+        Arc::clone(&relayed),
+        move || {
+            stop.load(Ordering::Relaxed)
+                || done.load(Ordering::Relaxed)
+                || duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        },
+    )?;
+    let r = &relayed;
+    let _ = writeln!(
+        std::io::stdout(),
+        "steer proxy (io kernel): flows {}, to backend {}, to clients {}, send errors {}",
+        r.flows_multi.load(Ordering::Relaxed),
+        r.to_backend.load(Ordering::Relaxed),
+        r.to_client.load(Ordering::Relaxed),
+        r.send_errors.load(Ordering::Relaxed),
+    );
+    if let Some(path) = &args.stats_json {
+        let v = serde_json::json!({ "io": "kernel", "proxy": r.json() });
+        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")?;
+    }
+    Ok(())
+}
+
 pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
+    if args.io == Io::Kernel {
+        return run_kernel(args);
+    }
     let stop = xdp_io::shutdown::install()?;
     let engine = args
         .engine
@@ -108,7 +223,8 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     let done = Arc::new(AtomicBool::new(false));
 
     // One acceptor per worker CPU, on a current_thread runtime pinned there.
-    let cpus: Vec<CpuId> = engine.topology().online_cpus().iter().collect();
+    // The engine's worker CPUs (`--cpus`), not every online CPU.
+    let cpus: Vec<CpuId> = engine.worker_states().into_iter().map(|(c, _)| c).collect();
     let mut acceptors = Vec::new();
     for &cpu in &cpus {
         let listener = engine
@@ -155,6 +271,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}",
         args.engine.interface, args.port, args.backend, args.engine.policy, args.runtime
     );
+    crate::args::print_endpoints("proxy", &engine, &args.engine.interface);
 
     // Control lines on stdin.
     {
@@ -236,18 +353,12 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.stats_json {
         let mut v = report.to_json_value();
         if let serde_json::Value::Object(m) = &mut v {
-            m.insert(
-                "proxy".into(),
-                serde_json::json!({
-                    "flows": flow_stats.accepted,
-                    "accept_drops": flow_stats.accept_drops,
-                    "flows_multi": r.flows_multi.load(Ordering::Relaxed),
-                    "flows_per_core": r.flows_per_core.load(Ordering::Relaxed),
-                    "to_backend": r.to_backend.load(Ordering::Relaxed),
-                    "to_client": r.to_client.load(Ordering::Relaxed),
-                    "send_errors": r.send_errors.load(Ordering::Relaxed),
-                }),
-            );
+            m.insert("proxy".into(), {
+                let mut p = r.json();
+                p["flows"] = flow_stats.accepted.into();
+                p["accept_drops"] = flow_stats.accept_drops.into();
+                p
+            });
         }
         std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")?;
     }
@@ -260,45 +371,22 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
 /// Forwards one flow to the backend and its replies back, until the flow
 /// is idle for `idle` or the engine stops.
 async fn relay(mut flow: Flow, backend: SocketAddr, idle: Duration, relayed: Arc<Relayed>) {
-    let local: SocketAddr = if backend.is_ipv4() {
-        "0.0.0.0:0".parse().expect("literal")
-    } else {
-        "[::]:0".parse().expect("literal")
-    };
-    let Ok(socket) = UdpSocket::bind(local).await else {
+    let Ok(socket) = backend_socket(backend).await else {
         relayed.send_errors.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    if socket.connect(backend).await.is_err() {
-        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
     let writer = flow.writer();
     let mut buf = vec![0u8; 65536];
     loop {
         tokio::select! {
             d = tokio::time::timeout(idle, flow.recv()) => match d {
-                Ok(Some(d)) => {
-                    if socket.send(&d).await.is_ok() {
-                        relayed.to_backend.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                Ok(Some(d)) => relayed.count(socket.send(&d).await.is_ok(), &relayed.to_backend),
                 // Idle, or the engine stopped: dropping the flow closes it.
                 Ok(None) | Err(_) => break,
             },
             n = socket.recv(&mut buf) => match n {
-                Ok(n) => {
-                    if writer.send(&buf[..n]).is_ok() {
-                        relayed.to_client.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        relayed.send_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Err(_) => {
-                    relayed.send_errors.fetch_add(1, Ordering::Relaxed);
-                }
+                Ok(n) => relayed.count(writer.send(&buf[..n]).is_ok(), &relayed.to_client),
+                Err(_) => relayed.count(false, &relayed.to_client),
             },
         }
     }

@@ -1,0 +1,261 @@
+//! `steer stats <interface>`: the counters of the engine running on an
+//! interface, read once from its stats socket (`/run/steer/<interface>.sock`)
+//! and printed as tables or as JSON. The engine keeps running; nothing is
+//! changed. Errors (no engine, permission denied, an engine that is gone)
+//! are one line.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use steer_engine::observe::{query, CpuCounters, LiveStats, DEFAULT_RUN_DIR};
+
+/// Where a running engine is found (shared with `steer top`).
+#[derive(Debug, Clone, Args)]
+pub struct EngineRef {
+    /// The interface the engine serves.
+    pub interface: String,
+    /// Directory of the engines' stats sockets (as given to the engine's
+    /// `--run-dir`).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
+    pub run_dir: PathBuf,
+    /// Seconds to wait for the engine's answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub timeout: f64,
+}
+
+impl EngineRef {
+    /// The engine's counters now.
+    pub fn read(&self) -> Result<LiveStats, steer_engine::observe::ObserveError> {
+        query(
+            &self.run_dir,
+            &self.interface,
+            Duration::from_secs_f64(self.timeout.clamp(0.001, 3600.0)),
+        )
+    }
+}
+
+/// `steer stats` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer stats eth1                 per-CPU and per-queue counters of the engine on eth1\n  \
+    steer stats eth1 --json | jq .per_cpu")]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub engine: EngineRef,
+    /// Print the counters as JSON (the stats socket's own format).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
+    let live = args.engine.read()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&live)?);
+    } else {
+        print!("{}", report(&live));
+    }
+    Ok(())
+}
+
+/// A per-CPU column: header and value.
+type Column = (&'static str, fn(&CpuCounters) -> u64);
+
+/// The per-CPU row's columns.
+const CPU_COLUMNS: &[Column] = &[
+    ("rx", |r| r.core.rx),
+    ("processed", |r| r.core.processed),
+    ("tx", |r| r.tx),
+    ("fast", |r| r.core.fast_path),
+    ("st_in", |r| r.core.steered_in),
+    ("st_out", |r| r.core.steered_out),
+    ("ring_drop", |r| r.core.dropped),
+    ("flow_lim", |r| r.core.flow_limit_drops),
+    ("other_drop", |r| {
+        r.core.malformed + r.tx_dropped + r.app_dropped
+    }),
+    ("updates", |r| r.core.hook_calls),
+    ("squeeze", |r| r.core.time_squeeze),
+];
+
+/// The whole report: the engine, per-CPU table, steering, sockets, frames.
+pub fn report(live: &LiveStats) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}\n", headline(live));
+    let _ = write!(out, "{:>5}", "cpu");
+    for (name, _) in CPU_COLUMNS {
+        let _ = write!(out, " {name:>10}");
+    }
+    out.push('\n');
+    let total = live.total();
+    let rows = live
+        .per_cpu
+        .iter()
+        .map(|r| (r.cpu.to_string(), r))
+        .chain(std::iter::once(("all".to_string(), &total)));
+    for (label, r) in rows {
+        let _ = write!(out, "{label:>5}");
+        for (_, value) in CPU_COLUMNS {
+            let _ = write!(out, " {:>10}", value(r));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "\n{}\n", steering_line(live));
+    let _ = writeln!(
+        out,
+        "{:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>13} {:>10} {:>10}",
+        "queue",
+        "rx_packets",
+        "tx_packets",
+        "rx_dropped",
+        "rx_ring_full",
+        "fill_empty",
+        "tx_ring_empty",
+        "rx_invalid",
+        "tx_invalid"
+    );
+    for s in &live.sockets {
+        let _ = writeln!(
+            out,
+            "{:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>13} {:>10} {:>10}",
+            s.queue,
+            s.rx_packets,
+            s.tx_packets,
+            s.rx_dropped,
+            s.rx_ring_full,
+            s.rx_fill_ring_empty_descs,
+            s.tx_ring_empty_descs,
+            s.rx_invalid_descs,
+            s.tx_invalid_descs,
+        );
+    }
+    let _ = writeln!(out, "\n{}", frames_line(live));
+    out
+}
+
+/// One line about the engine itself.
+pub fn headline(live: &LiveStats) -> String {
+    format!(
+        "steer on {} (pid {}), up {}, policy {}, fast path {}, xdp {}, bind {}",
+        live.interface,
+        live.pid,
+        uptime(live.uptime_s),
+        live.policy,
+        if live.fast_path { "on" } else { "off" },
+        live.xdp_mode,
+        live.bind_mode,
+    )
+}
+
+/// Desired-table writes by reason and the suppressed changes.
+pub fn steering_line(live: &LiveStats) -> String {
+    let reasons: Vec<String> = live
+        .desired
+        .updates
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    format!(
+        "steering: {} updates (flow moves that called the hook); desired-CPU table: {} writes{}, {} suppressed",
+        live.steering_updates(),
+        live.desired.total_updates(),
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        },
+        live.desired.suppressed,
+    )
+}
+
+/// Where the UMEM frames are.
+pub fn frames_line(live: &LiveStats) -> String {
+    let f = &live.frames;
+    let places: Vec<String> = f
+        .places()
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    format!(
+        "UMEM frames: {} in use of {} ({})",
+        f.in_use(),
+        f.total,
+        places.join(", ")
+    )
+}
+
+/// `1h02m`, `3m05s`, `12.3s`.
+fn uptime(s: f64) -> String {
+    let whole = s as u64;
+    if whole >= 3600 {
+        format!("{}h{:02}m", whole / 3600, (whole % 3600) / 60)
+    } else if whole >= 60 {
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{s:.1}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use steer_engine::observe::SocketCounters;
+
+    use super::*;
+
+    #[test]
+    fn the_report_has_every_cpu_the_total_and_the_sockets() {
+        let mut live = LiveStats::empty("eth9");
+        for cpu in [0, 3] {
+            let mut r = CpuCounters {
+                cpu,
+                tx: 5,
+                ..Default::default()
+            };
+            r.core.rx = 7;
+            r.core.hook_calls = 1;
+            live.per_cpu.push(r);
+        }
+        live.sockets.push(SocketCounters {
+            queue: 0,
+            rx_ring_full: 4,
+            ..Default::default()
+        });
+        live.desired.updates.insert("cross_llc".into(), 2);
+        live.desired.suppressed = 6;
+        live.frames.total = 10;
+        live.frames.free = 10;
+        let text = report(&live);
+        assert!(text.starts_with("steer on eth9 (pid "), "{text}");
+        let row = |label: &str| {
+            text.lines()
+                .find(|l| l.split_whitespace().next() == Some(label))
+                .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("3")[1], "7");
+        assert_eq!(row("all")[1], "14");
+        assert_eq!(row("all")[3], "10");
+        assert!(text.contains("steering: 2 updates"), "{text}");
+        assert!(text.contains("(cross_llc 2), 6 suppressed"), "{text}");
+        assert!(text.contains("UMEM frames: 0 in use of 10"), "{text}");
+        let queue0: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("queue"))
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(queue0[4], "4", "rx_ring_full of queue 0 in\n{text}");
+    }
+
+    #[test]
+    fn uptime_reads_well() {
+        assert_eq!(uptime(12.34), "12.3s");
+        assert_eq!(uptime(185.0), "3m05s");
+        assert_eq!(uptime(3720.0), "1h02m");
+    }
+}

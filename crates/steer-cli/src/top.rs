@@ -1,0 +1,367 @@
+//! `steer top <interface>`: the running engine's per-CPU table refreshed in
+//! the terminal, like `top` for softirqs: rates and totals per CPU, the
+//! steering updates and suppressed changes, the kernel's statistics of each
+//! AF_XDP socket and where the UMEM frames are. Drawn with ratatui
+//! (crossterm backend); `q`, Esc or Ctrl-C quits. An engine that goes away
+//! leaves its last numbers on screen with the reason in red, and the view
+//! comes back when an engine serves the interface again.
+//!
+//! `--once` takes two samples one interval apart and prints the same screen
+//! as plain text (no terminal needed), for scripts and tests.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use ratatui::buffer::Buffer;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Widget};
+use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
+
+use crate::stats::{frames_line, headline, steering_line, EngineRef};
+
+/// `steer top` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer top eth1                   refresh once a second; q quits\n  \
+    steer top eth1 --once            one screen as plain text (rates over one interval)")]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub engine: EngineRef,
+    /// Seconds between refreshes (and between the two samples of `--once`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Print one screen as plain text and exit (no terminal needed).
+    #[arg(long)]
+    pub once: bool,
+    /// Width of the `--once` screen.
+    #[arg(long, default_value_t = 132)]
+    pub width: u16,
+}
+
+pub fn run(args: &TopArgs) -> anyhow::Result<()> {
+    let interval = Duration::from_secs_f64(args.interval.clamp(0.05, 3600.0));
+    let first = args.engine.read()?;
+    let mut view = TopView::new(first);
+    if args.once {
+        std::thread::sleep(interval);
+        view.update(args.engine.read()?);
+        print!("{}", view.to_text(args.width));
+        return Ok(());
+    }
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "stdout is not a terminal: use `steer top {} --once` for one screen as text",
+            args.engine.interface
+        );
+    }
+    let mut terminal = ratatui::try_init()?;
+    let result = (|| -> anyhow::Result<()> {
+        let mut next = Instant::now() + interval;
+        loop {
+            terminal.draw(|f| view.render(f.area(), f.buffer_mut()))?;
+            let wait = next.saturating_duration_since(Instant::now());
+            if event::poll(wait)? {
+                if let Event::Key(key) = event::read()? {
+                    if key.kind == KeyEventKind::Press && quits(key) {
+                        return Ok(());
+                    }
+                }
+                // A resize or another key: draw again, keep the schedule.
+                continue;
+            }
+            next = Instant::now() + interval;
+            match args.engine.read() {
+                Ok(live) => view.update(live),
+                Err(e) => view.status = Some(e.to_string()),
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
+
+fn quits(key: KeyEvent) -> bool {
+    matches!(key.code, KeyCode::Char('q') | KeyCode::Esc)
+        || (key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL))
+}
+
+/// What the screen shows: the latest sample, the one before (for rates)
+/// and why the latest refresh failed, if it did.
+#[derive(Debug)]
+pub struct TopView {
+    now: LiveStats,
+    before: Option<LiveStats>,
+    status: Option<String>,
+}
+
+impl TopView {
+    pub fn new(first: LiveStats) -> Self {
+        Self {
+            now: first,
+            before: None,
+            status: None,
+        }
+    }
+
+    /// A new sample; rates are taken against the previous one when it came
+    /// from the same engine.
+    pub fn update(&mut self, live: LiveStats) {
+        let previous = std::mem::replace(&mut self.now, live);
+        self.before = (previous.pid == self.now.pid && previous.uptime_s < self.now.uptime_s)
+            .then_some(previous);
+        self.status = None;
+    }
+
+    /// Seconds between the two samples.
+    fn dt(&self) -> Option<f64> {
+        self.before.as_ref().map(|b| self.now.uptime_s - b.uptime_s)
+    }
+
+    /// `now - before` per second, or `-`.
+    fn rate(&self, now: u64, before: Option<u64>) -> String {
+        match (self.dt(), before) {
+            (Some(dt), Some(b)) if dt > 0.0 && now >= b => format!("{:.0}", (now - b) as f64 / dt),
+            _ => "-".into(),
+        }
+    }
+
+    fn cpu_before(&self, cpu: Option<usize>) -> Option<CpuCounters> {
+        let b = self.before.as_ref()?;
+        match cpu {
+            Some(c) => b.per_cpu.iter().find(|r| r.cpu == c).copied(),
+            None => Some(b.total()),
+        }
+    }
+
+    fn socket_before(&self, queue: u32) -> Option<SocketCounters> {
+        let b = self.before.as_ref()?;
+        b.sockets.iter().find(|s| s.queue == queue).copied()
+    }
+
+    /// Lines the screen needs.
+    pub fn height(&self) -> u16 {
+        let cpus = self.now.per_cpu.len() as u16 + 2; // header + all
+        let sockets = self.now.sockets.len() as u16 + 1;
+        1 + (cpus + 2) + 1 + (sockets + 2) + 1 + 1
+    }
+
+    /// Draws the screen into `area` of `buf`.
+    pub fn render(&self, area: Rect, buf: &mut Buffer) {
+        let cpus = self.now.per_cpu.len() as u16 + 2 + 2;
+        let sockets = self.now.sockets.len() as u16 + 1 + 2;
+        let [head, cpu_area, steering, socket_area, frames, _, foot] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(cpus),
+            Constraint::Length(1),
+            Constraint::Length(sockets),
+            Constraint::Length(1),
+            Constraint::Min(0),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        Paragraph::new(headline(&self.now))
+            .style(Style::new().add_modifier(Modifier::BOLD))
+            .render(head, buf);
+        self.cpu_table().render(cpu_area, buf);
+        Paragraph::new(steering_line(&self.now)).render(steering, buf);
+        self.socket_table().render(socket_area, buf);
+        Paragraph::new(frames_line(&self.now)).render(frames, buf);
+        match &self.status {
+            Some(e) => Paragraph::new(format!("not refreshed: {e}"))
+                .style(Style::new().fg(Color::Red))
+                .render(foot, buf),
+            None => Paragraph::new(format!(
+                "rates over {}; q quits",
+                self.dt().map_or("-".to_string(), |dt| format!("{dt:.1} s"))
+            ))
+            .style(Style::new().add_modifier(Modifier::DIM))
+            .render(foot, buf),
+        }
+    }
+
+    fn cpu_table(&self) -> Table<'static> {
+        let header = [
+            "cpu",
+            "rx/s",
+            "tx/s",
+            "rx",
+            "tx",
+            "fast",
+            "st_in",
+            "st_out",
+            "ring_drop",
+            "flow_lim",
+            "updates",
+            "squeeze",
+        ];
+        let total = self.now.total();
+        let rows = self
+            .now
+            .per_cpu
+            .iter()
+            .map(|r| (Some(r.cpu), *r))
+            .chain(std::iter::once((None, total)))
+            .map(|(cpu, r)| {
+                let b = self.cpu_before(cpu);
+                let row = Row::new(right([
+                    cpu.map_or("all".to_string(), |c| c.to_string()),
+                    self.rate(r.core.rx, b.map(|b| b.core.rx)),
+                    self.rate(r.tx, b.map(|b| b.tx)),
+                    r.core.rx.to_string(),
+                    r.tx.to_string(),
+                    r.core.fast_path.to_string(),
+                    r.core.steered_in.to_string(),
+                    r.core.steered_out.to_string(),
+                    r.core.dropped.to_string(),
+                    r.core.flow_limit_drops.to_string(),
+                    r.core.hook_calls.to_string(),
+                    r.core.time_squeeze.to_string(),
+                ]));
+                if cpu.is_none() {
+                    row.style(Style::new().add_modifier(Modifier::BOLD))
+                } else {
+                    row
+                }
+            });
+        let mut widths = vec![Constraint::Length(4)];
+        widths.extend([Constraint::Length(9); 2]);
+        widths.extend([Constraint::Length(10); 9]);
+        Table::new(rows, widths)
+            .header(
+                Row::new(right(header.map(String::from)))
+                    .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(Block::bordered().title(" per CPU "))
+    }
+
+    fn socket_table(&self) -> Table<'static> {
+        let header = [
+            "queue",
+            "rx/s",
+            "rx_dropped",
+            "rx_ring_full",
+            "fill_empty",
+            "tx_ring_empty",
+            "invalid",
+            "fill",
+            "rx_ring",
+            "tx_ring",
+            "completion",
+        ];
+        let rows = self.now.sockets.iter().map(|s| {
+            let b = self.socket_before(s.queue);
+            Row::new(right([
+                s.queue.to_string(),
+                self.rate(s.rx_packets, b.map(|b| b.rx_packets)),
+                s.rx_dropped.to_string(),
+                s.rx_ring_full.to_string(),
+                s.rx_fill_ring_empty_descs.to_string(),
+                s.tx_ring_empty_descs.to_string(),
+                (s.rx_invalid_descs + s.tx_invalid_descs).to_string(),
+                s.fill_ring.to_string(),
+                s.rx_ring.to_string(),
+                s.tx_ring.to_string(),
+                s.completion.to_string(),
+            ]))
+        });
+        let mut widths = vec![Constraint::Length(5), Constraint::Length(9)];
+        widths.extend([Constraint::Length(13); 5]);
+        widths.extend([Constraint::Length(10); 4]);
+        Table::new(rows, widths)
+            .header(
+                Row::new(right(header.map(String::from)))
+                    .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(
+                Block::bordered().title(" AF_XDP sockets (kernel XDP_STATISTICS, ring occupancy) "),
+            )
+    }
+
+    /// The screen as plain text, `width` columns wide.
+    pub fn to_text(&self, width: u16) -> String {
+        let area = Rect::new(0, 0, width.max(40), self.height());
+        let mut buf = Buffer::empty(area);
+        self.render(area, &mut buf);
+        let mut out = String::new();
+        for row in buf.content().chunks(area.width as usize) {
+            let line: String = row.iter().map(|c| c.symbol()).collect();
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Right-aligned cells.
+fn right<const N: usize>(texts: [String; N]) -> Vec<Cell<'static>> {
+    texts
+        .into_iter()
+        .map(|t| Cell::from(Line::from(t).right_aligned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(uptime: f64, rx: u64) -> LiveStats {
+        let mut live = LiveStats::empty("eth9");
+        live.uptime_s = uptime;
+        for cpu in 0..2 {
+            let mut r = CpuCounters {
+                cpu,
+                ..Default::default()
+            };
+            r.core.rx = rx;
+            live.per_cpu.push(r);
+        }
+        live.sockets.push(SocketCounters {
+            queue: 0,
+            rx_packets: rx,
+            ..Default::default()
+        });
+        live
+    }
+
+    #[test]
+    fn the_screen_shows_rates_totals_and_sockets() {
+        let mut view = TopView::new(sample(1.0, 100));
+        view.update(sample(3.0, 300));
+        let text = view.to_text(132);
+        let cells = |label: &str| -> Vec<String> {
+            text.lines()
+                .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+                .find(|l| l.split_whitespace().next() == Some(label))
+                .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        };
+        // 200 more in 2 s on each CPU.
+        assert_eq!(cells("1")[1..4], ["100", "0", "300"], "{text}");
+        assert_eq!(cells("all")[1..4], ["200", "0", "600"], "{text}");
+        assert!(text.contains("per CPU"), "{text}");
+        assert!(text.contains("AF_XDP sockets"), "{text}");
+        assert!(text.contains("rates over 2.0 s"), "{text}");
+        assert_eq!(text.lines().count(), view.height() as usize);
+    }
+
+    #[test]
+    fn a_new_engine_or_a_failed_refresh_shows_no_false_rates() {
+        let mut view = TopView::new(sample(5.0, 100));
+        let mut other = sample(1.0, 10);
+        other.pid += 1;
+        view.update(other);
+        assert!(view.dt().is_none());
+        view.status = Some("the steer engine on eth9 is gone".into());
+        let text = view.to_text(132);
+        assert!(
+            text.contains("not refreshed: the steer engine on eth9 is gone"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,546 @@
+//! The stats socket: one unix stream socket per interface,
+//! `<run dir>/<interface>.sock` (`/run/steer/eth1.sock` by default), that
+//! answers a one-line request with one line of JSON ([`LiveStats`]).
+//!
+//! The protocol: the client connects, sends `stats\n`, reads one JSON line
+//! and the server closes. Anything else (too long, not UTF-8, unknown,
+//! nothing within a second) gets `{"error": "..."}` instead; no request
+//! changes the engine (it is a read-only view).
+//!
+//! Invariants:
+//! - The socket is created `0600` (root only) in a directory created
+//!   `0755`; a reader without the right gets a permission error from the
+//!   kernel before the engine sees anything.
+//! - [`StatsEndpoint::claim`] decides who owns the path before the engine
+//!   touches the interface: a socket that answers belongs to a running
+//!   engine (refused, naming its pid); one that refuses connections was
+//!   left by an engine that is gone (removed, and the engine may take over
+//!   what that engine left on the interface); no socket, nobody.
+//! - The owner removes the socket when it stops, and only if the path still
+//!   holds the socket it created.
+//! - A reader ([`query`]) never hangs: connecting to a left-over socket
+//!   fails at once (`ECONNREFUSED`), and a live engine that does not answer
+//!   within the timeout is an error.
+
+use std::fs::{self, DirBuilder, Permissions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::live::{LiveStats, FORMAT_VERSION};
+
+/// Where engines put their stats sockets unless told otherwise.
+pub const DEFAULT_RUN_DIR: &str = "/run/steer";
+
+/// The longest request line the server reads.
+pub const MAX_REQUEST: usize = 64;
+
+/// The longest reply a reader accepts.
+const MAX_REPLY: u64 = 16 << 20;
+
+/// How long the server waits for a request and to write its reply.
+const SERVER_IO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why a stats socket could not be claimed or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// Nothing at the socket's path.
+    #[error(
+        "no steer engine on {interface}: {} does not exist (start one with `steer echo` or \
+         `steer proxy` on {interface}; an engine started with another --run-dir has its socket there)",
+        path.display()
+    )]
+    NoEngine {
+        /// The interface asked about.
+        interface: String,
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// The socket (or its directory) is not ours to open.
+    #[error(
+        "permission denied on {}: the stats socket is root's (mode 0600); run as root, e.g. \
+         `sudo steer stats {interface}`",
+        path.display()
+    )]
+    PermissionDenied {
+        /// The interface asked about.
+        interface: String,
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// A socket nobody listens on: its engine is gone.
+    #[error(
+        "the steer engine on {interface} is gone: {} was left by an engine that no longer runs \
+         (killed?); the next engine started on {interface} replaces it",
+        path.display()
+    )]
+    Stale {
+        /// The interface asked about.
+        interface: String,
+        /// The socket's path.
+        path: PathBuf,
+    },
+    /// The engine accepted the connection but did not answer in time.
+    #[error(
+        "the steer engine on {interface} did not answer within {:.1} s ({}); is it stopped \
+         (SIGSTOP) or overloaded?",
+        timeout.as_secs_f64(),
+        path.display()
+    )]
+    Timeout {
+        /// The interface asked about.
+        interface: String,
+        /// The socket's path.
+        path: PathBuf,
+        /// How long the reader waited.
+        timeout: Duration,
+    },
+    /// Another engine answers on the socket this engine wants.
+    #[error(
+        "another steer engine ({}) serves {interface}: its stats socket {} answers; stop it \
+         first, or give this engine another interface",
+        pid.map_or("pid unknown".to_string(), |p| format!("pid {p}")),
+        path.display()
+    )]
+    AlreadyServed {
+        /// The interface.
+        interface: String,
+        /// The socket's path.
+        path: PathBuf,
+        /// The running engine's pid, if it said.
+        pid: Option<u32>,
+    },
+    /// Not an interface name a socket can be named after.
+    #[error("{0:?} is not an interface name (1 to 15 characters, no `/`)")]
+    BadInterface(String),
+    /// The engine answered something a reader cannot use.
+    #[error("{}: {reason}", path.display())]
+    Protocol {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A system call failed.
+    #[error("{context} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        context: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+/// The stats socket of `interface` under `run_dir`.
+///
+/// ```
+/// use std::path::Path;
+/// use steer_engine::observe::socket_path;
+/// let p = socket_path(Path::new("/run/steer"), "eth1").unwrap();
+/// assert_eq!(p, Path::new("/run/steer/eth1.sock"));
+/// assert!(socket_path(Path::new("/run/steer"), "../etc").is_err());
+/// ```
+pub fn socket_path(run_dir: &Path, interface: &str) -> Result<PathBuf, ObserveError> {
+    let ok = !interface.is_empty()
+        && interface.len() <= 15
+        && !interface.contains('/')
+        && interface != "."
+        && interface != ".."
+        && !interface.contains('\0');
+    if !ok {
+        return Err(ObserveError::BadInterface(interface.into()));
+    }
+    Ok(run_dir.join(format!("{interface}.sock")))
+}
+
+/// A request on the stats socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// The [`LiveStats`] now.
+    Stats,
+}
+
+/// Parses one request line (trailing newline and spaces allowed); the
+/// error is the text the server sends back.
+///
+/// ```
+/// use steer_engine::observe::{parse_request, Request};
+/// assert_eq!(parse_request(b"stats\n"), Ok(Request::Stats));
+/// assert!(parse_request(b"policy always\n").unwrap_err().contains("unknown request"));
+/// ```
+pub fn parse_request(line: &[u8]) -> Result<Request, String> {
+    if line.len() > MAX_REQUEST {
+        return Err(format!("request longer than {MAX_REQUEST} bytes"));
+    }
+    let text = std::str::from_utf8(line).map_err(|_| "request is not UTF-8".to_string())?;
+    match text.trim() {
+        "stats" => Ok(Request::Stats),
+        "" => Err("empty request: send `stats`".into()),
+        other => Err(format!("unknown request {other:?}: send `stats`")),
+    }
+}
+
+/// A claimed stats socket, listening; removed again when dropped.
+#[derive(Debug)]
+pub struct StatsEndpoint {
+    listener: UnixListener,
+    path: PathBuf,
+    ino: u64,
+    replaced_stale: bool,
+}
+
+impl StatsEndpoint {
+    /// Claims `interface`'s socket under `run_dir` (created `0755` if
+    /// missing): refused while another engine answers there; a socket left
+    /// by an engine that is gone is removed
+    /// ([`StatsEndpoint::replaced_stale`]). The new socket is `0600` and
+    /// non-blocking.
+    pub fn claim(run_dir: &Path, interface: &str) -> Result<Self, ObserveError> {
+        let path = socket_path(run_dir, interface)?;
+        let io_err = |context: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ObserveError::Io {
+                context,
+                path,
+                source,
+            }
+        };
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(run_dir)
+            .map_err(io_err("creating the stats directory", run_dir))?;
+        let replaced_stale = match UnixStream::connect(&path) {
+            Ok(stream) => {
+                return Err(ObserveError::AlreadyServed {
+                    interface: interface.into(),
+                    pid: ask_pid(stream),
+                    path,
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                fs::remove_file(&path).map_err(io_err("removing the stale socket", &path))?;
+                true
+            }
+            Err(e) => return Err(io_err("checking for a running engine at", &path)(e)),
+        };
+        let listener = match UnixListener::bind(&path) {
+            Ok(l) => l,
+            // Another engine bound it between our check and our bind.
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                return Err(ObserveError::AlreadyServed {
+                    interface: interface.into(),
+                    pid: None,
+                    path,
+                })
+            }
+            Err(e) => return Err(io_err("creating the stats socket", &path)(e)),
+        };
+        // Only root could connect before this too: a new socket is created
+        // with root's umask (no write bit for others), and connecting needs
+        // write permission.
+        fs::set_permissions(&path, Permissions::from_mode(0o600))
+            .map_err(io_err("restricting the stats socket", &path))?;
+        let ino = fs::metadata(&path)
+            .map_err(io_err("reading the stats socket", &path))?
+            .ino();
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("setting up the stats socket", &path))?;
+        Ok(Self {
+            listener,
+            path,
+            ino,
+            replaced_stale,
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a socket left by an engine that is gone was removed.
+    pub fn replaced_stale(&self) -> bool {
+        self.replaced_stale
+    }
+
+    /// The listening socket (non-blocking).
+    pub(crate) fn listener(&self) -> &UnixListener {
+        &self.listener
+    }
+}
+
+impl Drop for StatsEndpoint {
+    fn drop(&mut self) {
+        // Only our own socket: never one a later engine put there.
+        if fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Answers one connection: reads one request line and writes one JSON line,
+/// the snapshot or an error. Never panics on what the client sends; gives
+/// up after a second of silence.
+pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
+    let mut line = Vec::with_capacity(MAX_REQUEST);
+    let read = BufReader::new((&stream).take(MAX_REQUEST as u64 + 1)).read_until(b'\n', &mut line);
+    let request = match read {
+        Ok(_) => parse_request(&line),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(format!(
+                "no request within {} s: send `stats`",
+                SERVER_IO_TIMEOUT.as_secs()
+            ))
+        }
+        Err(e) => Err(format!("reading the request: {e}")),
+    };
+    let mut reply = match request {
+        Ok(Request::Stats) => serde_json::to_string(&snapshot()).unwrap_or_else(|e| {
+            serde_json::json!({ "error": format!("encoding the stats: {e}") }).to_string()
+        }),
+        Err(e) => serde_json::json!({ "error": e }).to_string(),
+    };
+    reply.push('\n');
+    let _ = (&stream).write_all(reply.as_bytes());
+}
+
+/// Asks a running engine for its pid (for the error that names it).
+fn ask_pid(stream: UnixStream) -> Option<u32> {
+    let reply = exchange(&stream, Duration::from_secs(1)).ok()?;
+    let v: Value = serde_json::from_slice(&reply).ok()?;
+    v.get("pid")?.as_u64()?.try_into().ok()
+}
+
+/// Sends the request and reads the reply line.
+fn exchange(stream: &UnixStream, timeout: Duration) -> io::Result<Vec<u8>> {
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut s = stream;
+    s.write_all(b"stats\n")?;
+    let mut reply = Vec::new();
+    BufReader::new(s.take(MAX_REPLY)).read_until(b'\n', &mut reply)?;
+    Ok(reply)
+}
+
+/// Reads the [`LiveStats`] of the engine serving `interface`, whose socket
+/// is under `run_dir`, waiting at most `timeout` for each read or write.
+/// Each failure is one [`ObserveError`] that says what to do.
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use steer_engine::observe::{query, DEFAULT_RUN_DIR};
+/// let live = query(Path::new(DEFAULT_RUN_DIR), "eth1", Duration::from_secs(2))?;
+/// println!("{} rx on {} CPUs", live.total().core.rx, live.per_cpu.len());
+/// # Ok::<(), steer_engine::observe::ObserveError>(())
+/// ```
+pub fn query(
+    run_dir: &Path,
+    interface: &str,
+    timeout: Duration,
+) -> Result<LiveStats, ObserveError> {
+    let path = socket_path(run_dir, interface)?;
+    let stream = UnixStream::connect(&path).map_err(|e| {
+        let (interface, path) = (interface.to_string(), path.clone());
+        match e.kind() {
+            io::ErrorKind::NotFound => ObserveError::NoEngine { interface, path },
+            io::ErrorKind::ConnectionRefused => ObserveError::Stale { interface, path },
+            io::ErrorKind::PermissionDenied => ObserveError::PermissionDenied { interface, path },
+            _ => ObserveError::Io {
+                context: "connecting to",
+                path,
+                source: e,
+            },
+        }
+    })?;
+    let reply = exchange(&stream, timeout).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ObserveError::Timeout {
+            interface: interface.into(),
+            path: path.clone(),
+            timeout,
+        },
+        _ => ObserveError::Io {
+            context: "reading from",
+            path: path.clone(),
+            source: e,
+        },
+    })?;
+    parse_reply(&path, &reply)
+}
+
+/// A reply line as [`LiveStats`], or the error the engine sent.
+fn parse_reply(path: &Path, reply: &[u8]) -> Result<LiveStats, ObserveError> {
+    let protocol = |reason: String| ObserveError::Protocol {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let v: Value = serde_json::from_slice(reply)
+        .map_err(|e| protocol(format!("the engine's reply is not JSON ({e})")))?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(protocol(format!("the engine refused the request: {e}")));
+    }
+    match v.get("version").and_then(Value::as_u64) {
+        Some(v) if v == u64::from(FORMAT_VERSION) => {}
+        other => {
+            return Err(protocol(format!(
+            "the engine speaks stats format {other:?}; this steer reads version {FORMAT_VERSION}: \
+                 use the steer that started the engine"
+        )))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| protocol(format!("unexpected stats ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("steer-endpoint-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    /// Serves `n` connections of `endpoint` on a thread.
+    fn serve_n(endpoint: &StatsEndpoint, n: usize, live: LiveStats) -> std::thread::JoinHandle<()> {
+        let listener = endpoint.listener().try_clone().unwrap();
+        listener.set_nonblocking(false).unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..n {
+                let (s, _) = listener.accept().unwrap();
+                serve(s, &|| live.clone());
+            }
+        })
+    }
+
+    #[test]
+    fn a_claimed_socket_answers_and_is_removed_on_drop() {
+        let dir = temp_dir("answer");
+        let endpoint = StatsEndpoint::claim(&dir, "veth7").unwrap();
+        assert!(!endpoint.replaced_stale());
+        let mode = fs::metadata(endpoint.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut live = LiveStats::empty("veth7");
+        live.uptime_s = 1.5;
+        let server = serve_n(&endpoint, 2, live.clone());
+        assert_eq!(query(&dir, "veth7", Duration::from_secs(2)).unwrap(), live);
+        // A second engine on the same interface is refused, naming the first.
+        match StatsEndpoint::claim(&dir, "veth7") {
+            Err(ObserveError::AlreadyServed { pid, .. }) => {
+                assert_eq!(pid, Some(std::process::id()))
+            }
+            other => panic!("{other:?}"),
+        }
+        server.join().unwrap();
+        let path = endpoint.path().to_path_buf();
+        drop(endpoint);
+        assert!(!path.exists());
+        assert!(matches!(
+            query(&dir, "veth7", Duration::from_secs(1)),
+            Err(ObserveError::NoEngine { .. })
+        ));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_stale_socket_errors_at_once_and_is_replaced() {
+        let dir = temp_dir("stale");
+        fs::create_dir_all(&dir).unwrap();
+        let path = socket_path(&dir, "veth8").unwrap();
+        // What a killed engine leaves: the socket file, nobody listening.
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let t = std::time::Instant::now();
+        let err = query(&dir, "veth8", Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(err, ObserveError::Stale { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let endpoint = StatsEndpoint::claim(&dir, "veth8").unwrap();
+        assert!(endpoint.replaced_stale());
+        let server = serve_n(&endpoint, 1, LiveStats::empty("veth8"));
+        assert_eq!(
+            query(&dir, "veth8", Duration::from_secs(2))
+                .unwrap()
+                .interface,
+            "veth8"
+        );
+        server.join().unwrap();
+        drop(endpoint);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_silent_engine_is_a_timeout_not_a_hang() {
+        let dir = temp_dir("silent");
+        // Listening, never accepting: as an engine stopped with SIGSTOP.
+        let endpoint = StatsEndpoint::claim(&dir, "veth9").unwrap();
+        let err = query(&dir, "veth9", Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(err, ObserveError::Timeout { .. }), "{err}");
+        drop(endpoint);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_requests_get_an_error_line() {
+        let dir = temp_dir("bad");
+        let endpoint = StatsEndpoint::claim(&dir, "veth6").unwrap();
+        let requests: [&[u8]; 4] = [b"policy always\n", b"\xff\xfe\n", &[b'x'; 200], b""];
+        let server = serve_n(&endpoint, requests.len(), LiveStats::empty("veth6"));
+        for r in requests {
+            let mut s = UnixStream::connect(endpoint.path()).unwrap();
+            s.write_all(r).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            // One line; reading past it may see the reset of a server that
+            // closed with part of an over-long request unread.
+            let mut reply = String::new();
+            BufReader::new(&s).read_line(&mut reply).unwrap();
+            let v: Value = serde_json::from_str(&reply).unwrap();
+            assert!(v["error"].is_string(), "{r:?}: {reply}");
+        }
+        server.join().unwrap();
+        drop(endpoint);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn replies_that_are_not_stats_are_protocol_errors() {
+        let p = Path::new("/x.sock");
+        assert!(parse_reply(p, b"nonsense").is_err());
+        let e = parse_reply(p, br#"{"error":"no"}"#).unwrap_err();
+        assert!(e.to_string().contains("refused"), "{e}");
+        let e = parse_reply(p, br#"{"version":99}"#).unwrap_err();
+        assert!(e.to_string().contains("version 1"), "{e}");
+    }
+
+    proptest! {
+        #[test]
+        fn stats_with_any_spacing_is_a_request(pre in "[ \t]{0,3}", post in "[ \t\r]{0,3}") {
+            let line = format!("{pre}stats{post}\n");
+            prop_assert_eq!(parse_request(line.as_bytes()), Ok(Request::Stats));
+        }
+
+        #[test]
+        fn any_request_bytes_parse_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let parsed = parse_request(&bytes);
+            let is_stats = std::str::from_utf8(&bytes).is_ok_and(|t| t.trim() == "stats");
+            prop_assert_eq!(parsed.is_ok(), is_stats && bytes.len() <= MAX_REQUEST);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! [`LiveStats`]: what a running engine publishes about itself, the one
+//! snapshot both the stats socket (as JSON) and `/metrics` (as Prometheus
+//! text) are made from.
+//!
+//! Invariants: a snapshot is built from the same per-CPU counter blocks
+//! [`Engine::stats`](crate::engine::Engine::stats) reads (steer-core's
+//! `softnet_data` analog and the engine's transmit counters), the kernel's
+//! `XDP_STATISTICS` of each socket and the frame ledgers; building one
+//! never touches the packet path beyond taking each socket's lock once
+//! (see [`crate::observe`]). Counters only grow while one engine runs;
+//! the frame places are approximate while packets move (exact when idle).
+//! The serialized form carries [`FORMAT_VERSION`]; a reader refuses another.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use steer_core::stats::LocalStats;
+
+/// The version of the JSON a stats socket speaks.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A point-in-time view of a running engine, as published to other
+/// processes.
+///
+/// ```
+/// use steer_engine::observe::{CpuCounters, LiveStats};
+/// let mut live = LiveStats::empty("eth1");
+/// live.per_cpu.push(CpuCounters { cpu: 0, tx: 5, ..Default::default() });
+/// live.per_cpu.push(CpuCounters { cpu: 1, tx: 2, ..Default::default() });
+/// assert_eq!(live.total().tx, 7);
+/// let json = serde_json::to_string(&live).unwrap();
+/// assert_eq!(serde_json::from_str::<LiveStats>(&json).unwrap(), live);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveStats {
+    /// [`FORMAT_VERSION`] of the engine that wrote it.
+    pub version: u32,
+    /// The interface the engine serves.
+    pub interface: String,
+    /// The engine's process id.
+    pub pid: u32,
+    /// Seconds since the engine started.
+    pub uptime_s: f64,
+    /// The desired-table update policy now (`llc` or `always`).
+    pub policy: String,
+    /// Whether the same-CPU fast path is on.
+    pub fast_path: bool,
+    /// The XDP attach mode in use (`native`, `generic`).
+    pub xdp_mode: String,
+    /// The AF_XDP bind mode in use (`copy`, `zerocopy`).
+    pub bind_mode: String,
+    /// One row per worker CPU.
+    pub per_cpu: Vec<CpuCounters>,
+    /// Desired-CPU table writes by reason, and the suppressed changes.
+    pub desired: DesiredCounters,
+    /// One entry per AF_XDP socket (rx queue).
+    pub sockets: Vec<SocketCounters>,
+    /// Where the UMEM's frames are.
+    pub frames: FrameCounters,
+}
+
+impl LiveStats {
+    /// A snapshot with no CPU, socket or frame (for tests and examples).
+    pub fn empty(interface: &str) -> Self {
+        Self {
+            version: FORMAT_VERSION,
+            interface: interface.into(),
+            pid: std::process::id(),
+            uptime_s: 0.0,
+            policy: "llc".into(),
+            fast_path: true,
+            xdp_mode: String::new(),
+            bind_mode: String::new(),
+            per_cpu: Vec::new(),
+            desired: DesiredCounters::default(),
+            sockets: Vec::new(),
+            frames: FrameCounters::default(),
+        }
+    }
+
+    /// The sum of the per-CPU rows (its `cpu` is 0).
+    pub fn total(&self) -> CpuCounters {
+        let mut t = CpuCounters::default();
+        for r in &self.per_cpu {
+            t.add(r);
+        }
+        t
+    }
+
+    /// Steering updates: flow moves that called the steering hook.
+    pub fn steering_updates(&self) -> u64 {
+        self.per_cpu.iter().map(|r| r.core.hook_calls).sum()
+    }
+}
+
+/// One worker CPU's counters: steer-core's dispatch counters (the
+/// `softnet_stat` analog) and the engine's transmit and handler verdicts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuCounters {
+    /// The CPU.
+    pub cpu: usize,
+    /// Dispatch and worker counters (rx, processed, ring drops, ...).
+    #[serde(flatten)]
+    pub core: LocalStats,
+    /// Replies put on the tx ring.
+    pub tx: u64,
+    /// Replies recycled because the tx ring stayed full.
+    pub tx_dropped: u64,
+    /// Packets the handler consumed without a reply.
+    pub consumed: u64,
+    /// Packets the handler refused.
+    pub app_dropped: u64,
+}
+
+impl CpuCounters {
+    /// Field-wise sum (the `cpu` stays).
+    pub fn add(&mut self, o: &CpuCounters) {
+        self.core.add(&o.core);
+        self.tx += o.tx;
+        self.tx_dropped += o.tx_dropped;
+        self.consumed += o.consumed;
+        self.app_dropped += o.app_dropped;
+    }
+
+    /// Frames dropped by steer on this CPU for any reason: ring full, flow
+    /// limit, malformed, tx ring full, refused by the handler.
+    pub fn drops(&self) -> u64 {
+        self.core.dropped
+            + self.core.flow_limit_drops
+            + self.core.malformed
+            + self.tx_dropped
+            + self.app_dropped
+    }
+}
+
+/// The desired-CPU table's writes (each may become a steering update) and
+/// the same-flow CPU changes the update rule did not write.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DesiredCounters {
+    /// Writes by reason (`new_or_other_flow`, `changed`, `forced_offline`,
+    /// `forced_affinity`, `cross_llc`).
+    pub updates: BTreeMap<String, u64>,
+    /// Same-flow changes kept on the old CPU (same LLC, old CPU usable).
+    pub suppressed: u64,
+}
+
+impl DesiredCounters {
+    /// All writes.
+    pub fn total_updates(&self) -> u64 {
+        self.updates.values().sum()
+    }
+}
+
+/// One AF_XDP socket: the kernel's `XDP_STATISTICS`, the socket's packet
+/// counts and its rings' occupancy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SocketCounters {
+    /// The rx queue the socket is bound to.
+    pub queue: u32,
+    /// Frames received from the rx ring.
+    pub rx_packets: u64,
+    /// Transmissions completed.
+    pub tx_packets: u64,
+    /// Wakeup system calls (tx kicks, fill-ring wakeups).
+    pub wakeups: u64,
+    /// `XDP_STATISTICS.rx_dropped`: dropped for reasons other than invalid
+    /// descriptors (e.g. a frame larger than the UMEM frame).
+    pub rx_dropped: u64,
+    /// `XDP_STATISTICS.rx_invalid_descs`.
+    pub rx_invalid_descs: u64,
+    /// `XDP_STATISTICS.rx_ring_full`: dropped because the rx ring was full.
+    pub rx_ring_full: u64,
+    /// `XDP_STATISTICS.rx_fill_ring_empty_descs`: a frame arrived and the
+    /// fill ring was empty.
+    pub rx_fill_ring_empty_descs: u64,
+    /// `XDP_STATISTICS.tx_invalid_descs`.
+    pub tx_invalid_descs: u64,
+    /// `XDP_STATISTICS.tx_ring_empty_descs`: the kernel found the tx ring empty.
+    pub tx_ring_empty_descs: u64,
+    /// Descriptors in the fill ring now.
+    pub fill_ring: u32,
+    /// Descriptors in the rx ring now.
+    pub rx_ring: u32,
+    /// Descriptors in the tx ring now.
+    pub tx_ring: u32,
+    /// Descriptors in the completion ring now.
+    pub completion: u32,
+}
+
+/// Where the UMEM's frames are (xdp-io's frame census, taken live).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FrameCounters {
+    /// Frames in the UMEM.
+    pub total: i64,
+    /// In the sockets' free pools.
+    pub free: i64,
+    /// Posted on fill rings, empty.
+    pub fill_ring: i64,
+    /// Taken from a fill ring by the kernel, not yet on an rx ring.
+    pub kernel_rx: i64,
+    /// Received, waiting on rx rings.
+    pub rx_ring: i64,
+    /// Held by steer (steer rings, handlers, the spare pool).
+    pub held: i64,
+    /// Waiting on tx rings.
+    pub tx_ring: i64,
+    /// Taken from a tx ring by the kernel, not yet completed.
+    pub kernel_tx: i64,
+    /// Completed, waiting on completion rings.
+    pub completion: i64,
+}
+
+impl FrameCounters {
+    /// Frames not idle: every frame except those in a free pool or posted
+    /// empty on a fill ring.
+    pub fn in_use(&self) -> i64 {
+        self.total - self.free - self.fill_ring
+    }
+
+    /// `(name, frames)` of every place, in the order a frame moves.
+    pub fn places(&self) -> [(&'static str, i64); 8] {
+        [
+            ("free", self.free),
+            ("fill_ring", self.fill_ring),
+            ("kernel_rx", self.kernel_rx),
+            ("rx_ring", self.rx_ring),
+            ("held", self.held),
+            ("tx_ring", self.tx_ring),
+            ("kernel_tx", self.kernel_tx),
+            ("completion", self.completion),
+        ]
+    }
+}
+
+impl From<xdp_io::FrameCensus> for FrameCounters {
+    fn from(c: xdp_io::FrameCensus) -> Self {
+        Self {
+            total: c.total,
+            free: c.free,
+            fill_ring: c.fill_ring,
+            kernel_rx: c.kernel_rx,
+            rx_ring: c.rx_ring,
+            held: c.held,
+            tx_ring: c.tx_ring,
+            kernel_tx: c.kernel_tx,
+            completion: c.completion,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_serializes_flat_and_reads_back() {
+        let row = CpuCounters {
+            cpu: 3,
+            core: LocalStats {
+                rx: 10,
+                processed: 9,
+                time_squeeze: 1,
+                ..Default::default()
+            },
+            tx: 8,
+            app_dropped: 1,
+            ..Default::default()
+        };
+        let v = serde_json::to_value(row).unwrap();
+        assert_eq!(v["rx"], 10);
+        assert_eq!(v["time_squeeze"], 1);
+        assert_eq!(v["tx"], 8);
+        assert_eq!(serde_json::from_value::<CpuCounters>(v).unwrap(), row);
+        assert_eq!(row.drops(), 1);
+    }
+
+    #[test]
+    fn frames_in_use_leave_out_free_and_posted_frames() {
+        let f = FrameCounters {
+            total: 100,
+            free: 40,
+            fill_ring: 50,
+            held: 6,
+            tx_ring: 4,
+            ..Default::default()
+        };
+        assert_eq!(f.in_use(), 10);
+        assert_eq!(f.places().iter().map(|p| p.1).sum::<i64>(), 100);
+    }
+}

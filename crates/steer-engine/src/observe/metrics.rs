@@ -1,0 +1,535 @@
+//! Prometheus metrics: a [`LiveStats`] in the text exposition format
+//! (version 0.0.4) and the small HTTP server that serves it on `/metrics`.
+//!
+//! The text is written by the `prometheus` crate (a registry built per
+//! scrape from the snapshot, encoded by its `TextEncoder`), never by hand.
+//! Names follow node_exporter's softnet collector (`node_softnet_*` becomes
+//! `steer_softnet_*`, one series per CPU with a `cpu` label), with `_total`
+//! on every counter and HELP and TYPE lines on every family;
+//! `docs/operations.md` maps each to the kernel's counter.
+//!
+//! The HTTP side answers `GET` and `HEAD` of `/metrics` (a query string is
+//! ignored), 404 on any other path, 405 on any other method, 400 on a
+//! request it cannot parse (with httparse) within a second. One request per
+//! connection (`Connection: close`). Scrapes read the same counter blocks
+//! as the stats socket: nothing on the packet path.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Gauge, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use super::live::LiveStats;
+
+/// How long the server waits for a request head and to write the reply.
+const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest request head read.
+const MAX_HEAD: usize = 8192;
+
+/// The `Content-Type` of [`encode`]'s text.
+pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// Registers the families of one scrape.
+struct Families {
+    registry: Registry,
+}
+
+impl Families {
+    fn counters(&self, name: &str, help: &str, label: &str) -> prometheus::Result<IntCounterVec> {
+        let c = IntCounterVec::new(Opts::new(name, help), &[label])?;
+        self.registry.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+        let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+        self.registry.register(Box::new(g.clone()))?;
+        Ok(g)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+        let g = IntGauge::new(name, help)?;
+        self.registry.register(Box::new(g.clone()))?;
+        Ok(g)
+    }
+}
+
+/// Per-CPU counters: name, help, value.
+type CpuCounter = (
+    &'static str,
+    &'static str,
+    fn(&super::live::CpuCounters) -> u64,
+);
+
+const PER_CPU: &[CpuCounter] = &[
+    (
+        "steer_softnet_received_total",
+        "Frames this CPU's dispatcher took off its AF_XDP rx rings.",
+        |r| r.core.rx,
+    ),
+    (
+        "steer_softnet_processed_total",
+        "Packets handed to the application's handler on this CPU, inline or from a ring (softnet_stat processed).",
+        |r| r.core.processed,
+    ),
+    (
+        "steer_softnet_dropped_total",
+        "Packets dropped because this CPU's ring to the target worker was full, the backlog-full analog (softnet_stat dropped).",
+        |r| r.core.dropped,
+    ),
+    (
+        "steer_softnet_times_squeezed_total",
+        "Times this CPU's worker stopped with work left because its batch budget ran out (softnet_stat time_squeeze).",
+        |r| r.core.time_squeeze,
+    ),
+    (
+        "steer_softnet_flow_limit_count_total",
+        "Packets dropped by this CPU's per-flow limit (softnet_stat flow_limit_count).",
+        |r| r.core.flow_limit_drops,
+    ),
+    (
+        "steer_softnet_fast_path_total",
+        "Packets handled inline on the dispatcher's own CPU, without a ring hop.",
+        |r| r.core.fast_path,
+    ),
+    (
+        "steer_softnet_steered_in_total",
+        "Packets this CPU received from other CPUs' dispatchers through rings.",
+        |r| r.core.steered_in,
+    ),
+    (
+        "steer_softnet_steered_out_total",
+        "Packets this CPU's dispatcher sent to other CPUs through rings.",
+        |r| r.core.steered_out,
+    ),
+    (
+        "steer_softnet_queued_local_total",
+        "Packets this CPU's dispatcher queued to its own CPU's ring (fast path off, or earlier packets of the flow still queued).",
+        |r| r.core.queued_local,
+    ),
+    (
+        "steer_softnet_held_back_total",
+        "Flow moves held back until the old CPU passed the flow's last queued packet (last_qtail).",
+        |r| r.core.held_back,
+    ),
+    (
+        "steer_softnet_malformed_total",
+        "Frames that failed to parse, counted and not steered by flow.",
+        |r| r.core.malformed,
+    ),
+    (
+        "steer_softnet_no_flow_total",
+        "Frames without a flow (not IP), steered by the fallback rule.",
+        |r| r.core.no_flow,
+    ),
+    (
+        "steer_steering_updates_total",
+        "Flow moves to another CPU that called the steering hook (the ndo_rx_flow_steer analog), by dispatching CPU.",
+        |r| r.core.hook_calls,
+    ),
+    (
+        "steer_steering_update_errors_total",
+        "Steering-hook calls that failed, by dispatching CPU.",
+        |r| r.core.hook_errors,
+    ),
+    (
+        "steer_tx_packets_total",
+        "Replies this CPU's worker put on its tx ring.",
+        |r| r.tx,
+    ),
+    (
+        "steer_tx_dropped_total",
+        "Replies this CPU's worker recycled because the tx ring stayed full.",
+        |r| r.tx_dropped,
+    ),
+    (
+        "steer_handler_consumed_total",
+        "Packets the handler on this CPU consumed without a reply.",
+        |r| r.consumed,
+    ),
+    (
+        "steer_handler_dropped_total",
+        "Packets the handler on this CPU refused.",
+        |r| r.app_dropped,
+    ),
+];
+
+/// Per-socket counters: name, help, value.
+type SocketCounter = (
+    &'static str,
+    &'static str,
+    fn(&super::live::SocketCounters) -> u64,
+);
+
+const PER_SOCKET: &[SocketCounter] = &[
+    (
+        "steer_xsk_rx_packets_total",
+        "Frames taken off this rx queue's AF_XDP rx ring.",
+        |s| s.rx_packets,
+    ),
+    (
+        "steer_xsk_tx_packets_total",
+        "Transmissions completed on this queue's AF_XDP socket.",
+        |s| s.tx_packets,
+    ),
+    (
+        "steer_xsk_wakeups_total",
+        "Wakeup system calls on this queue's AF_XDP socket (tx kicks, fill-ring wakeups).",
+        |s| s.wakeups,
+    ),
+    (
+        "steer_xsk_rx_dropped_total",
+        "XDP_STATISTICS rx_dropped: frames the kernel dropped for reasons other than invalid descriptors.",
+        |s| s.rx_dropped,
+    ),
+    (
+        "steer_xsk_rx_invalid_descs_total",
+        "XDP_STATISTICS rx_invalid_descs: frames dropped because of invalid descriptors.",
+        |s| s.rx_invalid_descs,
+    ),
+    (
+        "steer_xsk_rx_ring_full_total",
+        "XDP_STATISTICS rx_ring_full: frames dropped because the rx ring was full.",
+        |s| s.rx_ring_full,
+    ),
+    (
+        "steer_xsk_rx_fill_ring_empty_descs_total",
+        "XDP_STATISTICS rx_fill_ring_empty_descs: times a frame arrived and the fill ring was empty.",
+        |s| s.rx_fill_ring_empty_descs,
+    ),
+    (
+        "steer_xsk_tx_invalid_descs_total",
+        "XDP_STATISTICS tx_invalid_descs: invalid descriptors on the tx ring.",
+        |s| s.tx_invalid_descs,
+    ),
+    (
+        "steer_xsk_tx_ring_empty_descs_total",
+        "XDP_STATISTICS tx_ring_empty_descs: times the kernel found the tx ring empty.",
+        |s| s.tx_ring_empty_descs,
+    ),
+];
+
+/// The registry of one scrape of `live`.
+fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
+    let f = Families {
+        registry: Registry::new(),
+    };
+    for (name, help, value) in PER_CPU {
+        let family = f.counters(name, help, "cpu")?;
+        for row in &live.per_cpu {
+            family
+                .with_label_values(&[row.cpu.to_string().as_str()])
+                .inc_by(value(row));
+        }
+    }
+    for (name, help, value) in PER_SOCKET {
+        let family = f.counters(name, help, "queue")?;
+        for s in &live.sockets {
+            family
+                .with_label_values(&[s.queue.to_string().as_str()])
+                .inc_by(value(s));
+        }
+    }
+    let updates = f.counters(
+        "steer_desired_table_updates_total",
+        "Desired-CPU table writes by reason (rps_record_sock_flow analog); each may move a flow and call the steering hook.",
+        "reason",
+    )?;
+    for r in steer_core::policy::WriteReason::ALL {
+        updates
+            .with_label_values(&[r.name()])
+            .inc_by(live.desired.updates.get(r.name()).copied().unwrap_or(0));
+    }
+    let suppressed = f.counters(
+        "steer_desired_table_suppressed_total",
+        "Same-flow CPU changes the update rule did not write, by reason: same_llc (old and new CPU share a last-level cache and the old one is online and allowed; policy llc).",
+        "reason",
+    )?;
+    suppressed
+        .with_label_values(&["same_llc"])
+        .inc_by(live.desired.suppressed);
+    let frames = f.gauges(
+        "steer_umem_frames",
+        "UMEM frames by place: free pools, fill rings, kernel rx, rx rings, held by steer, tx rings, kernel tx, completion rings.",
+        &["place"],
+    )?;
+    for (place, n) in live.frames.places() {
+        frames.with_label_values(&[place]).set(n);
+    }
+    f.gauge(
+        "steer_umem_frames_in_use",
+        "UMEM frames not idle: all but those in free pools or posted empty on fill rings.",
+    )?
+    .set(live.frames.in_use());
+    f.gauge(
+        "steer_umem_frames_capacity",
+        "UMEM frames in use by the engine in all.",
+    )?
+    .set(live.frames.total);
+    f.gauges(
+        "steer_engine_info",
+        "The engine: interface, update policy, fast path, XDP attach and AF_XDP bind modes; always 1.",
+        &["interface", "policy", "fast_path", "xdp_mode", "bind_mode"],
+    )?
+    .with_label_values(&[
+        live.interface.as_str(),
+        live.policy.as_str(),
+        if live.fast_path { "on" } else { "off" },
+        live.xdp_mode.as_str(),
+        live.bind_mode.as_str(),
+    ])
+    .set(1);
+    let uptime = Gauge::new(
+        "steer_engine_uptime_seconds",
+        "Seconds since the engine started.",
+    )?;
+    f.registry.register(Box::new(uptime.clone()))?;
+    uptime.set(live.uptime_s);
+    Ok(f.registry)
+}
+
+/// `live` in the Prometheus text exposition format.
+///
+/// ```
+/// use steer_engine::observe::{metrics, CpuCounters, LiveStats};
+/// let mut live = LiveStats::empty("eth1");
+/// let mut row = CpuCounters { cpu: 1, ..Default::default() };
+/// row.core.processed = 42;
+/// live.per_cpu.push(row);
+/// let text = metrics::encode(&live).unwrap();
+/// assert!(text.contains("# TYPE steer_softnet_processed_total counter"));
+/// assert!(text.contains("steer_softnet_processed_total{cpu=\"1\"} 42"));
+/// ```
+pub fn encode(live: &LiveStats) -> prometheus::Result<String> {
+    let families = registry(live)?.gather();
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&families, &mut out)?;
+    String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+}
+
+/// Answers one HTTP connection (see the module docs); never panics on what
+/// the client sends.
+pub(crate) fn serve(mut stream: TcpStream, snapshot: &dyn Fn() -> LiveStats) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(HTTP_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(HTTP_IO_TIMEOUT));
+    let response = match read_head(&mut stream) {
+        Ok(head) => respond(&head, snapshot),
+        Err(reason) => Response::plain(400, "Bad Request", &format!("{reason}\n")),
+    };
+    let _ = stream.write_all(&response.bytes());
+    let _ = stream.flush();
+}
+
+/// Reads until the end of the request head (or gives up).
+fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return Err("connection closed before the request ended".into()),
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no complete request within a second".into())
+            }
+            Err(e) => return Err(format!("reading the request: {e}")),
+        };
+        head.extend_from_slice(&buf[..n]);
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            return Ok(head);
+        }
+        if head.len() > MAX_HEAD {
+            return Err(format!("request head longer than {MAX_HEAD} bytes"));
+        }
+    }
+}
+
+/// An HTTP/1.1 response.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    reason: &'static str,
+    content_type: &'static str,
+    extra: &'static str,
+    body: Vec<u8>,
+    head_only: bool,
+}
+
+impl Response {
+    fn plain(status: u16, reason: &'static str, body: &str) -> Self {
+        Self {
+            status,
+            reason,
+            content_type: "text/plain; charset=utf-8",
+            extra: "",
+            body: body.as_bytes().to_vec(),
+            head_only: false,
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+            self.status,
+            self.reason,
+            self.content_type,
+            self.body.len(),
+            self.extra,
+        )
+        .into_bytes();
+        if !self.head_only {
+            out.extend_from_slice(&self.body);
+        }
+        out
+    }
+}
+
+/// The response to a complete request head.
+fn respond(head: &[u8], snapshot: &dyn Fn() -> LiveStats) -> Response {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => {
+            return Response::plain(400, "Bad Request", "incomplete request\n")
+        }
+        Err(e) => return Response::plain(400, "Bad Request", &format!("{e}\n")),
+    }
+    let method = request.method.unwrap_or("");
+    let path = request.path.unwrap_or("");
+    let path = path.split('?').next().unwrap_or("");
+    if path != "/metrics" {
+        return Response::plain(404, "Not Found", "not found: steer serves /metrics\n");
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => {
+            let mut r = Response::plain(405, "Method Not Allowed", "use GET\n");
+            r.extra = "Allow: GET, HEAD\r\n";
+            return r;
+        }
+    };
+    match encode(&snapshot()) {
+        Ok(text) => Response {
+            status: 200,
+            reason: "OK",
+            content_type: CONTENT_TYPE,
+            extra: "",
+            body: text.into_bytes(),
+            head_only,
+        },
+        Err(e) => Response::plain(
+            500,
+            "Internal Server Error",
+            &format!("encoding the metrics: {e}\n"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::live::{CpuCounters, SocketCounters};
+    use super::*;
+
+    fn sample() -> LiveStats {
+        let mut live = LiveStats::empty("veth0");
+        for cpu in 0..2 {
+            let mut row = CpuCounters {
+                cpu,
+                tx: 10 + cpu as u64,
+                ..Default::default()
+            };
+            row.core.processed = 100 + cpu as u64;
+            row.core.time_squeeze = 3;
+            live.per_cpu.push(row);
+        }
+        live.sockets.push(SocketCounters {
+            queue: 1,
+            rx_ring_full: 7,
+            ..Default::default()
+        });
+        live.desired.updates.insert("cross_llc".into(), 5);
+        live.desired.suppressed = 9;
+        live.frames.total = 64;
+        live.frames.free = 60;
+        live.frames.held = 4;
+        live
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_and_the_values() {
+        let text = encode(&sample()).unwrap();
+        for line in [
+            "steer_softnet_processed_total{cpu=\"0\"} 100",
+            "steer_softnet_processed_total{cpu=\"1\"} 101",
+            "steer_softnet_times_squeezed_total{cpu=\"1\"} 3",
+            "steer_tx_packets_total{cpu=\"1\"} 11",
+            "steer_xsk_rx_ring_full_total{queue=\"1\"} 7",
+            "steer_desired_table_updates_total{reason=\"cross_llc\"} 5",
+            "steer_desired_table_updates_total{reason=\"changed\"} 0",
+            "steer_desired_table_suppressed_total{reason=\"same_llc\"} 9",
+            "steer_umem_frames{place=\"held\"} 4",
+            "steer_umem_frames_in_use 4",
+            "# TYPE steer_softnet_dropped_total counter",
+            "# TYPE steer_umem_frames gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        assert_eq!(families.len(), helps);
+        assert!(families.len() >= PER_CPU.len() + PER_SOCKET.len() + 5);
+    }
+
+    fn http(request: &[u8]) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            serve(s, &sample);
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(request).unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).unwrap();
+        server.join().unwrap();
+        reply
+    }
+
+    #[test]
+    fn http_serves_metrics_and_refuses_the_rest() {
+        let ok = http(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains("Content-Type: text/plain; version=0.0.4"),
+            "{ok}"
+        );
+        assert!(ok.contains("steer_softnet_processed_total{cpu=\"0\"} 100"));
+        let head = http(b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n");
+        assert!(
+            head.starts_with("HTTP/1.1 200 OK\r\n") && !head.contains("steer_"),
+            "{head}"
+        );
+        assert!(http(b"GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        let post = http(b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+        assert!(
+            post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"),
+            "{post}"
+        );
+        assert!(http(b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+        assert!(http(b"GET /metrics HTTP/1.1\r\n").starts_with("HTTP/1.1 400"));
+    }
+}

@@ -1,0 +1,191 @@
+//! Watching a running engine from another process: its per-CPU counters,
+//! the kernel's AF_XDP socket statistics and the UMEM frame census, as
+//! [`LiveStats`], served two ways by one observer thread:
+//!
+//! - a **stats socket** per interface, `/run/steer/<interface>.sock`
+//!   ([`endpoint`]): `steer stats` and `steer top` read it; [`query`] is
+//!   the client;
+//! - **Prometheus metrics** on `/metrics` at the address given to
+//!   [`EngineBuilder::metrics`](crate::engine::EngineBuilder::metrics)
+//!   ([`metrics`]).
+//!
+//! # Why a unix socket, not a shared-memory snapshot
+//!
+//! A snapshot file under `/run/steer` would let readers map the counters
+//! without the engine's help, but it would need a versioned binary layout
+//! with a seqlock (and `unsafe` on both sides), and the engine would copy
+//! its counters there on a timer whether anybody reads them or not. A
+//! reader could not tell a live engine's file from one a killed engine
+//! left, short of checking a pid that may have been reused. A unix socket
+//! has none of this: the engine builds the snapshot only when asked, from
+//! the counter blocks it already keeps (exact at the moment of the
+//! request, no interval); the file's permissions (`0600`, root) decide who
+//! may read; and liveness is the kernel's answer to `connect`: a socket
+//! left by a killed engine refuses at once (`ECONNREFUSED`), so a reader
+//! reports a dead engine without waiting, and the next engine on the
+//! interface knows that whatever the old one left (its XDP program) has
+//! no owner and may be replaced. The price is one thread in the engine,
+//! asleep until a connection arrives, and JSON, which every tool reads.
+//!
+//! # Invariants
+//! - Nothing here runs on the packet path: a snapshot reads the per-CPU
+//!   counter blocks (relaxed atomic loads) and takes each AF_XDP socket's
+//!   lock once, for one `getsockopt(SOL_XDP, XDP_STATISTICS)` and four
+//!   ring-index reads.
+//! - Read-only: no request on either endpoint changes the engine.
+//! - One thread serves both endpoints, one connection at a time, with
+//!   one-second I/O timeouts, so a stuck client delays the next reader by at
+//!   most that and never the engine. The engine stops the thread (and
+//!   removes its socket) before it releases its AF_XDP sockets.
+
+pub mod endpoint;
+pub mod live;
+pub mod metrics;
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use tracing::warn;
+
+pub use endpoint::{
+    parse_request, query, socket_path, ObserveError, Request, StatsEndpoint, DEFAULT_RUN_DIR,
+};
+pub use live::{
+    CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, FORMAT_VERSION,
+};
+
+/// Builds a snapshot on request.
+pub(crate) type Snapshot = Arc<dyn Fn() -> LiveStats + Send + Sync>;
+
+const STATS: Token = Token(0);
+const METRICS: Token = Token(1);
+const WAKE: Token = Token(2);
+
+/// The observer thread serving the stats socket and `/metrics`.
+pub(crate) struct Observer {
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+/// Binds the metrics listener (non-blocking), with an error that names the
+/// address.
+pub(crate) fn bind_metrics(addr: SocketAddr) -> io::Result<TcpListener> {
+    let l = TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+impl Observer {
+    /// Starts serving `endpoint` and `metrics` (either may be absent).
+    pub(crate) fn start(
+        endpoint: Option<StatsEndpoint>,
+        metrics: Option<TcpListener>,
+        snapshot: Snapshot,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        if let Some(e) = &endpoint {
+            poll.registry().register(
+                &mut SourceFd(&e.listener().as_raw_fd()),
+                STATS,
+                Interest::READABLE,
+            )?;
+        }
+        if let Some(m) = &metrics {
+            poll.registry()
+                .register(&mut SourceFd(&m.as_raw_fd()), METRICS, Interest::READABLE)?;
+        }
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+        let thread = std::thread::Builder::new()
+            .name("steer-observe".into())
+            .spawn(move || run(poll, endpoint, metrics, snapshot))?;
+        Ok(Self {
+            waker,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it; the stats socket is removed.
+    pub(crate) fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            if self.waker.wake().is_ok() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The thread: waits for connections on both listeners, serves each in
+/// turn, returns when woken.
+fn run(
+    mut poll: Poll,
+    endpoint: Option<StatsEndpoint>,
+    metrics: Option<TcpListener>,
+    snapshot: Snapshot,
+) {
+    let mut events = Events::with_capacity(8);
+    loop {
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            warn!(error = %e, "stats and metrics stop: poll failed");
+            return;
+        }
+        for event in &events {
+            match event.token() {
+                WAKE => return,
+                STATS => {
+                    if let Some(e) = &endpoint {
+                        accept_all(
+                            || e.listener().accept().map(|(s, _)| s),
+                            |s| endpoint::serve(s, &*snapshot),
+                        );
+                    }
+                }
+                METRICS => {
+                    if let Some(m) = &metrics {
+                        accept_all(
+                            || m.accept().map(|(s, _)| s),
+                            |s| metrics::serve(s, &*snapshot),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Accepts and serves connections until the listener has none left
+/// (readiness is edge-triggered).
+fn accept_all<S>(mut accept: impl FnMut() -> io::Result<S>, mut serve: impl FnMut(S)) {
+    loop {
+        match accept() {
+            Ok(s) => serve(s),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // E.g. out of file descriptors: the next connection retries.
+                warn!(error = %e, "accepting a stats or metrics connection");
+                return;
+            }
+        }
+    }
+}

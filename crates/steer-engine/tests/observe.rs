@@ -1,0 +1,165 @@
+//! A running engine seen from outside: its stats socket answers with the
+//! counters it keeps (per CPU, per AF_XDP socket, the frame census),
+//! `/metrics` serves the same in a form `promtool check metrics` accepts,
+//! a second engine on the interface is refused naming the first, and a
+//! metrics address in use is a clean error that leaves nothing behind.
+//! Needs root, as CI runs it.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use steer_core::policy::Policy;
+use steer_engine::engine::EngineError;
+use steer_engine::observe::{query, LiveStats, ObserveError};
+use support::net::TestNet;
+use support::{drive_flows, echo_builder, http_get, metric_sum, promtool_check};
+
+/// A run directory of this test's own.
+fn run_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("steer-observe-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The snapshot once its totals show `sent` transmitted (or after 5 s).
+fn settled(read: impl Fn() -> LiveStats, sent: u64) -> LiveStats {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let live = read();
+        if live.total().tx >= sent || Instant::now() > deadline {
+            return live;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_running_engine_publishes_what_it_counts() {
+    let net = TestNet::new();
+    let dir = run_dir("publish");
+    let engine = echo_builder(&net, Policy::LlcAffinity, true)
+        .stats_dir(&dir)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .start()
+        .unwrap();
+    let socket = engine.stats_socket().unwrap().to_path_buf();
+    assert_eq!(socket, dir.join(format!("{}.sock", net.host)));
+    let (flows, per_flow) = (4, 50);
+    let got = drive_flows(&net, flows, per_flow, 10);
+    assert!(got.iter().all(|g| g.len() == per_flow as usize), "{got:?}");
+    let sent = (flows as u64) * u64::from(per_flow);
+
+    // Workers flush their counters at the end of a batch, just after its
+    // replies left: wait for that flush, not for the replies.
+    let live = settled(
+        || query(&dir, &net.host, Duration::from_secs(2)).unwrap(),
+        sent,
+    );
+    assert_eq!(live.pid, std::process::id());
+    assert_eq!(live.interface, net.host);
+    let total = live.total();
+    assert_eq!(total.core.rx, sent, "{live:#?}");
+    assert_eq!(total.core.processed, sent);
+    assert_eq!(total.tx, sent);
+    assert_eq!(live.per_cpu.len(), engine.stats().per_cpu.len());
+    assert_eq!(live.sockets.len(), 2);
+    assert_eq!(live.sockets.iter().map(|s| s.rx_packets).sum::<u64>(), sent);
+    assert!(live.sockets.iter().all(|s| s.rx_ring_full == 0));
+    // The live census: every frame in one place.
+    let places: i64 = live.frames.places().iter().map(|p| p.1).sum();
+    assert!(live.frames.total > 0);
+    assert_eq!(places, live.frames.total, "{:?}", live.frames);
+    assert_eq!(engine.live_stats().total().core.rx, sent);
+
+    // The same counters on /metrics, accepted by Prometheus' own linter.
+    let addr = engine.metrics_addr().unwrap();
+    assert!(addr.ip().is_loopback() && addr.port() != 0);
+    let (status, text) = http_get(addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    promtool_check(&text).unwrap();
+    assert_eq!(metric_sum(&text, "steer_softnet_processed_total"), sent);
+    assert_eq!(metric_sum(&text, "steer_tx_packets_total"), sent);
+    assert_eq!(metric_sum(&text, "steer_xsk_rx_packets_total"), sent);
+    for family in [
+        "steer_softnet_dropped_total",
+        "steer_softnet_times_squeezed_total",
+        "steer_steering_updates_total",
+        "steer_desired_table_suppressed_total",
+        "steer_xsk_rx_ring_full_total",
+        "steer_umem_frames_in_use",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {family} "))
+                && text.contains(&format!("# TYPE {family} ")),
+            "{family} missing in\n{text}"
+        );
+    }
+    assert_eq!(http_get(addr, "/").0, "HTTP/1.1 404 Not Found");
+
+    let report = engine.stop().unwrap();
+    assert!(report.census_ok());
+    // Gone with the engine: the socket, and the metrics port.
+    assert!(!socket.exists());
+    assert!(matches!(
+        query(&dir, &net.host, Duration::from_secs(1)),
+        Err(ObserveError::NoEngine { .. })
+    ));
+    assert!(std::net::TcpStream::connect(addr).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_engine_on_the_interface_is_refused_naming_the_first() {
+    let net = TestNet::new();
+    let dir = run_dir("second");
+    let first = echo_builder(&net, Policy::LlcAffinity, true)
+        .stats_dir(&dir)
+        .start()
+        .unwrap();
+    let err = echo_builder(&net, Policy::LlcAffinity, true)
+        .stats_dir(&dir)
+        .start()
+        .unwrap_err();
+    match &err {
+        EngineError::Observe(ObserveError::AlreadyServed { pid, .. }) => {
+            assert_eq!(*pid, Some(std::process::id()))
+        }
+        other => panic!("{other}"),
+    }
+    let line = err.to_string();
+    assert!(
+        line.contains(&format!("pid {}", std::process::id())) && !line.contains('\n'),
+        "{line}"
+    );
+    // The first engine did not notice.
+    let got = drive_flows(&net, 2, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let live = settled(
+        || query(&dir, &net.host, Duration::from_secs(2)).unwrap(),
+        40,
+    );
+    assert_eq!(live.total().tx, 40);
+    first.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_metrics_address_in_use_is_a_clean_error() {
+    let net = TestNet::new();
+    let dir = run_dir("inuse");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let err = echo_builder(&net, Policy::LlcAffinity, true)
+        .stats_dir(&dir)
+        .metrics(addr)
+        .start()
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Metrics { .. }), "{err}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    // Nothing left behind: no program, no socket.
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    assert!(!dir.join(format!("{}.sock", net.host)).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
