@@ -52,6 +52,10 @@ pub struct GenSetup {
     pub flows: u16,
     /// Source port of flow 0.
     pub sport_base: u16,
+    /// Flow `f` sends `weights[f % len]` requests in a row at its turn on
+    /// its queue, so flows of one queue share its rate by weight (empty:
+    /// every flow 1, the same rate).
+    pub weights: Vec<u32>,
 }
 
 /// One phase.
@@ -169,6 +173,12 @@ impl Generator {
         let nsock = self.sockets.len();
         let mut books = vec![FlowBook::default(); nflows];
         let mut cursor: Vec<usize> = (0..nsock).collect();
+        let weight = |flow: usize| match self.setup.weights.len() {
+            0 => 1,
+            n => self.setup.weights[flow % n].max(1),
+        };
+        // Requests the flow at each socket's cursor still sends in a row.
+        let mut repeat: Vec<u32> = (0..nsock).map(weight).collect();
         let mut hist =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).context("latency histogram")?;
         let tick = spec.tick.as_nanos().max(1_000) as u64;
@@ -237,11 +247,16 @@ impl Generator {
                 let ts = mono_ns();
                 for f in txf.iter_mut() {
                     let flow = cursor[s];
-                    cursor[s] = if flow + nsock < nflows {
-                        flow + nsock
+                    if repeat[s] > 1 {
+                        repeat[s] -= 1;
                     } else {
-                        s
-                    };
+                        cursor[s] = if flow + nsock < nflows {
+                            flow + nsock
+                        } else {
+                            s
+                        };
+                        repeat[s] = weight(cursor[s]);
+                    }
                     let seq = books[flow].next_seq();
                     self.template.fill(
                         &mut buf,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_utils::CachePadded;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::MoveReason;
 use crate::cpu::CpuId;
@@ -148,8 +148,9 @@ impl BucketLoads {
     }
 }
 
-/// The balancer's counters, as a snapshot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// The balancer's counters, as a snapshot (missing fields deserialize as 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct BalanceStats {
     /// Whether the balancer is on.
     pub on: bool,

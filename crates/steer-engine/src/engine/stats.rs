@@ -122,7 +122,7 @@ impl EngineStats {
     }
 
     /// Each worker's busy time as a fraction of the time since `previous`
-    /// (or since the start): the load the balancer sees.
+    /// (or since the start), at most 1: the load the balancer sees.
     ///
     /// ```
     /// # use steer_engine::engine::EngineStats;
@@ -145,7 +145,16 @@ impl EngineStats {
                     .and_then(|p| p.per_cpu.iter().find(|x| x.cpu == r.cpu))
                     .map_or(0, |x| x.core.busy_ns);
                 let busy = r.core.busy_ns.saturating_sub(before) as f64;
-                (r.cpu, if span > 0.0 { busy / span } else { 0.0 })
+                // A round counts when it ends: one that began before
+                // `previous` can push a short interval past 1.
+                (
+                    r.cpu,
+                    if span > 0.0 {
+                        (busy / span).min(1.0)
+                    } else {
+                        0.0
+                    },
+                )
             })
             .collect()
     }
