@@ -92,9 +92,10 @@ struct Common {
     /// Queues per veth end.
     #[arg(long, default_value_t = 2)]
     queues: u32,
-    /// Unequal flows: flow f sends W[f % len] requests in a row at its turn
-    /// (list, e.g. `16,16,16,1`), so the flows of a queue share its rate by
-    /// weight. Default: every flow the same rate.
+    /// Unequal flows: flow f's rate is proportional to W[f % len] (list,
+    /// e.g. `1,3`): each queue gets the share of the rate its flows' weights
+    /// add up to (flow f goes out on queue f % queues), and flow f sends W
+    /// requests in a row at its turn. Default: every flow the same rate.
     #[arg(long, value_delimiter = ',')]
     weights: Vec<u32>,
     /// Let the generator's CPU also be a server CPU (a 2-CPU machine
