@@ -325,7 +325,7 @@ impl Generator {
                             stale += 1;
                             continue;
                         }
-                        let v = books[r.flow as usize].reply(r.seq);
+                        let v = books[r.flow as usize].reply_at(r.seq, r.rx_ns);
                         let first = matches!(v, Verdict::InOrder | Verdict::Reordered);
                         if first && (win_start..win_end).contains(&r.rx_ns) {
                             answered_w += 1;
