@@ -6,7 +6,7 @@
 //! sequence number comes back, as duplicated every later time, and as
 //! reordered when a higher sequence number of the same flow came back
 //! before it. "Before" is by arrival time when the reply carries one
-//! ([`FlowBook::reply_at`]): the checker reads its rx queues one after the
+//! ([`FlowBook::reply_at`](crate::flows::FlowBook::reply_at)): the checker reads its rx queues one after the
 //! other, and a flow whose replies switch queues (the server moved it to a
 //! worker that sends on another queue) may be read out of arrival order.
 //! A reply for a sequence number never sent is `bogus`.
