@@ -182,7 +182,9 @@ fn start(balance: bool, packets: usize) -> Run {
 
 impl Run {
     /// Feeds packets `from..to` to rx queue 0 at about `per_ms` a
-    /// millisecond, then waits until they are handled.
+    /// millisecond, then waits until they are handled or dropped (a ring
+    /// that fills drops with a counter, e.g. when the machine starves a
+    /// worker).
     fn feed(&self, from: usize, to: usize, per_ms: usize) {
         let mut next = from;
         while next < to {
@@ -192,8 +194,18 @@ impl Run {
             std::thread::sleep(Duration::from_millis(1));
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.seen.handled.load(Ordering::Relaxed) < to as u64 {
-            assert!(Instant::now() < deadline, "packets not handled in time");
+        let done = || {
+            let dropped = self.rt.stats().total.dropped;
+            self.seen.handled.load(Ordering::Relaxed) + dropped >= to as u64
+        };
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "packets not handled in time: handled {}, {:?}, {:?}",
+                self.seen.handled.load(Ordering::Relaxed),
+                self.rt.stats().total,
+                self.rt.worker_states()
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
     }
