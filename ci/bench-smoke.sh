@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark scripts still work end to end: the sockperf output parser's
 # self-test, shell syntax of every script, then quick runs of the kernel
-# comparison and of each seed reproduction.
+# comparison, of each seed reproduction, of the demo and of the AF_XDP
+# rate benchmark.
 #
 # A 2 s window is too short for the goals; the quick runs check that each
 # script still drives its binaries and finds every number it reports (exit 2
@@ -28,3 +29,8 @@ bash benches/compare-kernel.sh --quick
 for f in benches/seeds/seed*.sh; do
   bash "$f" --quick
 done
+# The demo (sockperf clients against `steer echo`, the summary) and the
+# AF_XDP rates, each a few seconds on the debug builds; both exit non-zero
+# when no traffic went through or the frames do not balance.
+bash scripts/demo.sh --quick
+bash scripts/bench-xdp.sh --quick

@@ -6,12 +6,19 @@
 # server's live per-CPU table, prints a summary, and removes everything it
 # created, also when interrupted.
 #
-#   ./scripts/demo.sh [-t SECONDS] [-c CLIENTS] [--policy llc|always] [--fast-path on|off]
+#   ./scripts/demo.sh [-t SECONDS] [-c CLIENTS] [--policy llc|always] [--fast-path on|off] [--quick]
+#
+# --quick: a short smoke run (2 clients for 2 s, 1 s of ping-pong) with the
+# debug build, as CI runs it. STEER=/path/to/steer uses that binary instead
+# of building one. Exits non-zero when no traffic reached the server or its
+# frame accounting does not balance.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=8
 clients=4
+pp_secs=3
+profile=release
 policy=llc
 fast_path=on
 port=11111
@@ -21,7 +28,8 @@ while [[ $# -gt 0 ]]; do
         -c) clients="$2"; shift 2 ;;
         --policy) policy="$2"; shift 2 ;;
         --fast-path) fast_path="$2"; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        --quick) secs=2; clients=2; pp_secs=1; profile=debug; shift ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -32,10 +40,18 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 bash scripts/setup.sh
-echo "demo: building the echo server (release)..."
-cargo build --release --quiet -p steer-cli
-target_dir="${CARGO_TARGET_DIR:-target}"
-steer_bin="$target_dir/release/steer"
+if [[ -n "${STEER:-}" ]]; then
+    steer_bin="$STEER"
+else
+    echo "demo: building the echo server ($profile)..."
+    target_dir="${CARGO_TARGET_DIR:-target}"
+    if [[ $profile == release ]]; then
+        cargo build --release --quiet -p steer-cli
+    else
+        cargo build --quiet -p steer-cli
+    fi
+    steer_bin="$target_dir/$profile/steer"
+fi
 
 # shellcheck source=scripts/netns.sh
 . scripts/netns.sh
@@ -87,14 +103,15 @@ client_pids+=("$tail_pid")
 
 echo "demo: $clients sockperf clients (one flow each) for ${secs}s: under-load at 20k msg/s each"
 for i in $(seq "$clients"); do
-    ip netns exec "$NETNS_NAME" sockperf under-load -i "$NETNS_HOST_V4" -p "$port" \
+    # A client stuck on a lost warm-up reply would wait a minute: bound it.
+    timeout $((secs + 10)) ip netns exec "$NETNS_NAME" sockperf under-load -i "$NETNS_HOST_V4" -p "$port" \
         --client_port $((20000 + i)) -t "$secs" --mps 20000 >"$work/ul-$i.txt" 2>&1 &
     client_pids+=("$!")
 done
 for p in "${client_pids[@]:1}"; do wait "$p" || true; done
-echo "demo: ping-pong latency, 1 client, 3s"
-ip netns exec "$NETNS_NAME" sockperf ping-pong -i "$NETNS_HOST_V4" -p "$port" \
-    --client_port 20100 -t 3 >"$work/pp.txt" 2>&1 || true
+echo "demo: ping-pong latency, 1 client, ${pp_secs}s"
+timeout $((pp_secs + 10)) ip netns exec "$NETNS_NAME" sockperf ping-pong -i "$NETNS_HOST_V4" -p "$port" \
+    --client_port 20100 -t "$pp_secs" >"$work/pp.txt" 2>&1 || true
 sleep 1
 kill "$tail_pid" 2>/dev/null || true
 kill -INT "$server_pid"
@@ -124,5 +141,9 @@ print(f"policy {d['policy']}: steering updates {d['steering_updates']}, desired-
       f"{d['desired_table']['updates']} (suppressed {d['desired_table']['suppressed']})")
 f = d["frames"]
 print(f"frame accounting: {f['check']}, {f['total']} frames, held {f['held']}, balanced {f['balanced']}")
+if t["rx"] == 0 or t["tx"] == 0:
+    sys.exit("demo: no traffic went through the echo server")
+if not f["balanced"]:
+    sys.exit("demo: the frame accounting does not balance")
 EOF
 echo "demo: done; removing namespace $NETNS_NAME"

@@ -36,6 +36,8 @@ pub struct BenchConfig {
     pub runs: usize,
     /// Phases per server: `None` = max, else a fixed rate (pps).
     pub phases: Vec<Option<u64>>,
+    /// The proxies' phases (they forward less than an echo answers).
+    pub proxy_phases: Vec<Option<u64>>,
     /// Flows (distinct source ports).
     pub flows: u16,
     /// Server UDP port.
@@ -284,10 +286,23 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
             }
             // The turnaround spins: its cost at a fixed rate means nothing.
             let alone = cfg.servers.len() == 1;
-            let rates = cfg
-                .phases
-                .iter()
-                .copied()
+            // The reflector is the floor of both the echo servers and the
+            // proxies: it runs every rate either uses.
+            let with_proxies = kind == Kind::Reflector && cfg.servers.iter().any(|k| k.is_proxy());
+            let mut phases = if kind.is_proxy() {
+                cfg.proxy_phases.clone()
+            } else {
+                cfg.phases.clone()
+            };
+            if with_proxies {
+                for p in &cfg.proxy_phases {
+                    if !phases.contains(p) {
+                        phases.push(*p);
+                    }
+                }
+            }
+            let rates = phases
+                .into_iter()
                 .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
             for rate in rates {
                 let name = phase_name(rate);

@@ -146,6 +146,10 @@ struct RunArgs {
     /// Fixed rates for the cost phases (the first is the latency rate).
     #[arg(long, value_delimiter = ',', default_value = "50k,200k", value_parser = parse_pps)]
     rates: Vec<u64>,
+    /// Fixed rates for the proxies (below what one CPU forwards; the first
+    /// is their latency rate).
+    #[arg(long, value_delimiter = ',', default_value = "10k,20k", value_parser = parse_pps)]
+    proxy_rates: Vec<u64>,
     /// CI smoke: 1 run, 1 s windows; fails unless every number is found.
     #[arg(long)]
     quick: bool,
@@ -378,6 +382,7 @@ fn config(
     Ok(BenchConfig {
         servers,
         runs: runs.max(1),
+        proxy_phases: phases.clone(),
         phases,
         flows: c.flows,
         port: c.port,
@@ -421,6 +426,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "servers": cfg.servers.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "runs": cfg.runs,
         "phases": cfg.phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
+        "proxy_phases": cfg.proxy_phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
         "flows": cfg.flows,
         "port": cfg.port,
         "generator_cpu": cfg.gen_cpu,
@@ -448,9 +454,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         c.drain_ms = c.drain_ms.min(200);
         runs = 1;
     }
-    let mut phases = vec![None];
-    phases.extend(a.rates.iter().map(|&r| Some(r)));
-    let cfg = config(&c, a.servers.clone(), runs, phases)?;
+    let with_max = |rates: &[u64]| {
+        std::iter::once(None)
+            .chain(rates.iter().map(|&r| Some(r)))
+            .collect::<Vec<_>>()
+    };
+    let mut cfg = config(&c, a.servers.clone(), runs, with_max(&a.rates))?;
+    cfg.proxy_phases = with_max(&a.proxy_rates);
     let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
     let _lock = measurement_lock()?;
     let before = bench::machine_load();
@@ -458,10 +468,26 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let outcome = bench::run(&cfg, stop)?;
     let after = bench::machine_load();
     println!("steer-bench: machine after the run: {after}");
-    let sums = report::summarize(&cfg.servers, &outcome.runs, &a.rates);
+    let (proxy_kinds, echo_kinds): (Vec<Kind>, Vec<Kind>) =
+        cfg.servers.iter().partition(|k| k.is_proxy());
+    let sums = report::summarize(&echo_kinds, &outcome.runs, &a.rates);
     let k = report::kernel_best(&sums, &a.rates);
     let r = report::ratios(&sums, &k, &a.rates);
-    print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
+    // The proxies' own cost subtracts the reflector's at their rates.
+    let mut floor_and_proxies = echo_kinds
+        .iter()
+        .copied()
+        .filter(|&k| k == Kind::Reflector)
+        .collect::<Vec<_>>();
+    floor_and_proxies.extend(&proxy_kinds);
+    let proxies = report::summarize(&floor_and_proxies, &outcome.runs, &a.proxy_rates);
+    let pr = report::proxy_ratios(&proxies, &a.proxy_rates);
+    if !echo_kinds.is_empty() {
+        print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
+    }
+    if !proxy_kinds.is_empty() {
+        print!("{}", report::proxy_table(&proxies, &pr, &a.proxy_rates));
+    }
     if let Some(refl) = sums.iter().find(|s| s.server == "reflector") {
         println!(
             "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
@@ -479,7 +505,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .map(|d| format!("; its receive path (NAPI threads): {d}"))
             .unwrap_or_default()
     );
-    for s in &sums {
+    for s in sums
+        .iter()
+        .chain(proxies.iter().filter(|s| s.server != "reflector"))
+    {
         println!("  {:<12} {}", s.server, s.ran_on);
     }
     if let Some(path) = &c.json {
@@ -489,6 +518,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             &sums,
             &k,
             &r,
+            &proxies,
+            &pr,
             &outcome.runs,
         );
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
@@ -498,7 +529,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if c.keep_logs.is_none() {
         let _ = std::fs::remove_dir_all(&cfg.log_dir);
     }
-    let missing = report::missing(&sums);
+    let mut missing = report::missing(&sums);
+    missing.extend(report::missing(&proxies));
     if !missing.is_empty() {
         eprintln!("steer-bench: numbers not found: {}", missing.join(", "));
         return Ok(ExitCode::from(2));

@@ -342,13 +342,101 @@ pub struct Ratios {
     /// rate, and at capacity minus the reflector's at max): without the
     /// generator's own per-wake-up cost, which is not steer's.
     pub wakeup_tax_own: Option<f64>,
-    /// Per rate: steer-proxy whole-machine cost per forwarded datagram /
-    /// kernel-proxy's (the same forwarder on plain tokio).
-    pub proxy_cost: Vec<(u64, Option<f64>)>,
-    /// steer-proxy capacity / kernel-proxy capacity.
-    pub proxy_capacity: Option<f64>,
-    /// steer-proxy p99 / kernel-proxy p99 at the latency rate.
-    pub proxy_p99: Option<f64>,
+}
+
+/// steer's proxy over the same forwarder on plain tokio (`steer-proxy`
+/// over `kernel-proxy`), at the proxies' own rates.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProxyRatios {
+    /// Capacity (datagrams forwarded and answered per second at max).
+    pub capacity: Option<f64>,
+    /// Per rate: whole-machine CPU per forwarded datagram.
+    pub cost: Vec<(u64, Option<f64>)>,
+    /// Per rate: own CPU per forwarded datagram (minus the reflector's).
+    pub own_cost: Vec<(u64, Option<f64>)>,
+    /// p99 at the first proxy rate.
+    pub p99: Option<f64>,
+}
+
+/// The proxy ratios from the proxies' summaries.
+pub fn proxy_ratios(sums: &[Summary], rates: &[u64]) -> ProxyRatios {
+    let get = |n: &str| sums.iter().find(|s| s.server == n);
+    let (s, k) = (get("steer-proxy"), get("kernel-proxy"));
+    ProxyRatios {
+        capacity: ratio(s.and_then(|s| s.capacity), k.and_then(|k| k.capacity)),
+        cost: (0..rates.len())
+            .map(|i| {
+                let cost = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.1);
+                (rates[i], ratio(cost(s), cost(k)))
+            })
+            .collect(),
+        own_cost: (0..rates.len())
+            .map(|i| {
+                let own = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.2);
+                (rates[i], ratio(own(s), own(k)))
+            })
+            .collect(),
+        p99: ratio(s.and_then(|s| s.p99_us), k.and_then(|k| k.p99_us)),
+    }
+}
+
+/// The proxies' table: capacity, whole-machine CPU per forwarded datagram
+/// at each proxy rate, latency at the first, and steer over plain tokio.
+pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
+    let mut t = String::new();
+    let lat = rates.first().copied().unwrap_or(0);
+    let _ = writeln!(
+        t,
+        "\nproxies (a reply = a datagram forwarded to a kernel echo on loopback and back; the echo on the server CPUs too); cost = whole-machine busy CPU per reply, own = minus the reflector's; latency at {lat}/s"
+    );
+    let mut head = format!("{:<12} {:>11} {:>11}", "proxy", "capacity/s", "offered/s");
+    for rate in rates {
+        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
+    }
+    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
+    let _ = writeln!(t, "{head}");
+    for s in sums {
+        let mut row = format!(
+            "{:<12} {:>11} {:>11}",
+            s.server,
+            f0(s.capacity),
+            f0(s.offered_at_max)
+        );
+        for i in 0..rates.len() {
+            let c = s.cost.get(i);
+            let _ = write!(
+                row,
+                " {:>10} {:>8}",
+                f2(c.and_then(|c| c.1)),
+                f2(c.and_then(|c| c.2))
+            );
+        }
+        let _ = write!(
+            row,
+            " {:>8} {:>8} {:>8}",
+            f1(s.p50_us),
+            f1(s.p99_us),
+            f1(s.p999_us)
+        );
+        let _ = writeln!(t, "{row}");
+    }
+    let mut row = format!("{:<12} {:>11} {:>11}", "steer/tokio", f2(r.capacity), "");
+    for i in 0..rates.len() {
+        let _ = write!(
+            row,
+            " {:>10} {:>8}",
+            f2(r.cost.get(i).and_then(|x| x.1)),
+            f2(r.own_cost.get(i).and_then(|x| x.1))
+        );
+    }
+    let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
+    let _ = writeln!(t, "{row}");
+    for s in sums {
+        for f in &s.flags {
+            let _ = writeln!(t, "! {}: {f}", s.server);
+        }
+    }
+    t
 }
 
 /// Computes the ratios.
@@ -399,22 +487,6 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
                 (Some(a), Some(b)) => Some(a - b),
                 _ => None,
             },
-        ),
-        proxy_cost: rates
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| {
-                let cost = |n: &str| get(n).and_then(|s| s.cost.get(i)).and_then(|c| c.1);
-                (r, ratio(cost("steer-proxy"), cost("kernel-proxy")))
-            })
-            .collect(),
-        proxy_capacity: ratio(
-            get("steer-proxy").and_then(|s| s.capacity),
-            get("kernel-proxy").and_then(|s| s.capacity),
-        ),
-        proxy_p99: ratio(
-            get("steer-proxy").and_then(|s| s.p99_us),
-            get("kernel-proxy").and_then(|s| s.p99_us),
         ),
     }
 }
@@ -494,32 +566,6 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
     }
     let _ = write!(rrow, " {:>8} {:>8}", "", f2(r.p99));
     let _ = writeln!(t, "{rrow}");
-    let proxies = ["steer-proxy", "kernel-proxy"];
-    if proxies.iter().all(|p| sums.iter().any(|s| s.server == *p)) {
-        let mut prow = format!(
-            "{:<12} {:>11} {:>11} {:>9}",
-            "proxy s/k",
-            f2(r.proxy_capacity),
-            "",
-            ""
-        );
-        for i in 0..rates.len() {
-            let _ = write!(
-                prow,
-                " {:>10} {:>8}",
-                f2(r.proxy_cost.get(i).and_then(|x| x.1)),
-                ""
-            );
-        }
-        let _ = write!(prow, " {:>8} {:>8}", "", f2(r.proxy_p99));
-        let _ = writeln!(t, "{prow}");
-    }
-    if sums.iter().any(|s| s.server.ends_with("-proxy")) {
-        let _ = writeln!(
-            t,
-            "proxies: a reply is a datagram forwarded to the loopback echo and back; proxy s/k = steer-proxy over kernel-proxy (the same forwarder on plain tokio)"
-        );
-    }
     let _ = writeln!(
         t,
         "kernel figures from: capacity {}, peak {}, own cost {}, p99 {}",
@@ -584,33 +630,37 @@ pub fn missing(sums: &[Summary]) -> Vec<String> {
 }
 
 /// The JSON document.
+#[allow(clippy::too_many_arguments)]
 pub fn json(
     config: Value,
     machine: Value,
     sums: &[Summary],
     k: &KernelBest,
     r: &Ratios,
+    proxies: &[Summary],
+    pr: &ProxyRatios,
     runs: &[ServerRun],
 ) -> Value {
     let named = |x: &Option<(f64, String)>| {
         x.as_ref()
             .map_or(Value::Null, |(v, s)| json!({"value": v, "server": s}))
     };
-    let summary: Vec<Value> = sums
-        .iter()
-        .map(|s| {
-            json!({
-                "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
-                "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
-                "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
-                "cost": s.cost.iter().map(|(rate, us, own)| json!({
-                    "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
-                })).collect::<Vec<_>>(),
-                "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
-                "flags": s.flags, "ran_on": s.ran_on,
+    let summarize = |sums: &[Summary]| -> Vec<Value> {
+        sums.iter()
+            .map(|s| {
+                json!({
+                    "server": s.server, "runs": s.runs, "runs_ok": s.runs_ok,
+                    "capacity_pps": s.capacity, "offered_at_max_pps": s.offered_at_max,
+                    "peak_pps": s.peak, "us_per_reply_at_max": s.cpu_us_at_max,
+                    "cost": s.cost.iter().map(|(rate, us, own)| json!({
+                        "rate_pps": rate, "us_per_reply": us, "own_us_per_reply": own,
+                    })).collect::<Vec<_>>(),
+                    "latency_us": {"p50": s.p50_us, "p99": s.p99_us, "p99_9": s.p999_us},
+                    "flags": s.flags, "ran_on": s.ran_on,
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
     let per_rate = |v: &[(u64, Option<f64>)]| {
         v.iter()
             .map(|(rate, x)| json!({"rate_pps": rate, "ratio": x}))
@@ -621,7 +671,7 @@ pub fn json(
         "format": 1,
         "config": config,
         "machine": machine,
-        "summary": summary,
+        "summary": summarize(sums),
         "kernel_best": {
             "capacity_pps": named(&k.capacity),
             "peak_pps": named(&k.peak),
@@ -637,10 +687,12 @@ pub fn json(
         "steer_capacity_over_afxdp": r.capacity_vs_afxdp,
         "steer_wakeup_tax": r.wakeup_tax,
         "steer_wakeup_tax_own": r.wakeup_tax_own,
-        "ratios_steer_proxy_over_kernel_proxy": {
-            "capacity": r.proxy_capacity,
-            "us_per_reply": per_rate(&r.proxy_cost),
-            "p99": r.proxy_p99,
+        "proxies": {
+            "summary": summarize(proxies),
+            "ratios_steer_over_tokio": {
+                "capacity": pr.capacity, "us_per_reply": per_rate(&pr.cost),
+                "own_us_per_reply": per_rate(&pr.own_cost), "p99": pr.p99,
+            },
         },
         "runs": runs,
     })
@@ -780,7 +832,16 @@ mod tests {
         // Own: (12 - 5) at 50k over (4 - 2) at max.
         assert!((r.wakeup_tax_own.unwrap() - 7.0 / 2.0).abs() < 1e-9);
         assert!(missing(&sums).is_empty(), "{:?}", missing(&sums));
-        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        let j = json(
+            json!({}),
+            json!({}),
+            &sums,
+            &k,
+            &r,
+            &[],
+            &ProxyRatios::default(),
+            &runs,
+        );
         assert_eq!(j["summary"][1]["cost"][0]["own_us_per_reply"], json!(7.0));
         assert_eq!(
             j["kernel_best"]["own_us_per_reply"][0]["server"],
@@ -803,6 +864,14 @@ mod tests {
         let runs = vec![
             run(
                 1,
+                Kind::Reflector,
+                vec![
+                    ("max", phase(None, 6e5, 6e5, 2.0, 50.0)),
+                    ("50000", phase(Some(5e4), 5e4, 5e4, 3.0, 20.0)),
+                ],
+            ),
+            run(
+                1,
                 Kind::SteerProxy,
                 vec![
                     ("max", phase(None, 3e5, 2e5, 6.0, 900.0)),
@@ -818,21 +887,34 @@ mod tests {
                 ],
             ),
         ];
-        let sums = summarize(&[Kind::SteerProxy, Kind::KernelProxy], &runs, &rates);
-        let k = kernel_best(&sums, &rates);
-        let r = ratios(&sums, &k, &rates);
-        assert!((r.proxy_cost[0].1.unwrap() - 9.0 / 12.0).abs() < 1e-9);
-        assert!((r.proxy_capacity.unwrap() - 2.0).abs() < 1e-9);
-        assert!((r.proxy_p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
-        // The kernel proxy is not one of the kernel's echo servers.
-        assert!(k.capacity.is_none());
-        let t = table(&sums, &k, &r, &rates, 1);
-        assert!(t.contains("proxy s/k") && t.contains("0.75"), "{t}");
-        let j = json(json!({}), json!({}), &sums, &k, &r, &runs);
+        let sums = summarize(
+            &[Kind::Reflector, Kind::SteerProxy, Kind::KernelProxy],
+            &runs,
+            &rates,
+        );
+        let r = proxy_ratios(&sums, &rates);
+        assert!((r.cost[0].1.unwrap() - 9.0 / 12.0).abs() < 1e-9);
+        assert!((r.own_cost[0].1.unwrap() - 6.0 / 9.0).abs() < 1e-9);
+        assert!((r.capacity.unwrap() - 2.0).abs() < 1e-9);
+        assert!((r.p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
+        let t = proxy_table(&sums, &r, &rates);
+        assert!(t.contains("steer/tokio") && t.contains("0.75"), "{t}");
+        let k = kernel_best(&[], &[]);
+        let j = json(
+            json!({}),
+            json!({}),
+            &[],
+            &k,
+            &ratios(&[], &k, &[]),
+            &sums,
+            &r,
+            &runs,
+        );
         assert_eq!(
-            j["ratios_steer_proxy_over_kernel_proxy"]["us_per_reply"][0]["ratio"],
+            j["proxies"]["ratios_steer_over_tokio"]["us_per_reply"][0]["ratio"],
             json!(0.75)
         );
+        assert_eq!(j["proxies"]["summary"][2]["server"], json!("kernel-proxy"));
     }
 
     #[test]

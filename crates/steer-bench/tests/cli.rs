@@ -110,10 +110,14 @@ fn reflector_answers_every_request_in_order() {
         flows.iter().all(|f| f["sent"].as_u64().unwrap() > 0),
         "every flow sends"
     );
+    // Paced: never above the asked rate; below it only on a machine too
+    // busy to hold it, and then the phase line says so (never a silent
+    // number). The rate itself is a benchmark's business, not a test's.
     let offered = phase["offered_pps"].as_f64().unwrap();
+    assert!(offered <= 21_000.0, "offered {offered} for 20k");
     assert!(
-        (15_000.0..=21_000.0).contains(&offered),
-        "offered {offered}"
+        offered >= 19_000.0 || out.contains("RATE NOT HELD"),
+        "offered {offered} of 20k, not flagged:\n{out}"
     );
     let p99 = phase["latency"]["p99_us"].as_f64().unwrap();
     assert!(p99 > 0.0 && p99 < 1e6, "p99 {p99}");

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuSet;
+use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
 use steer_engine::observe::DEFAULT_RUN_DIR;
@@ -64,6 +65,15 @@ pub enum Bind {
     Zerocopy,
 }
 
+/// The flow hash the dispatchers steer by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HashKind {
+    /// foldhash with a random per-process seed.
+    Keyed,
+    /// The NIC's RSS (Toeplitz) hash, with the key of `--rss-key`.
+    Toeplitz,
+}
+
 /// The engine's settings on the command line.
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
@@ -89,6 +99,11 @@ pub struct EngineArgs {
     /// off overloaded workers by measured busy time, never reordering.
     #[arg(long, value_enum, default_value = "off")]
     pub balance: OnOff,
+    /// Drop an elephant flow's excess when a worker's ring is over half full
+    /// (the kernel's flow_limit), with a table of BUCKETS flow counters per
+    /// CPU (a power of two; the kernel uses 4096).
+    #[arg(long, value_name = "BUCKETS")]
+    pub flow_limit: Option<usize>,
     /// Busy-poll instead of sleeping when idle.
     #[arg(long)]
     pub busy_poll: bool,
@@ -125,6 +140,24 @@ pub struct EngineArgs {
     /// the kernel grants 100 or more); 0 keeps the kernel's default.
     #[arg(long, default_value_t = 100)]
     pub worker_slice_us: u64,
+    /// The flow hash: `keyed` (foldhash, random seed) or `toeplitz` (what a
+    /// NIC's RSS computes, so steer spreads flows as the NIC does).
+    #[arg(long, value_enum, default_value = "keyed")]
+    pub hash: HashKind,
+    /// Hash both directions of a flow alike (the canonical 5-tuple).
+    #[arg(long)]
+    pub symmetric_hash: bool,
+    /// The Toeplitz key (with `--hash toeplitz`): `ms` (the usual NIC
+    /// default), `symmetric` (0x6d5a repeated: both directions alike on
+    /// the NIC too), or the key's bytes in hex as `ethtool -x` prints them
+    /// (`6d:5a:56:...`, at least 40 bytes).
+    #[arg(long, value_name = "KEY")]
+    pub rss_key: Option<String>,
+    /// Steer by the NIC's receive (RSS) hash instead of hashing each
+    /// packet (packets whose hash covers the 5-tuple); needs a driver with
+    /// the XDP rx-hash kfunc (Linux >= 6.3) and native XDP mode.
+    #[arg(long)]
+    pub rx_hash: bool,
     /// Record a trace `steer replay` reads (packet arrivals, consumption,
     /// the machine and these settings) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -156,6 +189,7 @@ impl EngineArgs {
                 (self.worker_slice_us > 0).then(|| Duration::from_micros(self.worker_slice_us)),
             )
             .ring_capacity(self.ring_size)
+            .use_rx_hash(self.rx_hash)
             .frames(self.frames, self.xsk_ring_size)
             .xdp_mode(match self.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,
@@ -167,6 +201,9 @@ impl EngineArgs {
                 Bind::Copy => BindMode::Copy,
                 Bind::Zerocopy => BindMode::ZeroCopy,
             });
+        if let Some(buckets) = self.flow_limit {
+            builder = builder.flow_limit(buckets);
+        }
         if let Some(cpus) = &self.cpus {
             builder = builder.cpus(*cpus);
         }
@@ -176,6 +213,7 @@ impl EngineArgs {
         if let Some(spec) = &self.topology {
             builder = builder.topology(Topology::synthetic(spec)?);
         }
+        builder = builder.hasher(self.hasher()?);
         if let Some(path) = &self.record_trace {
             builder = builder.record_trace(path, self.record_trace_max);
         }
@@ -192,6 +230,53 @@ impl EngineArgs {
         }
         Ok(builder)
     }
+}
+
+impl EngineArgs {
+    /// The hasher `--hash`, `--symmetric-hash` and `--rss-key` name.
+    pub fn hasher(&self) -> anyhow::Result<AnyHasher> {
+        Ok(match self.hash {
+            HashKind::Keyed => {
+                if self.rss_key.is_some() {
+                    anyhow::bail!("--rss-key is the Toeplitz key: add --hash toeplitz");
+                }
+                KeyedHasher::random().symmetric(self.symmetric_hash).into()
+            }
+            HashKind::Toeplitz => {
+                let key = match self.rss_key.as_deref() {
+                    None | Some("ms") => MS_RSS_KEY.to_vec(),
+                    Some("symmetric") => SYMMETRIC_RSS_KEY.to_vec(),
+                    Some(hex) => parse_hex_key(hex)?,
+                };
+                ToeplitzHasher::new(&key)
+                    .map_err(|e| anyhow::anyhow!("--rss-key: {e}"))?
+                    .symmetric(self.symmetric_hash)
+                    .into()
+            }
+        })
+    }
+}
+
+/// Key bytes written in hex, with or without `:`, `-` or space between
+/// them (`6d:5a:56:da` as `ethtool -x` prints, or `6d5a56da`).
+fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
+    let digits: String = text
+        .chars()
+        .filter(|c| !matches!(c, ':' | '-' | ' '))
+        .collect();
+    let bad = || {
+        anyhow::anyhow!(
+            "--rss-key {text:?}: not hex bytes (give `ms`, `symmetric`, or the key as \
+             `ethtool -x` prints it, e.g. 6d:5a:56:...)"
+        )
+    };
+    if digits.is_empty() || digits.len() % 2 != 0 {
+        return Err(bad());
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
 }
 
 /// Says where to watch a running engine: its stats socket and metrics.
@@ -261,12 +346,65 @@ mod tests {
             "0,1",
             "--balance",
             "on",
+            "--flow-limit",
+            "4096",
         ]);
         assert!(p.engine.balance.is_on());
         assert_eq!(p.engine.cpus, Some("1".parse().unwrap()));
         assert_eq!(p.engine.policy, Policy::Always);
         assert!(!p.engine.fast_path.is_on());
         assert_eq!(p.engine.queues, Some(vec![0, 1]));
+        assert_eq!(p.engine.flow_limit, Some(4096));
+    }
+
+    #[test]
+    fn the_hash_flags_pick_the_hasher_and_bad_keys_are_one_line_errors() {
+        use steer_core::flow::{flow_key, FlowHasher};
+        use steer_core::packet::build::FrameBuilder;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x", "-i", "eth1"];
+            argv.extend_from_slice(extra);
+            Probe::parse_from(argv).engine.hasher()
+        };
+        let frame = FrameBuilder::udp(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            4000,
+            53,
+        )
+        .build();
+        let key = flow_key(&frame).unwrap().unwrap();
+        assert_eq!(parse(&[]).unwrap().name(), "keyed");
+        let sym = parse(&["--symmetric-hash"]).unwrap();
+        assert!(sym.is_symmetric());
+        assert_eq!(sym.hash(&key), sym.hash(&key.reversed()));
+        let ms = parse(&["--hash", "toeplitz"]).unwrap();
+        assert_eq!(ms.hash(&key), ToeplitzHasher::default().hash(&key));
+        let hex: Vec<String> = SYMMETRIC_RSS_KEY
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let given = parse(&["--hash", "toeplitz", "--rss-key", &hex.join(":")]).unwrap();
+        let named = parse(&["--hash", "toeplitz", "--rss-key", "symmetric"]).unwrap();
+        assert_eq!(given.hash(&key), named.hash(&key));
+        assert_eq!(named.hash(&key), named.hash(&key.reversed()));
+        assert_ne!(named.hash(&key), ms.hash(&key));
+        let short = parse(&["--hash", "toeplitz", "--rss-key", &hex[..20].join(":")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            short, "--rss-key: Toeplitz key of 20 bytes, at least 40 needed",
+            "{short}"
+        );
+        for bad in ["zz", "6d5", ""] {
+            let e = parse(&["--hash", "toeplitz", "--rss-key", bad]).unwrap_err();
+            assert!(
+                !e.to_string().contains('\n') && e.to_string().contains("hex"),
+                "{e}"
+            );
+        }
+        let e = parse(&["--rss-key", "ms"]).unwrap_err();
+        assert!(e.to_string().contains("--hash toeplitz"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod accounting;
 pub mod config;
 /// Typed errors.
 pub mod error;
+/// What a device's driver offers XDP programs (features, receive metadata).
+pub mod nic;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
 /// Any caller-supplied XDP object: attach, maps by name, AF_XDP sockets in its XSKMAP.

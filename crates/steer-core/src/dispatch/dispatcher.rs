@@ -152,6 +152,13 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         }
     }
 
+    /// Uses `limit` (cloned per target CPU, history cleared) as the flow
+    /// limit's table when it is on (default: [`FlowLimit::default`]).
+    pub fn set_flow_limit(&mut self, limit: &FlowLimit) {
+        let nr = self.flow_limits.len();
+        self.flow_limits = vec![limit.clone(); nr];
+    }
+
     /// Sets the bell to ring after queuing packets for `cpu`.
     pub fn set_doorbell(&mut self, cpu: CpuId, bell: Arc<Doorbell>) {
         if let Some(slot) = self.doorbells.get_mut(cpu) {
@@ -258,11 +265,15 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         P: FramePool<D>,
         F: Handler<D, P> + ?Sized,
     {
+        let mut desc = desc;
         let info = match self
             .classifier
             .classify(pool.frame(&desc), pool.rx_hash(&desc))
         {
-            Ok(Some(info)) if info.hash != 0 => info,
+            Ok(Some(info)) if info.hash != 0 => {
+                pool.tag_flow(&mut desc, info.hash);
+                info
+            }
             Ok(_) => {
                 // No flow: nothing to keep in order, process here.
                 self.local.no_flow += 1;
@@ -370,7 +381,10 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     /// Plain RPS: the flow hash scaled over the configured CPUs that still
     /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
     /// no RPS CPU configured or left, the flow stays on this dispatcher's
-    /// CPU (the kernel's empty `rps_cpus`: RSS only).
+    /// CPU (the kernel's empty `rps_cpus`: RSS only); when that CPU is
+    /// offline or its worker gone, the flow is spread by hash over every
+    /// CPU that still has a worker (the kernel moves the queue's interrupt
+    /// off an offline CPU; here its flows move instead).
     #[inline]
     fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
         let n = self.rps_cpus.len();
@@ -383,7 +397,19 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 return spread;
             }
         }
-        Some(self.own_cpu).filter(|&c| self.is_usable(c))
+        Some(self.own_cpu)
+            .filter(|&c| self.is_usable(c))
+            .or_else(|| self.any_usable_cpu(hash))
+    }
+
+    /// A CPU with a live worker, chosen by `hash` (out of line: only when
+    /// this dispatcher's own CPU is unusable).
+    #[cold]
+    #[inline(never)]
+    fn any_usable_cpu(&self, hash: u32) -> Option<CpuId> {
+        let usable = || (0..self.producers.len()).filter(|&c| self.is_usable(c));
+        let n = usable().count();
+        usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
     }
 
     #[inline]

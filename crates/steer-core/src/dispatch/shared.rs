@@ -34,6 +34,12 @@ pub struct DispatchSwitches {
     /// runtime); a dispatcher that sees it change takes back whatever was
     /// left in rings without a consumer.
     pub worker_exits: AtomicU64,
+    /// Times CPUs went offline or came back online (bumped by whoever
+    /// watches the machine, after updating the layout); a worker that sees
+    /// it change prepares its thread again ([`Setup::prepare_thread`](crate::runtime::Setup::prepare_thread):
+    /// pinning), since the kernel moved it off its CPU while the CPU was
+    /// offline.
+    pub layout_epoch: AtomicU64,
 }
 
 impl Default for DispatchSwitches {
@@ -42,6 +48,7 @@ impl Default for DispatchSwitches {
             fast_path: AtomicBool::new(true),
             flow_limit: AtomicBool::new(false),
             worker_exits: AtomicU64::new(0),
+            layout_epoch: AtomicU64::new(0),
         }
     }
 }

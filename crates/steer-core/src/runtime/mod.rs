@@ -16,8 +16,10 @@
 //!    head, once per ring per round: a head passes a packet only after the
 //!    handler returned *and* its reply left, which is what `last_qtail`
 //!    compares against;
-//! 4. when idle: maintenance (flow-table expiry, never per packet), then,
-//!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
+//! 4. once per tick (a millisecond at most): maintenance, flow-table
+//!    expiry over a few buckets (more when idle), never per packet;
+//! 5. when idle, unless busy-polling: spins a little and sleeps on its
+//!    [`Doorbell`].
 //!
 //! Each worker reads the clock once per round and adds the length of the
 //! rounds that did work to its CPU's `busy_ns` counter. A balancer thread
@@ -62,7 +64,7 @@ pub use source::{RxSource, Setup};
 
 use crate::balance::BalanceConfig;
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::Shared;
+use crate::dispatch::{FlowLimit, Shared};
 use crate::policy::Policy;
 use crate::ring::{self, Producer};
 use crate::stats::StatsSnapshot;
@@ -93,8 +95,13 @@ pub struct RuntimeConfig {
     /// [`RuntimeConfig::shared`]).
     pub fast_path: bool,
     /// Start with the per-CPU flow limit on (read by
-    /// [`RuntimeConfig::shared`]).
+    /// [`RuntimeConfig::shared`]; switchable at run time).
     pub flow_limit: bool,
+    /// Buckets of each flow-limit table (the kernel's
+    /// `flow_limit_table_len`): a power of two, at most
+    /// [`FlowLimit::MAX_BUCKETS`].
+    #[doc(alias = "flow_limit_table_len")]
+    pub flow_limit_buckets: usize,
     /// Never sleep: poll rings and sources continuously.
     pub busy_poll: bool,
     /// Max packets per poll and per ring drain per round (the NAPI budget).
@@ -126,6 +133,7 @@ impl Default for RuntimeConfig {
             rps: RpsMode::Spread,
             fast_path: true,
             flow_limit: false,
+            flow_limit_buckets: crate::dispatch::flow_limit::DEFAULT_BUCKETS,
             busy_poll: false,
             batch: 64,
             idle_spins: 64,
@@ -182,6 +190,9 @@ pub enum RuntimeError {
     Table(TableError),
     /// The ring capacity is not a power of two.
     BadRingCapacity(usize),
+    /// The flow-limit table length is not a power of two from 1 to
+    /// [`FlowLimit::MAX_BUCKETS`].
+    BadFlowLimit(usize),
     /// No rx source was given.
     NoSources,
     /// A thread could not be started (the system's error).
@@ -208,6 +219,12 @@ impl std::fmt::Display for RuntimeError {
             ),
             Self::Table(e) => write!(f, "{e}"),
             Self::BadRingCapacity(n) => write!(f, "ring capacity {n} must be a power of two"),
+            Self::BadFlowLimit(n) => write!(
+                f,
+                "flow limit table of {n} buckets: give a power of two from 1 to {} \
+                 (the kernel's default is 4096)",
+                FlowLimit::MAX_BUCKETS
+            ),
             Self::NoSources => f.write_str("a runtime needs at least one rx source"),
             Self::Thread(e) => write!(f, "could not start a runtime thread: {e}"),
             Self::SharedMismatch {
@@ -354,6 +371,9 @@ where
         }
         if !cfg.ring_capacity.is_power_of_two() {
             return Err(RuntimeError::BadRingCapacity(cfg.ring_capacity));
+        }
+        if FlowLimit::new(cfg.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(cfg.flow_limit_buckets));
         }
         let nr = layout.nr_cpus();
         let (desired, stats) = (shared.desired.codec().nr_cpus(), shared.stats.nr_cpus());

@@ -9,7 +9,8 @@
 //!   heads past the packets drained (so a ring's head never passes a packet
 //!   whose reply is still staged: see [`Worker::flush`]); count the rounds
 //!   that did work as busy time (one clock read per round); tick the flow
-//!   tables' clock and expire idle flows when idle, sleep on its doorbell.
+//!   tables' clock and expire idle flows once per tick (a small budget
+//!   under load, a larger one when idle), sleep on its doorbell.
 //! - Adoption: rx queues left by a worker that died are taken over by
 //!   whichever survivor sees them first.
 //! - Finish (stop requested): drain until every running worker has stopped
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
-use crate::dispatch::{Dispatcher, FramePool, Handler};
+use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
 use crate::hook::SteerHook;
 use crate::ring::{Consumer, Producer};
 use crate::stats::LocalStats;
@@ -120,6 +121,10 @@ where
                         d.set_doorbell(c, b.clone());
                     }
                 }
+                // Validated in `Runtime::start`.
+                if let Some(limit) = FlowLimit::new(common.cfg.flow_limit_buckets) {
+                    d.set_flow_limit(&limit);
+                }
                 RxPart {
                     dispatcher: d,
                     source,
@@ -137,6 +142,14 @@ fn unreachable_table() -> ! {
 
 /// Worker rounds between two moves of the flow tables' tick.
 const TICK_EVERY: u32 = 64;
+
+/// Rx-table buckets swept per tick (at most once a millisecond) while the
+/// worker is busy: 8 000 a second, a whole 4096-bucket table in half a
+/// second, a few hundred nanoseconds a millisecond.
+const SWEEP_BUDGET_BUSY: usize = 8;
+
+/// Rx-table buckets swept per tick while the worker is idle.
+const SWEEP_BUDGET_IDLE: usize = 64;
 
 /// How long a stopping worker waits for the others to stop polling.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -167,6 +180,8 @@ struct Worker<D, St: Setup<D>> {
     dispatching: Option<usize>,
     local: LocalStats,
     start: Instant,
+    /// `DispatchSwitches::layout_epoch` as last seen.
+    layout_epoch: u64,
 }
 
 impl<D, St> Worker<D, St>
@@ -197,6 +212,10 @@ where
             dispatching: None,
             local: LocalStats::default(),
             start: Instant::now(),
+            // Not the current epoch: a change between this thread's
+            // preparation and now must not go unseen (preparing again is
+            // harmless).
+            layout_epoch: 0,
         }
     }
 
@@ -267,13 +286,20 @@ where
                 let now = now.saturating_duration_since(self.start).as_millis() as Tick;
                 if now != last_tick {
                     last_tick = now;
+                    // Maintenance off the hot path, once per tick: a small
+                    // slice of each table under load (so idle flows and
+                    // their hook state expire under sustained traffic
+                    // too), a larger one when idle.
+                    let budget = if work == 0 {
+                        SWEEP_BUDGET_IDLE
+                    } else {
+                        SWEEP_BUDGET_BUSY
+                    };
                     for part in &mut self.rx {
                         part.dispatcher.set_tick(now);
-                        // Maintenance off the hot path: only when idle.
-                        if work == 0 {
-                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
-                        }
+                        part.dispatcher.sweep(self.common.cfg.flow_idle_ms, budget);
                     }
+                    self.follow_hotplug();
                 }
             }
             // Counters change only with work or on a tick (sweeps): idle
@@ -303,6 +329,24 @@ where
                 mark = Instant::now();
             } else {
                 std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// CPUs went offline or came back (`layout_epoch` moved): the kernel
+    /// moved this thread off its CPU while that was offline, so once it is
+    /// online again the thread is prepared (pinned) again.
+    fn follow_hotplug(&mut self) {
+        let epoch = self
+            .common
+            .shared
+            .switches
+            .layout_epoch
+            .load(Ordering::Relaxed);
+        if epoch != self.layout_epoch {
+            self.layout_epoch = epoch;
+            if self.common.shared.layout.is_online(self.cpu) {
+                self.common.setup.prepare_thread(self.cpu);
             }
         }
     }

@@ -530,7 +530,13 @@ impl<H: SteerHook> Sim<H> {
                 return spread;
             }
         }
-        Some(own).filter(|&c| self.usable(c))
+        Some(own).filter(|&c| self.usable(c)).or_else(|| {
+            // Own CPU offline: any CPU with a worker, by hash
+            // (`Dispatcher::any_usable_cpu`).
+            let usable = || (0..self.layout.nr_cpus()).filter(|&c| self.usable(c));
+            let n = usable().count();
+            usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
+        })
     }
 
     fn packet(&mut self, hash: u32, rxq: u32) -> Result<(), SimError> {

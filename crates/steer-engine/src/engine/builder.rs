@@ -10,20 +10,24 @@ use std::time::{Duration, Instant};
 
 use steer_core::balance::BalanceConfig;
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
-use steer_core::flow::KeyedHasher;
+use steer_core::flow::AnyHasher;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
+use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
-use tracing::info;
+use tracing::{info, warn};
 use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::hotplug::HotplugWatcher;
+use super::nic_check;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
 use super::steering::FlowSteering;
-use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
-use crate::frames::{SharedSocket, SparePool, TxResources, UmemPool, XskSource};
+use super::{
+    Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
+};
+use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
@@ -43,12 +47,14 @@ pub struct EngineBuilder {
     topology: Option<Topology>,
     pin: bool,
     use_rx_hash: bool,
+    hasher: AnyHasher,
     app: Option<AppBuilder>,
     /// One in this many UMEM frames is kept back from receive for replies
     /// the application sends from its own threads (0: none).
     pub(crate) reply_reserve_div: usize,
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
+    hotplug_watch: Option<Duration>,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
@@ -83,10 +89,12 @@ impl EngineBuilder {
             topology: None,
             pin: true,
             use_rx_hash: false,
+            hasher: AnyHasher::default(),
             app: None,
             reply_reserve_div: 0,
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
+            hotplug_watch: Some(DEFAULT_HOTPLUG_WATCH),
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
             metrics: None,
@@ -197,6 +205,63 @@ impl EngineBuilder {
         self
     }
 
+    /// Turns the per-CPU flow limit on (the kernel's `flow_limit`): when a
+    /// worker's ring from a dispatcher is more than half full, a flow that
+    /// sent more than half of the recent packets to it is an elephant and
+    /// its packets are dropped there, counted as `flow_limit_drops`, so the
+    /// other flows sharing the worker keep their place in the ring.
+    /// `buckets` is the table of flow counters per target CPU (the
+    /// kernel's `net.core.flow_limit_table_len`, 4096 by default there): a
+    /// power of two; 0 is refused at start. Switch it at run time with
+    /// [`Engine::set_flow_limit`]. The limit acts only with rings of 256
+    /// slots or more (an elephant is recognised after 65 of its packets
+    /// above half full).
+    ///
+    /// ```no_run
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .flow_limit(4096)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// engine.set_flow_limit(false); // and back on with `true`
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    #[doc(alias = "flow_limit_table_len")]
+    pub fn flow_limit(mut self, buckets: usize) -> Self {
+        self.runtime.flow_limit = true;
+        self.runtime.flow_limit_buckets = buckets;
+        self
+    }
+
+    /// How often the engine re-reads which CPUs are online, to follow CPU
+    /// hotplug (default [`DEFAULT_HOTPLUG_WATCH`]; `None`: not at all). One
+    /// small file read per period on a thread of its own: a CPU going
+    /// offline is passed over by every dispatcher (its flows move, in
+    /// order, to CPUs with a worker) and by the LLC rule; the worker on a
+    /// CPU coming back pins itself there again. The file is
+    /// `sys/devices/system/cpu/online` under the topology's root: `/` for
+    /// the live machine, another tree with
+    /// [`Topology::from_sysfs`](topology::Topology::from_sysfs) (tests);
+    /// model topologies are not watched.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hotplug_watch(Some(Duration::from_millis(20)))
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn hotplug_watch(mut self, every: Option<Duration>) -> Self {
+        self.hotplug_watch = every;
+        self
+    }
+
     /// Busy-poll (never sleep) instead of sleeping on doorbells and sockets.
     pub fn busy_poll(mut self, on: bool) -> Self {
         self.runtime.busy_poll = on;
@@ -248,7 +313,39 @@ impl EngineBuilder {
         self
     }
 
-    /// Use the NIC's receive hash instead of hashing in software.
+    /// The flow hash the dispatchers steer by (default: keyed, foldhash
+    /// with a per-process random seed). A [`ToeplitzHasher`](steer_core::flow::ToeplitzHasher)
+    /// reproduces the NIC's RSS hash (give it the NIC's key, `ethtool -x`),
+    /// so steer's spreading agrees with the NIC's; the symmetric modes hash
+    /// both directions of a flow alike (proxies). Flow delivery records
+    /// consumption under the same hash.
+    ///
+    /// ```no_run
+    /// use steer_core::flow::{ToeplitzHasher, SYMMETRIC_RSS_KEY};
+    /// let key = SYMMETRIC_RSS_KEY; // or the NIC's key, from `ethtool -x eth1`
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hasher(ToeplitzHasher::new(&key)?)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hasher(mut self, hasher: impl Into<AnyHasher>) -> Self {
+        self.hasher = hasher.into();
+        self
+    }
+
+    /// Steer by the NIC's receive (RSS) hash instead of hashing in
+    /// software, for packets whose hash covers the 5-tuple (an L3-only
+    /// hash is not a flow's: those packets are hashed by the engine's
+    /// hasher). Handlers see the hash each packet was steered by in
+    /// [`PacketContext::hash`](super::PacketContext::hash), and flow
+    /// delivery records consumption under it. Needs a driver whose XDP
+    /// programs get the hash (the rx-hash kfunc, Linux >= 6.3; veth has it)
+    /// and native XDP mode: [`EngineBuilder::start`] refuses otherwise, in
+    /// one line.
     pub fn use_rx_hash(mut self, on: bool) -> Self {
         self.use_rx_hash = on;
         self
@@ -376,6 +473,9 @@ impl EngineBuilder {
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
             ));
         }
+        if steer_core::dispatch::FlowLimit::new(self.runtime.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(self.runtime.flow_limit_buckets).into());
+        }
         if let Some((path, 0)) = &self.trace {
             return Err(EngineError::Config(format!(
                 "record_trace({}): max_events must be at least 1",
@@ -396,6 +496,9 @@ impl EngineBuilder {
         // The errors that say what to do come before anything is created.
         xdp_io::check_privileges()?;
         xdp_io::ifindex(&interface)?;
+        if self.use_rx_hash {
+            check_rx_hash_offered(&interface)?;
+        }
         let endpoint = match &self.stats_dir {
             Some(dir) => Some(StatsEndpoint::claim(dir, &interface)?),
             None => None,
@@ -418,6 +521,13 @@ impl EngineBuilder {
         let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
         let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
         let mut port = XdpPort::open(port_config)?;
+        if self.use_rx_hash && !port.program().dev_bound() {
+            return Err(EngineError::Config(format!(
+                "receive hash (use_rx_hash, --rx-hash): the XDP program on {interface} could not \
+                 be bound to the device (generic XDP mode gives no receive hash): attach in \
+                 native mode, or turn the receive hash off"
+            )));
+        }
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
@@ -435,7 +545,7 @@ impl EngineBuilder {
         let spare = Arc::new(SparePool::new(total, reserve));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
-        let hasher = KeyedHasher::random();
+        let hasher = self.hasher;
         let shared = cfg.shared(Arc::clone(&layout))?;
         let trace = match &self.trace {
             Some((path, max)) => Some(
@@ -521,6 +631,17 @@ impl EngineBuilder {
                 }
             })
             .collect();
+        // Each opened rx queue and the CPU whose worker dispatches it.
+        let opened: Vec<(u32, CpuId)> = sockets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (lock(s).queue(), cpu_list[i % cpu_list.len()]))
+            .collect();
+        let start_warnings = nic_check::check(&interface, &nic_check::gather(&interface), &opened);
+        for w in &start_warnings {
+            warn!("{w}");
+        }
+        let switches = Arc::clone(&shared.switches);
         let publisher = Arc::new(Publisher {
             interface: interface.clone(),
             cpus,
@@ -532,6 +653,10 @@ impl EngineBuilder {
             started: Instant::now(),
         });
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
+        let hotplug = match self.hotplug_watch {
+            Some(every) => HotplugWatcher::start(&topology, every, switches)?,
+            None => None,
+        };
         info!(
             interface = %interface,
             modes = ?port.modes(),
@@ -551,6 +676,8 @@ impl EngineBuilder {
             cpus,
             started: Instant::now(),
             trace,
+            hotplug,
+            start_warnings,
             publisher: Some(Arc::clone(&publisher)),
             observer: None,
             metrics_addr,
@@ -562,6 +689,25 @@ impl EngineBuilder {
             engine.observer = Some(Observer::start(endpoint, metrics, snapshot)?);
         }
         Ok(engine)
+    }
+}
+
+/// Refuses [`EngineBuilder::use_rx_hash`] on a device whose driver gives
+/// XDP programs no receive hash (the kernel's netdev netlink family says).
+fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
+    match xdp_io::nic::xdp_device_info(interface) {
+        Ok(info) if info.rx_hash() => Ok(()),
+        Ok(_) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): {interface}'s driver gives XDP programs no receive hash (no rx-hash \
+             kfunc): turn the receive hash off and let steer hash flows itself"
+        ))),
+        Err(xdp_io::XdpError::UnknownInterface { name }) => {
+            Err(xdp_io::XdpError::UnknownInterface { name }.into())
+        }
+        Err(e) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): cannot tell whether {interface}'s driver gives XDP programs its \
+             receive hash ({e}); it needs Linux >= 6.3: turn the receive hash off"
+        ))),
     }
 }
 

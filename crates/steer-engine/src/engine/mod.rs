@@ -32,6 +32,8 @@
 mod app;
 mod builder;
 mod counters;
+mod hotplug;
+mod nic_check;
 mod publish;
 mod sched;
 mod setup;
@@ -68,6 +70,10 @@ type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 /// The scheduling slice workers ask for unless told otherwise
 /// ([`EngineBuilder::worker_slice`]): the shortest the kernel grants.
 pub const DEFAULT_WORKER_SLICE: Duration = Duration::from_micros(100);
+
+/// How often the engine re-reads which CPUs are online unless told
+/// otherwise ([`EngineBuilder::hotplug_watch`]).
+pub const DEFAULT_HOTPLUG_WATCH: Duration = Duration::from_millis(100);
 
 /// Why the engine could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +126,10 @@ pub struct Engine {
     started: Instant,
     /// The trace being recorded, if any.
     trace: Option<crate::trace::TraceWriter>,
+    /// Follows CPUs going offline and online (live topologies).
+    hotplug: Option<hotplug::HotplugWatcher>,
+    /// What the start-time check of the NIC's setup found.
+    start_warnings: Vec<String>,
     /// Builds [`LiveStats`]; dropped before the sockets are released.
     publisher: Option<Arc<Publisher>>,
     /// Serves the stats socket and `/metrics`; stopped first.
@@ -175,6 +185,17 @@ impl Engine {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Turns the per-CPU flow limit on or off
+    /// ([`EngineBuilder::flow_limit`] sets its table and turns it on at
+    /// start).
+    pub fn set_flow_limit(&self, on: bool) {
+        self.runtime()
+            .shared()
+            .switches
+            .flow_limit
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The shared tables and switches (for recording consumption, pins).
     pub fn shared(&self) -> &steer_core::dispatch::Shared {
         self.runtime().shared()
@@ -200,6 +221,16 @@ impl Engine {
     /// The topology the LLC rule uses.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// What the start-time check of the NIC's setup found, one line each
+    /// (also logged as warnings): rx queues without a steer socket, an RSS
+    /// indirection table sending flows past steer's queues or none to some
+    /// of them, queue interrupts on other CPUs than the queue's dispatcher,
+    /// or what cannot be checked on this device (veth has no RSS table or
+    /// queue interrupts). Empty for a NIC set up as the README says.
+    pub fn start_warnings(&self) -> &[String] {
+        &self.start_warnings
     }
 
     /// The modes in use (XDP attach, bind, huge pages).
@@ -250,6 +281,9 @@ impl Engine {
     /// transmissions to complete, returns every frame to the sockets, takes
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
+        if let Some(mut h) = self.hotplug.take() {
+            h.stop();
+        }
         // Readers see the engine gone from here on; the observer's handles
         // on the sockets go before the sockets are released.
         if let Some(mut o) = self.observer.take() {

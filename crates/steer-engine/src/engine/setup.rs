@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use steer_core::cpu::CpuId;
-use steer_core::flow::{FlowClassifier, KeyedHasher};
+use steer_core::flow::{AnyHasher, FlowClassifier};
 use steer_core::hook::NoopHook;
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
@@ -27,7 +27,7 @@ pub(super) struct EngineSetup {
     pub(super) topology: Topology,
     pub(super) pin: bool,
     pub(super) slice: Option<Duration>,
-    pub(super) hasher: KeyedHasher,
+    pub(super) hasher: AnyHasher,
     pub(super) use_rx_hash: bool,
     pub(super) pool: UmemPool,
     pub(super) tx_sockets: Vec<SharedSocket>,
@@ -41,7 +41,7 @@ pub(super) struct EngineSetup {
 }
 
 impl Setup<RawFrame> for EngineSetup {
-    type Classifier = FlowClassifier<KeyedHasher>;
+    type Classifier = FlowClassifier<AnyHasher>;
     type Hook = NoopHook;
     type Pool = UmemPool;
     type Handler = WorkerHandler;

@@ -7,6 +7,7 @@
 //! - `cpus`: the possible CPUs (per-CPU map values).
 //! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
+//! - `netdev`: the netdev netlink family (a device's XDP features).
 //! - `signal`: signal handlers (`sigaction`).
 
 /// Calls a libc function, mapping a -1 return to `io::Error::last_os_error`.
@@ -30,12 +31,18 @@ pub(crate) mod libxdp;
 #[allow(unsafe_code)]
 mod net;
 #[allow(unsafe_code)]
+mod netdev;
+#[allow(unsafe_code)]
 mod signal;
 
 pub use caps::check_privileges;
 pub(crate) use cpus::possible_cpus;
-pub(crate) use net::{ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN};
+pub(crate) use net::{
+    ethtool_channels, ethtool_rxfh_indir, ethtool_rxnfc, kick_rx, kick_tx, set_busy_poll,
+    ETHTOOL_RXNFC_LEN,
+};
 pub use net::{ifindex, rx_queue_count};
+pub(crate) use netdev::netdev_xdp;
 pub(crate) use signal::install_handler;
 #[cfg(test)]
 pub(crate) use signal::raise;
