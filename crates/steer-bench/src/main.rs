@@ -5,6 +5,9 @@
 //!                 [--steer-cmd CMD] [--json FILE]
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
+//! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
+//! steer-bench seed 000|001|002-004|003 [--quick] [--runs N] [--json FILE]
+//! steer-bench seed medians FILE.json...
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
@@ -44,9 +47,16 @@ enum Cmd {
     Run(RunArgs),
     /// One server at one rate, with the per-flow table.
     Load(LoadArgs),
-    /// sockperf client reports: parse, check the fixtures, compare (compare-kernel.sh).
+    /// sockperf client reports: parse, check the fixtures, compare a kept
+    /// `compare-kernel --keep-logs` directory.
     #[command(subcommand)]
     Sockperf(SockperfCmd),
+    /// The sockperf comparison: sockperf clients against `sockperf server`
+    /// (RPS/RFS) and steer's echo server.
+    CompareKernel(steer_bench::compare_kernel::CompareKernel),
+    /// The seed reproductions (benches/seeds/README.md) and their medians.
+    #[command(subcommand)]
+    Seed(steer_bench::seeds::SeedCmd),
     /// Helper: the kernel UDP echo (recvmmsg/sendmmsg, SO_REUSEPORT, a pinned thread per CPU).
     #[command(hide = true)]
     KernelEcho {
@@ -179,7 +189,7 @@ enum SockperfCmd {
         /// Directory with sockperf-*.txt/.expected and aggregate-*.expected.
         dir: PathBuf,
     },
-    /// The steer-vs-kernel table and JSON from compare-kernel.sh's work directory.
+    /// The steer-vs-kernel table and JSON from compare-kernel's logs.
     Compare {
         /// Work directory (<side>-<mode>-client<i>.log, ...).
         #[arg(long)]
@@ -289,6 +299,8 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
+        Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
+        Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::KernelEcho { addr, cpus } => {
             steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }
@@ -402,7 +414,7 @@ fn config(
     })
 }
 
-/// One measurement at a time (the same lock as compare-kernel.sh): runs
+/// One measurement at a time (the same lock as `compare-kernel`): runs
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
 fn measurement_lock() -> Result<std::fs::File> {

@@ -14,7 +14,7 @@ use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
 use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
-use xdp_io::{BindMode, XdpMode};
+use xdp_io::{BindMode, XdpAttach, XdpMode};
 
 /// On or off, for switches that have a default either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,6 +52,17 @@ pub enum AttachMode {
     Native,
     /// The generic (skb) hook.
     Generic,
+}
+
+/// How the XDP program is held on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Hold {
+    /// A bpf_link this process holds: the kernel detaches the program when
+    /// the process ends, however it ends.
+    Link,
+    /// Netlink (libxdp): stays attached after a crash until the next engine
+    /// replaces it; runs beside other programs through libxdp's dispatcher.
+    Netlink,
 }
 
 /// AF_XDP bind mode.
@@ -122,6 +133,10 @@ pub struct EngineArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
+    /// How the XDP program is held: `link` goes away with this process,
+    /// however it ends; `netlink` stays after a crash until replaced.
+    #[arg(long, value_enum, default_value = "link")]
+    pub xdp_attach: Hold,
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub bind: Bind,
@@ -165,13 +180,28 @@ pub struct EngineArgs {
     /// At most this many events in the trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub record_trace_max: u64,
-    /// Serve Prometheus metrics on http://ADDR/metrics, e.g.
-    /// `127.0.0.1:9464` (port 0: a free port, printed at start).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics (read-only) on http://ADDR/metrics: a port
+    /// alone binds loopback (`9464` is `127.0.0.1:9464`); name the address
+    /// to serve beyond the machine (`0.0.0.0:9464`). Port 0: a free port,
+    /// printed at start.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = metrics_addr)]
     pub metrics: Option<SocketAddr>,
     /// Directory of the stats socket `steer stats` and `steer top` read.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
+    /// Let the members of group NAME read the stats socket (mode 0660 with
+    /// that group) besides root (0600 otherwise).
+    #[arg(long, value_name = "NAME")]
+    pub stats_group: Option<String>,
+    /// Serve no stats socket (`steer stats` and `steer top` cannot read
+    /// this engine; a second engine on the interface is still refused).
+    #[arg(long)]
+    pub no_stats_socket: bool,
+    /// Keep every capability after setup (by default the engine drops all
+    /// it does not need at run time: all of them with `--xdp-attach link`,
+    /// all but CAP_NET_ADMIN with `netlink`).
+    #[arg(long)]
+    pub keep_capabilities: bool,
 }
 
 impl EngineArgs {
@@ -196,6 +226,10 @@ impl EngineArgs {
                 AttachMode::Native => XdpMode::Native,
                 AttachMode::Generic => XdpMode::Generic,
             })
+            .xdp_attach(match self.xdp_attach {
+                Hold::Link => XdpAttach::Link,
+                Hold::Netlink => XdpAttach::Netlink,
+            })
             .bind_mode(match self.bind {
                 Bind::Auto => BindMode::Auto,
                 Bind::Copy => BindMode::Copy,
@@ -218,6 +252,13 @@ impl EngineArgs {
             builder = builder.record_trace(path, self.record_trace_max);
         }
         builder = builder.stats_dir(&self.run_dir);
+        if let Some(group) = &self.stats_group {
+            builder = builder.stats_group(group);
+        }
+        if self.no_stats_socket {
+            builder = builder.stats_socket(false);
+        }
+        builder = builder.drop_privileges(!self.keep_capabilities);
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }
@@ -277,6 +318,16 @@ fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).map_err(|_| bad()))
         .collect()
+}
+
+/// `--metrics`: an address, or a port alone on loopback.
+fn metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        format!("{text:?} is neither a port nor an address with a port (e.g. 9464, 127.0.0.1:9464)")
+    })
 }
 
 /// Says where to watch a running engine: its stats socket and metrics.
@@ -405,6 +456,22 @@ mod tests {
         }
         let e = parse(&["--rss-key", "ms"]).unwrap_err();
         assert!(e.to_string().contains("--hash toeplitz"), "{e}");
+    }
+
+    #[test]
+    fn metrics_bind_loopback_unless_an_address_is_named() {
+        assert_eq!(
+            metrics_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            metrics_addr("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(metrics_addr("[::1]:1").unwrap(), "[::1]:1".parse().unwrap());
+        assert!(metrics_addr("localhost").is_err());
+        let p = Probe::parse_from(["x", "-i", "eth1", "--metrics", "0"]);
+        assert!(p.engine.metrics.unwrap().ip().is_loopback());
     }
 
     #[test]

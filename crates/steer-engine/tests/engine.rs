@@ -8,7 +8,9 @@ mod support;
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use support::net::TestNet;
-use support::{assert_accounted, drive_flows, echo_engine, malformed_frames, send_raw};
+use support::{
+    assert_accounted, drive_flows, echo_builder, echo_engine, malformed_frames, send_raw, PORT,
+};
 
 #[test]
 fn echo_answers_every_datagram_in_order_per_flow_under_each_policy_and_fast_path() {
@@ -310,4 +312,41 @@ fn a_running_engine_follows_a_cpu_going_offline_and_coming_back() {
     assert!(b > 0, "the CPU back online works again");
     let report = engine.stop().unwrap();
     assert_accounted(&report);
+}
+
+/// A hook that keeps every move it is told of.
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<steer_core::hook::FlowMove>>>);
+
+impl steer_core::hook::SteerHook for Capture {
+    fn steer(
+        &mut self,
+        mv: &steer_core::hook::FlowMove,
+    ) -> Result<Option<steer_core::hook::FilterId>, steer_core::hook::HookError> {
+        self.0.lock().unwrap().push(*mv);
+        Ok(None)
+    }
+    fn remove(&mut self, _rxq: u32, _bucket: usize, _filter: steer_core::hook::FilterId) {}
+}
+
+#[test]
+fn the_builders_hook_is_told_of_every_move_with_the_flows_key() {
+    let net = TestNet::new();
+    let moves = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = moves.clone();
+    let engine = echo_builder(&net, Policy::Always, true)
+        .hook(move |_rxq| Capture(m.clone()))
+        .start()
+        .unwrap();
+    let cpus: Vec<usize> = engine.worker_states().iter().map(|(c, _)| *c).collect();
+    let got = drive_flows(&net, 4, 50, 10);
+    assert!(got.iter().all(|g| g.len() == 50));
+    let report = engine.stop().unwrap();
+    let moves = moves.lock().unwrap();
+    assert!(!moves.is_empty());
+    assert_eq!(moves.len() as u64, report.stats.steering_updates());
+    for mv in moves.iter() {
+        let key = mv.key.expect("the dispatcher passes the flow's key");
+        assert_eq!((key.protocol, key.dst_port()), (17, PORT), "{mv:?}");
+        assert!(cpus.contains(&mv.to), "{mv:?}");
+    }
 }

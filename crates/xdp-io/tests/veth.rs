@@ -21,8 +21,8 @@ use steer_core::{
     },
 };
 use xdp_io::{
-    attached_programs, BindMode, FlowMapKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
-    XdpMode, XdpPort,
+    attached_programs, BindMode, FlowMapKey, Frame, PortConfig, ProgramOwner, Proto, QueueSocket,
+    XdpAttach, XdpError, XdpMode, XdpPort,
 };
 
 const PORT: u16 = 9000;
@@ -288,29 +288,36 @@ fn program_detached_on_drop_and_stale_program_detected() {
     let net = TestNet::new();
     let ifindex = xdp_io::ifindex(&net.host).unwrap();
     let port = open(&net);
+    assert_eq!(port.attach_kind(), XdpAttach::Link);
     let progs = attached_programs(ifindex);
-    assert!(
-        progs
-            .iter()
-            .any(|p| p.name == xdp_io::program::PROGRAM_NAME),
-        "{progs:?}"
-    );
+    let steer = progs
+        .iter()
+        .find(|p| p.is_steer())
+        .unwrap_or_else(|| panic!("{progs:?}"));
+    // The owner record names this process, alive.
+    assert_eq!(steer.owner, ProgramOwner::current(), "{progs:?}");
+    assert!(!steer.is_stale());
     assert!(net.link_show().contains("xdp"), "{}", net.link_show());
     drop(port);
     assert!(attached_programs(ifindex).is_empty());
     assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
 
-    // A crashed run leaves its program attached (simulated by leaking the port).
-    // Its sockets are closed by the kernel, its program stays.
-    let mut crashed = open(&net);
+    // A crashed run attached through netlink leaves its program attached
+    // (simulated by leaking the port). Its sockets are closed by the
+    // kernel, its program stays; its owner (this process) still runs, so
+    // it is not replaced without replace_stale.
+    let mut crashed =
+        XdpPort::open(PortConfig::new(&net.host).attach(XdpAttach::Netlink)).expect("netlink");
+    assert_eq!(crashed.attach_kind(), XdpAttach::Netlink);
     drop(crashed.take_sockets());
     std::mem::forget(crashed);
     std::thread::sleep(Duration::from_millis(50));
     let err = XdpPort::open(PortConfig::new(&net.host)).unwrap_err();
     assert!(matches!(err, XdpError::StaleProgram { .. }), "{err}");
-    assert!(err.to_string().contains("replace_stale"), "{err}");
+    assert!(err.to_string().contains("xdp off"), "{err}");
     let port = XdpPort::open(PortConfig::new(&net.host).queues([1]).replace_stale(true))
         .expect("replacing the stale program");
+    assert!(port.replaced_program().is_some());
     assert_eq!(attached_programs(ifindex).len(), 1);
     drop(port);
     assert!(attached_programs(ifindex).is_empty());
@@ -417,14 +424,11 @@ fn the_umem_takes_huge_pages_when_some_are_free_and_falls_back_otherwise() {
 }
 
 #[test]
-fn ntuple_backend_reports_not_supported_on_veth() {
+fn ntuple_backend_is_refused_at_start_on_veth() {
     let net = TestNet::new();
-    let mut nt = xdp_io::ntuple::NtupleSteering::new(&net.host).unwrap();
-    let err = nt.insert(Proto::Udp, PORT, 1).unwrap_err();
+    let err = xdp_io::ntuple::NtupleSteering::new(&net.host, |c| Some(c as u32), 64).unwrap_err();
     assert!(matches!(err, XdpError::NotSupported { .. }), "{err}");
-    assert!(err.to_string().contains("steer_flow"), "{err}");
-    assert!(matches!(nt.remove(0), Err(XdpError::NotSupported { .. })));
-    assert_eq!(nt.steering_calls(), 2);
+    assert!(err.to_string().contains("no ntuple filters"), "{err}");
 }
 
 #[test]

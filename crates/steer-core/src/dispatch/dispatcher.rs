@@ -10,6 +10,7 @@ use super::{
 };
 use crate::balance::BucketLoads;
 use crate::cpu::{CpuId, CpuSet};
+use crate::flow::flow_key;
 use crate::hook::{NoopHook, SteerHook};
 use crate::ring::{Producer, PushError};
 use crate::stats::LocalStats;
@@ -306,9 +307,16 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             })
             .or_else(|| self.rps_cpu(info.hash));
         let heads = RingHeads(&self.producers);
-        let steered =
-            self.rx_table
-                .steer(info.hash, desired, &self.shared.layout, &heads, self.now);
+        // The key is parsed again only when the flow moves, for the hook.
+        let frame = pool.frame(&desc);
+        let steered = self.rx_table.steer_keyed(
+            info.hash,
+            desired,
+            &self.shared.layout,
+            &heads,
+            self.now,
+            || flow_key(frame).ok().flatten(),
+        );
         match steered.action {
             SteerAction::Moved { from } => {
                 self.local.hook_calls += 1;

@@ -11,16 +11,20 @@ use std::time::{Duration, Instant};
 use steer_core::balance::BalanceConfig;
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::AnyHasher;
+use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
 use tracing::{info, warn};
-use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
+use xdp_io::{
+    BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
+};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
 use super::hotplug::HotplugWatcher;
 use super::nic_check;
+use super::privileges;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
 use super::steering::FlowSteering;
@@ -28,7 +32,9 @@ use super::{
     Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
 };
 use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
-use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
+use crate::observe::{
+    bind_metrics, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
+};
 use crate::sleep::MioSleeper;
 use crate::trace::{TraceWriter, TracedSource};
 
@@ -59,9 +65,18 @@ pub struct EngineBuilder {
     trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
     stats_dir: Option<PathBuf>,
+    /// The group that may read the stats socket besides root.
+    stats_group: Option<String>,
     /// Serve Prometheus metrics here.
     metrics: Option<SocketAddr>,
+    /// Drop the capabilities not needed at run time once set up.
+    drop_privileges: bool,
+    /// Builds each rx queue's steering hook (default: none).
+    hooks: Option<HookFactory>,
 }
+
+/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+pub(super) type HookFactory = Arc<dyn Fn(u32) -> Box<dyn SteerHook + Send> + Send + Sync>;
 
 impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,7 +112,10 @@ impl EngineBuilder {
             hotplug_watch: Some(DEFAULT_HOTPLUG_WATCH),
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
+            stats_group: None,
             metrics: None,
+            drop_privileges: false,
+            hooks: None,
         }
     }
 
@@ -307,6 +325,15 @@ impl EngineBuilder {
         self
     }
 
+    /// How the XDP program is held (default [`XdpAttach::Link`]: detached
+    /// by the kernel when the process ends, however it ends;
+    /// [`XdpAttach::Netlink`] stays after a crash until the next engine on
+    /// the interface replaces it).
+    pub fn xdp_attach(mut self, attach: XdpAttach) -> Self {
+        self.port = self.port.attach(attach);
+        self
+    }
+
     /// AF_XDP bind mode (default: zero-copy, falling back to copy).
     pub fn bind_mode(mut self, mode: BindMode) -> Self {
         self.port = self.port.bind_mode(mode);
@@ -391,9 +418,21 @@ impl EngineBuilder {
     /// At start, a socket there that answers means another engine serves
     /// the interface: the start is refused, naming its pid. One that does
     /// not answer was left by an engine that is gone: it is replaced, and so
-    /// is the steer XDP program that engine left attached.
+    /// is the steer XDP program that engine left attached. Without a socket
+    /// the program's owner record says the same (see
+    /// [`xdp_io::program`]): a live owner is refused by pid, a dead one's
+    /// program replaced.
     pub fn stats_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.stats_dir = Some(dir.into());
+        self
+    }
+
+    /// Lets the members of group `name` read the stats socket too: it is
+    /// then `0660` with that group instead of `0600` (root only). An
+    /// unknown group refuses the start. Reading is all they can do: the
+    /// socket answers `stats` and nothing else.
+    pub fn stats_group(mut self, name: impl Into<String>) -> Self {
+        self.stats_group = Some(name.into());
         self
     }
 
@@ -426,7 +465,62 @@ impl EngineBuilder {
     /// # Ok::<(), steer_engine::engine::EngineError>(())
     /// ```
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        if !addr.ip().is_loopback() {
+            warn!(%addr, "metrics served beyond this machine: anyone who reaches {addr} reads them");
+        }
         self.metrics = Some(addr);
+        self
+    }
+
+    /// Once its program, maps, sockets and endpoints are set up, drops every
+    /// capability the engine does not need at run time (default off): with
+    /// the program held by a bpf_link ([`XdpAttach::Link`], the default)
+    /// that is all of them; through netlink, CAP_NET_ADMIN stays, to
+    /// detach it at stop. They go from every set, the bounding set too, so
+    /// nothing the process runs later gets them back.
+    ///
+    /// Capabilities belong to each thread: they are dropped on the thread
+    /// that calls [`start`](Self::start), before the engine starts its own
+    /// threads, which inherit the reduced sets. Threads the application
+    /// started earlier keep theirs: start the engine first (as `steer echo`
+    /// and `steer proxy` do, where this is on), or drop them there too. The
+    /// user id stays what it was.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, PacketContext, Verdict};
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .drop_privileges(true)
+    ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
+    ///     .start()?;
+    /// // From here this thread and the engine's run without capabilities.
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn drop_privileges(mut self, on: bool) -> Self {
+        self.drop_privileges = on;
+        self
+    }
+
+    /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
+    /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
+    /// is called on every move of a flow, with the flow's key, its old and
+    /// new CPU and the rx queue, and on expiry of idle flows. Default: no
+    /// hook (software steering only). On a NIC with ntuple filters,
+    /// [`xdp_io::ntuple::NtupleSteering`] asks the NIC to deliver each moved
+    /// flow to the rx queue of its new CPU.
+    ///
+    /// ```no_run
+    /// use steer_core::hook::CountingHook;
+    /// use steer_engine::engine::Engine;
+    /// let builder = Engine::builder("eth1").hook(|_rxq| CountingHook::default());
+    /// ```
+    #[doc(alias = "ndo_rx_flow_steer")]
+    pub fn hook<F, H>(mut self, factory: F) -> Self
+    where
+        F: Fn(u32) -> H + Send + Sync + 'static,
+        H: SteerHook + Send + 'static,
+    {
+        self.hooks = Some(Arc::new(move |rxq| Box::new(factory(rxq))));
         self
     }
 
@@ -499,17 +593,18 @@ impl EngineBuilder {
         if self.use_rx_hash {
             check_rx_hash_offered(&interface)?;
         }
+        let access = match &self.stats_group {
+            Some(name) => StatsAccess::group(name)?,
+            None => StatsAccess::Owner,
+        };
         let endpoint = match &self.stats_dir {
-            Some(dir) => Some(StatsEndpoint::claim(dir, &interface)?),
+            Some(dir) => Some(StatsEndpoint::claim_for(dir, &interface, access)?),
             None => None,
         };
         let mut port_config = self.port;
-        if endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale) {
-            info!(
-                interface = %interface,
-                "the steer engine that served this interface is gone (its stats socket was left \
-                 over): replacing what it left"
-            );
+        let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
+        if stale_socket {
+            // Its socket no longer answers: whatever it left is nobody's.
             port_config = port_config.replace_stale(true);
         }
         let metrics = match self.metrics {
@@ -527,6 +622,14 @@ impl EngineBuilder {
                  be bound to the device (generic XDP mode gives no receive hash): attach in \
                  native mode, or turn the receive hash off"
             )));
+        }
+        log_takeover(&interface, stale_socket, port.replaced_program());
+        if self.drop_privileges {
+            // Before the engine starts any thread: they inherit the rest.
+            let keep =
+                privileges::needed_at_run_time(port.attach_kind(), port.program_dispatched());
+            privileges::drop_all_but(&keep).map_err(|e| EngineError::Privileges(e.to_string()))?;
+            info!(interface = %interface, kept = ?keep, "capabilities dropped");
         }
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
@@ -612,6 +715,7 @@ impl EngineBuilder {
             counters: Arc::clone(&counters),
             sleepers,
             steering,
+            hooks: self.hooks.clone(),
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()
@@ -709,6 +813,25 @@ fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
              receive hash ({e}); it needs Linux >= 6.3: turn the receive hash off"
         ))),
     }
+}
+
+/// Says in one line that this engine took over from one that is gone, and
+/// what it replaced.
+fn log_takeover(interface: &str, stale_socket: bool, program: Option<Replaced>) {
+    let who = match program.and_then(|p| p.owner) {
+        Some(o) => format!("the steer engine (pid {}) that served it is gone", o.pid),
+        None => "the steer engine that served it is gone".to_string(),
+    };
+    let what = match (stale_socket, program) {
+        (true, Some(p)) => format!(
+            "replaced its stats socket and its XDP program (id {})",
+            p.id
+        ),
+        (false, Some(p)) => format!("replaced its XDP program (id {})", p.id),
+        (true, None) => "replaced its stats socket (its XDP program went with it)".to_string(),
+        (false, None) => return,
+    };
+    warn!(interface, "took over {interface}: {who}; {what}");
 }
 
 /// The trace's header: the machine (its LLCs, offline CPUs) and the

@@ -34,6 +34,7 @@ mod builder;
 mod counters;
 mod hotplug;
 mod nic_check;
+mod privileges;
 mod publish;
 mod sched;
 mod setup;
@@ -97,6 +98,10 @@ pub enum EngineError {
     /// interface, or the directory is not writable).
     #[error(transparent)]
     Observe(#[from] ObserveError),
+    /// The capabilities could not be dropped after setup
+    /// ([`EngineBuilder::drop_privileges`]).
+    #[error("dropping the capabilities the engine no longer needs: {0}")]
+    Privileges(String),
     /// The metrics address could not be bound.
     #[error(
         "cannot serve metrics on {addr}: {source} (another process on that port? pick another \

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use steer_core::cpu::CpuId;
 use steer_core::flow::{AnyHasher, FlowClassifier};
-use steer_core::hook::NoopHook;
+use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
 use topology::Topology;
@@ -38,11 +38,12 @@ pub(super) struct EngineSetup {
     pub(super) sleepers: Vec<(CpuId, Arc<MioSleeper>)>,
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
+    pub(super) hooks: Option<super::builder::HookFactory>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
     type Classifier = FlowClassifier<AnyHasher>;
-    type Hook = NoopHook;
+    type Hook = Box<dyn SteerHook + Send>;
     type Pool = UmemPool;
     type Handler = WorkerHandler;
 
@@ -68,8 +69,11 @@ impl Setup<RawFrame> for EngineSetup {
         FlowClassifier::new(self.hasher.clone()).use_rx_hash(self.use_rx_hash)
     }
 
-    fn hook(&self, _rxq: u32) -> Self::Hook {
-        NoopHook
+    fn hook(&self, rxq: u32) -> Self::Hook {
+        match &self.hooks {
+            Some(factory) => factory(rxq),
+            None => Box::new(NoopHook),
+        }
     }
 
     fn pool(&self, _cpu: CpuId) -> Self::Pool {

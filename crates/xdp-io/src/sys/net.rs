@@ -155,6 +155,23 @@ pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
     Ok(())
 }
 
+/// Attaches the socket-filter program `prog` to socket `sock`
+/// (`SO_ATTACH_BPF`), replacing any filter it had.
+pub(crate) fn attach_socket_filter(
+    sock: std::os::fd::BorrowedFd<'_>,
+    prog: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// asm-generic/socket.h (x86_64, aarch64); not in the libc crate.
+    const SO_ATTACH_BPF: i32 = 50;
+    setsockopt_int(
+        sock.as_raw_fd(),
+        libc::SOL_SOCKET,
+        SO_ATTACH_BPF,
+        prog.as_raw_fd(),
+    )
+}
+
 /// `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` and `SO_BUSY_POLL_BUDGET` on one socket.
 pub(crate) fn set_busy_poll(fd: RawFd, usecs: u32, budget: u32) -> io::Result<()> {
     const SO_PREFER_BUSY_POLL: i32 = 69;

@@ -1,43 +1,31 @@
-//! Two-thread throughput of a flow-table header and its counters, packed in
-//! one cache line against split onto their own line (seeds 002 and 004).
+//! Seeds 002/004's replica: two-thread throughput of a flow-table header
+//! and its counters, packed into one cache line against split onto their
+//! own line, with both threads measured over a fixed time.
 //!
-//! A std-only replica of the layouts of `benches/table.rs`
-//! (`steer/flow_table/false_sharing/{packed,split}`), built with plain
-//! `rustc -O` by `seed002-004-false-sharing.sh` (it is not a cargo target).
-//! The criterion bench times only the reader; this measures both threads
-//! over a fixed time: the reader's lookups per second (1024 flows in a
-//! 4096-entry table, the header reloaded per lookup as a dispatcher does
-//! between packets) and the writer's counter increments per second (two
-//! relaxed `fetch_add`s per bump, as `record` bumps its counters). Each
-//! layout also runs each thread alone, as the no-contention reference.
-//! Reader and writer are pinned to two different CPUs.
+//! It copies the layouts of `benches/table.rs`
+//! (`steer/flow_table/false_sharing/{packed,split}`). The criterion bench
+//! times only the reader; this measures the reader's lookups per second
+//! (1024 flows in a 4096-entry table, the header reloaded per lookup as a
+//! dispatcher does between packets) and the writer's counter increments
+//! per second (two relaxed `fetch_add`s per bump, as `record` bumps its
+//! counters). Each layout also runs each thread alone, the no-contention
+//! reference. Reader and writer are pinned to two different CPUs.
 //!
-//! Usage: false_sharing [SECONDS_PER_CASE] [READER_CPU] [WRITER_CPU]
-//! Prints one line per case: `case=... layout=... lookups_per_s=...
-//! increments_per_s=...`.
+//! Invariant: `Packed` is exactly one 64-byte line; `Split`'s counters sit
+//! on their own 128-byte aligned block (the x86_64 prefetcher pulls lines
+//! in pairs). Measure with an optimised build (`--release`).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Result};
+use serde::Serialize;
+
 const FLOWS: u32 = 1024;
 const ENTRIES: usize = 4096;
 const NR_CPUS: u32 = 256;
-
-extern "C" {
-    fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
-}
-
-fn pin(cpu: usize) -> bool {
-    let mut mask = [0u64; 16];
-    if cpu >= 1024 {
-        return false;
-    }
-    mask[cpu / 64] |= 1 << (cpu % 64);
-    // SAFETY: mask is a valid 1024-bit cpu_set_t for the calling thread (pid 0).
-    unsafe { sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr()) == 0 }
-}
 
 /// The read-mostly header: codec, index mask, entries (as in benches/table.rs).
 struct Header {
@@ -137,7 +125,7 @@ fn run<L: Layout>(table: Arc<L>, secs: f64, reader: Option<usize>, writer: Optio
     let w = writer.map(|cpu| {
         let (table, stop, go) = (Arc::clone(&table), Arc::clone(&stop), Arc::clone(&go));
         std::thread::spawn(move || {
-            pin(cpu);
+            let _ = crate::sys::pin(cpu);
             while !go.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }
@@ -155,7 +143,7 @@ fn run<L: Layout>(table: Arc<L>, secs: f64, reader: Option<usize>, writer: Optio
     let r = reader.map(|cpu| {
         let (table, stop, go) = (Arc::clone(&table), Arc::clone(&stop), Arc::clone(&go));
         std::thread::spawn(move || {
-            pin(cpu);
+            let _ = crate::sys::pin(cpu);
             let hashes = flows();
             while !go.load(Ordering::Acquire) {
                 std::hint::spin_loop();
@@ -189,24 +177,42 @@ fn run<L: Layout>(table: Arc<L>, secs: f64, reader: Option<usize>, writer: Optio
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
-    let rcpu: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let wcpu: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
-    if !pin(rcpu) || !pin(wcpu) {
-        eprintln!("false_sharing: cannot pin to CPUs {rcpu} and {wcpu}");
-        std::process::exit(1);
+/// One case of the replica: which threads ran, which layout, the rates.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Case {
+    /// `both`, `reader_alone` or `writer_alone`.
+    pub case: &'static str,
+    /// `split` or `packed`.
+    pub layout: &'static str,
+    /// Reader lookups per second (0 without a reader).
+    pub lookups_per_s: u64,
+    /// Writer counter increments per second (0 without a writer).
+    pub increments_per_s: u64,
+}
+
+/// Runs every case (both threads, reader alone, writer alone; split and
+/// packed) for `secs` each, the reader on `reader_cpu`, the writer on
+/// `writer_cpu`.
+pub fn run_all(secs: f64, reader_cpu: usize, writer_cpu: usize) -> Result<Vec<Case>> {
+    // Try the pinning in a throwaway thread (the caller's stays unpinned).
+    let pinnable = std::thread::spawn(move || {
+        crate::sys::pin(reader_cpu).is_ok() && crate::sys::pin(writer_cpu).is_ok()
+    })
+    .join()
+    .unwrap_or(false);
+    if !pinnable {
+        bail!("false sharing replica: cannot pin to CPUs {reader_cpu} and {writer_cpu}");
     }
     assert_eq!(std::mem::size_of::<Packed>(), 64, "packed fits one line");
+    let mut out = Vec::new();
     for (case, reader, writer) in [
-        ("both", Some(rcpu), Some(wcpu)),
-        ("reader_alone", Some(rcpu), None),
-        ("writer_alone", None, Some(wcpu)),
+        ("both", Some(reader_cpu), Some(writer_cpu)),
+        ("reader_alone", Some(reader_cpu), None),
+        ("writer_alone", None, Some(writer_cpu)),
     ] {
         for layout in ["split", "packed"] {
-            let rates = match layout {
-                "split" => run(
+            let rates = if layout == "split" {
+                run(
                     Arc::new(Split {
                         header: Header::new(),
                         counters: Padded((AtomicU64::new(0), AtomicU64::new(0))),
@@ -214,8 +220,9 @@ fn main() {
                     secs,
                     reader,
                     writer,
-                ),
-                _ => run(
+                )
+            } else {
+                run(
                     Arc::new(Packed {
                         header: Header::new(),
                         updates: AtomicU64::new(0),
@@ -224,12 +231,56 @@ fn main() {
                     secs,
                     reader,
                     writer,
-                ),
+                )
             };
-            println!(
-                "case={case} layout={layout} lookups_per_s={:.0} increments_per_s={:.0}",
-                rates.lookups_per_s, rates.increments_per_s
-            );
+            out.push(Case {
+                case,
+                layout,
+                lookups_per_s: rates.lookups_per_s.round() as u64,
+                increments_per_s: rates.increments_per_s.round() as u64,
+            });
         }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_measures_its_threads() {
+        let cases = run_all(0.05, 0, 0).unwrap();
+        assert_eq!(cases.len(), 6);
+        for c in &cases {
+            assert_eq!(c.lookups_per_s > 0, c.case != "writer_alone", "{c:?}");
+            assert_eq!(c.increments_per_s > 0, c.case != "reader_alone", "{c:?}");
+        }
+        assert_eq!(
+            cases.iter().map(|c| (c.case, c.layout)).collect::<Vec<_>>(),
+            [
+                ("both", "split"),
+                ("both", "packed"),
+                ("reader_alone", "split"),
+                ("reader_alone", "packed"),
+                ("writer_alone", "split"),
+                ("writer_alone", "packed"),
+            ]
+        );
+    }
+
+    #[test]
+    fn lookups_find_the_flows() {
+        let h = Header::new();
+        // A flow is found unless a later flow took its slot.
+        let slots: std::collections::BTreeSet<u32> =
+            flows().into_iter().map(|f| f & h.index_mask).collect();
+        let found = flows()
+            .into_iter()
+            .filter(|&f| h.lookup(f).is_some())
+            .count();
+        assert_eq!(found, slots.len());
+        assert!(found > 900, "{found}");
+        assert_eq!(h.lookup(0), None, "an empty slot");
     }
 }
