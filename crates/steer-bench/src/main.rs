@@ -102,6 +102,16 @@ struct Common {
     /// Queues per veth end.
     #[arg(long, default_value_t = 2)]
     queues: u32,
+    /// Unequal flows: flow f's rate is proportional to W[f % len] (list,
+    /// e.g. `1,3`): each queue gets the share of the rate its flows' weights
+    /// add up to (flow f goes out on queue f % queues), and flow f sends W
+    /// requests in a row at its turn. Default: every flow the same rate.
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<u32>,
+    /// Let the generator's CPU also be a server CPU (a 2-CPU machine
+    /// serving on both); the generator then takes time from that worker.
+    #[arg(long)]
+    gen_on_server_cpu: bool,
     /// steer's echo server command (words split on spaces; `--interface`,
     /// `--port`, `--cpus`, `--no-table`, `--stats-json` are appended).
     /// Default: `steer echo`, the `steer` binary next to this one.
@@ -340,11 +350,14 @@ fn config(
             bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
         }
     }
-    if c.server_cpus.0.contains(&c.gen_cpu) {
+    if c.server_cpus.0.contains(&c.gen_cpu) && !c.gen_on_server_cpu {
         bail!(
-            "the generator's CPU {} is also a server CPU: give them different CPUs",
+            "the generator's CPU {} is also a server CPU: give them different CPUs (or --gen-on-server-cpu)",
             c.gen_cpu
         );
+    }
+    if c.weights.iter().any(|&w| !(1..=10_000).contains(&w)) {
+        bail!("--weights must be 1..=10000 each");
     }
     if c.flows == 0 || u32::from(c.sport_base) + u32::from(c.flows) > 65535 || c.flows > 4096 {
         bail!("--flows must be 1..=4096 and fit above --sport-base");
@@ -388,6 +401,7 @@ fn config(
         sport_base: c.sport_base,
         gen_cpu: c.gen_cpu,
         server_cpus: c.server_cpus.0.clone(),
+        weights: c.weights.clone(),
         queues: c.queues,
         warmup: Duration::from_millis(c.warmup_ms),
         window: Duration::from_secs_f64(c.window_secs),
@@ -429,6 +443,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "port": cfg.port,
         "generator_cpu": cfg.gen_cpu,
         "server_cpus": cfg.server_cpus,
+        "weights": cfg.weights,
         "queues": cfg.queues,
         "warmup_secs": cfg.warmup.as_secs_f64(),
         "window_secs": cfg.window.as_secs_f64(),
@@ -575,6 +590,20 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
             p.total.reordered
         );
     }
+    for (name, p) in &sr.phases {
+        println!(
+            "phase {name}: offered {:.0}/s, answered {:.0}/s, latency p50 {} p99 {} us, lost {}, reordered {}",
+            p.offered_pps,
+            p.answered_pps,
+            p.latency.map_or("-".into(), |l| format!("{:.1}", l.p50_us)),
+            p.latency.map_or("-".into(), |l| format!("{:.1}", l.p99_us)),
+            p.total.lost,
+            p.total.reordered,
+        );
+    }
+    if let Some(line) = sr.stats.as_ref().and_then(steer_load_line) {
+        println!("{line}");
+    }
     println!("{} ran on: {}", a.server.name(), sr.ran_on);
     if let Some(path) = &a.common.json {
         let j = json!({"tool": "steer-bench load", "config": config_json(&cfg, false), "run": sr});
@@ -587,6 +616,31 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// steer's worker load and balancer from its `--stats-json`, when there.
+fn steer_load_line(stats: &serde_json::Value) -> Option<String> {
+    let load = stats.get("worker_load")?;
+    let busy: Vec<String> = load["busy"]
+        .as_array()?
+        .iter()
+        .map(|b| {
+            format!(
+                "cpu {} {:.0}%",
+                b["cpu"],
+                b["busy"].as_f64().unwrap_or(0.0) * 100.0
+            )
+        })
+        .collect();
+    let b = &stats["balancer"];
+    Some(format!(
+        "steer workers busy: {} (max/mean {:.2}); balancer {}: {} moves, {} elephants",
+        busy.join(", "),
+        load["max_over_mean"].as_f64().unwrap_or(0.0),
+        if b["on"] == true { "on" } else { "off" },
+        b["moves"],
+        b["elephants"],
+    ))
 }
 
 fn cmd_sockperf(c: SockperfCmd) -> Result<ExitCode> {

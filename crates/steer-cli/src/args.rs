@@ -106,6 +106,10 @@ pub struct EngineArgs {
     /// Where flows go before anything is learned (RPS).
     #[arg(long, value_enum, default_value = "auto")]
     pub rps: Rps,
+    /// The load balancer: moves flows nobody claimed (no pin, no reader)
+    /// off overloaded workers by measured busy time, never reordering.
+    #[arg(long, value_enum, default_value = "off")]
+    pub balance: OnOff,
     /// Drop an elephant flow's excess when a worker's ring is over half full
     /// (the kernel's flow_limit), with a table of BUCKETS flow counters per
     /// CPU (a power of two; the kernel uses 4096).
@@ -207,6 +211,7 @@ impl EngineArgs {
         let mut builder = Engine::builder(&self.interface)
             .policy(self.policy)
             .fast_path(self.fast_path.is_on())
+            .balance(self.balance.is_on())
             .busy_poll(self.busy_poll)
             .idle_spins(self.idle_spins)
             .flow_tables(self.flow_table, 4096)
@@ -377,6 +382,7 @@ mod tests {
         assert_eq!(p.engine.policy, Policy::LlcAffinity);
         assert!(p.engine.fast_path.is_on());
         assert_eq!(p.engine.frames, 8192);
+        assert!(!p.engine.balance.is_on());
         let p = Probe::parse_from([
             "x",
             "--interface",
@@ -389,9 +395,12 @@ mod tests {
             "off",
             "--queues",
             "0,1",
+            "--balance",
+            "on",
             "--flow-limit",
             "4096",
         ]);
+        assert!(p.engine.balance.is_on());
         assert_eq!(p.engine.cpus, Some("1".parse().unwrap()));
         assert_eq!(p.engine.policy, Policy::Always);
         assert!(!p.engine.fast_path.is_on());

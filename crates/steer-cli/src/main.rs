@@ -8,6 +8,8 @@
 //! - `steer tcp-load`: TCP echo clients, for the above;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
+//! - `steer balance-sim`: worker load under hash placement and under the
+//!   load balancer, modelled on a workload;
 //! - `steer plot`: SVG pictures of steer-bench's and seed 000's results;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer stats`: the counters of a running engine, once (table or JSON);
@@ -17,6 +19,7 @@
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
 
 mod args;
+mod balance_sim;
 mod demo;
 mod echo;
 mod logging;
@@ -44,6 +47,7 @@ use clap::{CommandFactory, Parser, Subcommand};
         steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
         steer tcp-echo -i eth1 -p 7000                 TCP echo, kernel sockets steered to their reader's CPU\n  \
         steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
+        steer balance-sim --workers 2,8,64 --zipf 1.1 --table   hash placement vs the load balancer\n  \
         steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n  \
         steer stats eth1                              counters of the engine running on eth1\n  \
         steer top eth1                                the same, refreshed per CPU (q quits)\n\n\
@@ -71,6 +75,10 @@ enum Command {
     /// Replay a trace or a pcap capture through steer's steering decision;
     /// print the steering updates each rule makes, as JSON.
     Replay(replay::ReplayArgs),
+    /// Model worker load under hash placement (RPS) and under the load
+    /// balancer on a workload; print max/mean load, moves and queueing
+    /// delay, as JSON.
+    BalanceSim(balance_sim::BalanceSimArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
     /// Draw steer-bench's and seed 000's JSON results as SVG.
@@ -96,6 +104,7 @@ impl Command {
             Self::TcpEcho(_) => "tcp-echo",
             Self::TcpLoad(_) => "tcp-load",
             Self::Replay(_) => "replay",
+            Self::BalanceSim(_) => "balance-sim",
             Self::Topology(_) => "topology",
             Self::Plot(_) => "plot",
             Self::Stats(_) => "stats",
@@ -116,6 +125,7 @@ fn main() -> ExitCode {
         Command::TcpEcho(a) => tcp_echo::run(a),
         Command::TcpLoad(a) => tcp_load::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
+        Command::BalanceSim(a) => balance_sim::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
         Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),
         Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),

@@ -140,7 +140,11 @@ pub fn report(live: &LiveStats) -> String {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "\n{}\n", steering_line(live));
+    let _ = writeln!(out, "\n{}", steering_line(live));
+    if let Some(line) = balancer_line(live) {
+        let _ = writeln!(out, "{line}");
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "{:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>13} {:>10} {:>10}",
@@ -209,6 +213,23 @@ pub fn steering_line(live: &LiveStats) -> String {
     )
 }
 
+/// The load balancer's counters, when it is on or has moved something.
+pub fn balancer_line(live: &LiveStats) -> Option<String> {
+    let b = &live.balance;
+    (b.on || b.moves() > 0).then(|| {
+        format!(
+            "balancer {}: {} moves (same LLC {}, cross LLC {}), {} released, {} elephants, {} rounds",
+            if b.on { "on" } else { "off" },
+            b.moves(),
+            b.moves_same_llc,
+            b.moves_cross_llc,
+            b.released,
+            b.elephants,
+            b.rounds,
+        )
+    })
+}
+
 /// Where the UMEM frames are.
 pub fn frames_line(live: &LiveStats) -> String {
     let f = &live.frames;
@@ -265,7 +286,14 @@ mod tests {
         live.desired.suppressed = 6;
         live.frames.total = 10;
         live.frames.free = 10;
+        assert!(!report(&live).contains("balancer"));
+        live.balance.on = true;
+        live.balance.moves_cross_llc = 3;
         let text = report(&live);
+        assert!(
+            text.contains("balancer on: 3 moves (same LLC 0, cross LLC 3)"),
+            "{text}"
+        );
         assert!(text.starts_with("steer on eth9 (pid "), "{text}");
         let row = |label: &str| {
             text.lines()

@@ -195,3 +195,46 @@ fn echo_steers_by_the_hash_its_flags_name() {
         "want {want:#010x}: {hashes:?}"
     );
 }
+
+#[test]
+fn echo_server_with_a_costly_handler_and_the_balancer() {
+    let net = TestNet::new();
+    let json = std::env::temp_dir().join(format!("steer-echo-balance-{}.json", std::process::id()));
+    let mut child = steer_echo()
+        .args(["--interface", &net.host, "--port", &PORT.to_string()])
+        .args(["--cost-ns", "20000", "--balance", "on"])
+        .args(["--no-table", "--stats-json", json.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert!(line.contains("balancer on"), "{line}");
+    let got = drive_flows(&net, 4, 100, 10);
+    assert!(
+        got.iter()
+            .all(|g| g.len() == 100 && g.windows(2).all(|w| w[0] < w[1])),
+        "{got:?}"
+    );
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(rest.contains("steer echo: balancer moves"), "{rest}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["balancer"]["on"], true, "{report:#}");
+    assert!(report["balancer"]["rounds"].as_u64().unwrap() > 0);
+    // 400 packets at 20 us each: at least 8 ms of busy time.
+    let busy: u64 = report["per_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["busy_ns"].as_u64().unwrap())
+        .sum();
+    assert!(busy >= 8_000_000, "{report:#}");
+    assert_eq!(report["frames"]["balanced"], true);
+}

@@ -10,7 +10,10 @@
 //!    this CPU, like the kernel does without a hash;
 //! 2. desired CPU: an explicit pin ([`Pins`]) if any, else what the consumer
 //!    recorded in the [`DesiredCpuTable`](crate::table::DesiredCpuTable),
-//!    else plain RPS (the flow hash scaled over the configured CPUs);
+//!    else, when the load balancer is on, its assignment of the flow's
+//!    bucket ([`BucketLoads`](crate::balance::BucketLoads), which also
+//!    counts the packets of such unclaimed flows), else plain RPS (the flow
+//!    hash scaled over the configured CPUs);
 //! 3. the rx-queue table ([`RxFlowTable`](crate::table::RxFlowTable)) moves
 //!    the flow there only when its old CPU is gone or has processed the
 //!    flow's last queued packet (`last_qtail`), calling the steering hook on

@@ -1,6 +1,7 @@
 //! What every dispatcher shares with the rest of the engine: the
 //! desired-CPU table the consumers record into, the CPU layout, the per-CPU
-//! counters, the pins and the run-time switches.
+//! counters, the pins, the run-time switches and the load balancer's
+//! per-bucket counts and assignments.
 //!
 //! Every part sits behind an `Arc`, so a [`Shared`] is cheap to clone: each
 //! dispatcher holds one clone, and so can the application (recorders, flow
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use super::Pins;
+use crate::balance::BalanceShared;
 use crate::cpu::CpuLayout;
 use crate::policy::Policy;
 use crate::stats::Stats;
@@ -64,13 +66,16 @@ pub struct Shared {
     pub pins: Arc<Pins>,
     /// Run-time switches.
     pub switches: Arc<DispatchSwitches>,
+    /// The load balancer's switch, per-bucket counts and assignments, and
+    /// counters.
+    pub balance: Arc<BalanceShared>,
 }
 
 impl Shared {
     /// Fresh shared state for the CPUs of `layout`: an empty desired-CPU
     /// table of `desired_entries` slots (a power of two) under `policy`,
     /// zeroed counters for every CPU of the layout, no pins, and the default
-    /// switches (fast path on, flow limit off).
+    /// switches (fast path on, flow limit off, balancer off).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -99,6 +104,7 @@ impl Shared {
             layout,
             pins: Pins::new(),
             switches: Arc::new(DispatchSwitches::default()),
+            balance: Arc::default(),
         })
     }
 }

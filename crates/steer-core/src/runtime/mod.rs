@@ -21,6 +21,13 @@
 //! 5. when idle, unless busy-polling: spins a little and sleeps on its
 //!    [`Doorbell`].
 //!
+//! Each worker reads the clock once per round and adds the length of the
+//! rounds that did work to its CPU's `busy_ns` counter. A balancer thread
+//! (`balance.rs`) turns those and the dispatchers' per-bucket counts into
+//! moves of unclaimed flows off overloaded workers while the load balancer
+//! is on ([`RuntimeConfig::balance`], switchable at run time through
+//! `Shared::balance`); it sleeps while it is off.
+//!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
 //! the frames still queued to it are returned to the pool and counted in
@@ -40,9 +47,11 @@
 //! Where things are: this file holds the settings ([`RuntimeConfig`]), the
 //! errors and [`Runtime`] itself (start, the ring matrix, stop); `source.rs`
 //! the traits the application implements ([`RxSource`], [`Setup`]);
+//! `balance.rs` the load balancer's thread;
 //! `worker.rs` the worker thread (start-up, the loop, adoption of orphaned rx
 //! queues, finish, panic recovery).
 
+mod balance;
 mod source;
 mod worker;
 
@@ -53,6 +62,7 @@ use std::time::Duration;
 
 pub use source::{RxSource, Setup};
 
+use crate::balance::BalanceConfig;
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
 use crate::dispatch::{FlowLimit, Shared};
 use crate::policy::Policy;
@@ -60,6 +70,7 @@ use crate::ring::{self, Producer};
 use crate::stats::StatsSnapshot;
 use crate::table::{RxFlowTable, TableError, Tick};
 use crate::wake::Doorbell;
+use balance::BalancerThread;
 use worker::{Inbound, Part, PartSeed, Startup};
 
 /// Settings of a [`Runtime`].
@@ -102,6 +113,13 @@ pub struct RuntimeConfig {
     pub sleep_timeout: Duration,
     /// A flow entry idle this long (milliseconds) may expire.
     pub flow_idle_ms: Tick,
+    /// Start with the load balancer on (read by [`RuntimeConfig::shared`];
+    /// switchable at run time through `Shared::balance`).
+    pub balance: bool,
+    /// The load balancer's settings.
+    pub balance_config: BalanceConfig,
+    /// Time between two load balancer rounds.
+    pub balance_interval: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -121,6 +139,9 @@ impl Default for RuntimeConfig {
             idle_spins: 64,
             sleep_timeout: Duration::from_millis(10),
             flow_idle_ms: 10_000,
+            balance: false,
+            balance_config: BalanceConfig::default(),
+            balance_interval: Duration::from_millis(5),
         }
     }
 }
@@ -131,7 +152,7 @@ impl RuntimeConfig {
     /// before the runtime starts: hand clones to whatever needs the tables
     /// (recorders, flow delivery), then pass it to [`Runtime::start`].
     /// The table gets `desired_entries` slots under `policy`, the switches
-    /// `fast_path` and `flow_limit`.
+    /// `fast_path` and `flow_limit`, the load balancer `balance`.
     pub fn shared(&self, layout: Arc<CpuLayout>) -> Result<Shared, RuntimeError> {
         let shared =
             Shared::new(layout, self.desired_entries, self.policy).map_err(RuntimeError::Table)?;
@@ -140,6 +161,7 @@ impl RuntimeConfig {
         switches
             .flow_limit
             .store(self.flow_limit, Ordering::Relaxed);
+        shared.balance.set_on(self.balance);
         Ok(shared)
     }
 }
@@ -173,6 +195,8 @@ pub enum RuntimeError {
     BadFlowLimit(usize),
     /// No rx source was given.
     NoSources,
+    /// A thread could not be started (the system's error).
+    Thread(String),
     /// The shared state's parts are sized for other CPUs than its layout
     /// (a `Shared` assembled by hand; [`RuntimeConfig::shared`] and
     /// [`Shared::new`] never do this).
@@ -202,6 +226,7 @@ impl std::fmt::Display for RuntimeError {
                 FlowLimit::MAX_BUCKETS
             ),
             Self::NoSources => f.write_str("a runtime needs at least one rx source"),
+            Self::Thread(e) => write!(f, "could not start a runtime thread: {e}"),
             Self::SharedMismatch {
                 layout,
                 desired,
@@ -310,6 +335,7 @@ type CommonSlot<D, St> = Arc<Mutex<Option<Arc<Common<D, St>>>>>;
 pub struct Runtime<D: Send + 'static, St: Setup<D>> {
     common: Arc<Common<D, St>>,
     threads: Vec<(CpuId, JoinHandle<()>)>,
+    balancer: Option<BalancerThread>,
 }
 
 impl<D: Send + 'static, St: Setup<D>> std::fmt::Debug for Runtime<D, St> {
@@ -376,6 +402,14 @@ where
         }
         // Probe the rx-table size once so workers cannot fail on it.
         RxFlowTable::new(0, cfg.rx_table_entries).map_err(RuntimeError::Table)?;
+        // Stopped again (dropped) if anything below fails.
+        let balancer = BalancerThread::start(
+            shared.clone(),
+            cfg.cpus,
+            cfg.balance_config,
+            cfg.balance_interval,
+        )
+        .map_err(|e| RuntimeError::Thread(e.to_string()))?;
 
         let (bell_tx, bell_rx) = std::sync::mpsc::channel::<(CpuId, Arc<Doorbell>)>();
         let mut bells: Vec<Option<Arc<Doorbell>>> = vec![None; nr];
@@ -427,7 +461,11 @@ where
         });
         *common_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(common.clone());
         ready.wait();
-        Ok(Self { common, threads })
+        Ok(Self {
+            common,
+            threads,
+            balancer: Some(balancer),
+        })
     }
 
     /// [`Runtime::start`] on fresh shared state for `layout`
@@ -485,6 +523,9 @@ impl<D: Send + 'static, St: Setup<D>> Drop for Runtime<D, St> {
 
 impl<D: Send + 'static, St: Setup<D>> Runtime<D, St> {
     fn shutdown(&mut self) {
+        if let Some(mut b) = self.balancer.take() {
+            b.stop();
+        }
         self.common.stop.store(true, Ordering::SeqCst);
         for bell in self.common.bells.iter().flatten() {
             bell.ring();

@@ -7,7 +7,8 @@
 //! - Run: poll its rx queues and dispatch, drain its inbound rings, flush the
 //!   handler (its staged replies go out), and only then publish the rings'
 //!   heads past the packets drained (so a ring's head never passes a packet
-//!   whose reply is still staged: see [`Worker::flush`]); tick the flow
+//!   whose reply is still staged: see [`Worker::flush`]); count the rounds
+//!   that did work as busy time (one clock read per round); tick the flow
 //!   tables' clock and expire idle flows once per tick (a small budget
 //!   under load, a larger one when idle), sleep on its doorbell.
 //! - Adoption: rx queues left by a worker that died are taken over by
@@ -139,7 +140,7 @@ fn unreachable_table() -> ! {
     panic!("rx table size validated at start")
 }
 
-/// Worker rounds between reads of the clock (a vDSO call is not free).
+/// Worker rounds between two moves of the flow tables' tick.
 const TICK_EVERY: u32 = 64;
 
 /// Rx-table buckets swept per tick (at most once a millisecond) while the
@@ -251,6 +252,8 @@ where
         let mut idle_rounds = 0u32;
         let mut rounds = 0u32;
         let mut last_tick: Tick = 0;
+        // The clock as last read: a round that did work was busy from here.
+        let mut mark = Instant::now();
         while !self.common.stop.load(Ordering::Relaxed) {
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
                 self.adopt();
@@ -264,13 +267,23 @@ where
             } else {
                 idle_rounds.saturating_add(1)
             };
-            // The clock is read every TICK_EVERY rounds, busy or not (flows'
-            // last-used ticks must advance under load too), and on the first
-            // idle round; the tick is written once per millisecond at most.
+            // The clock is read once per round (never per packet): a round
+            // with work adds its length to the busy time the load balancer
+            // reads.
+            let now = Instant::now();
+            if work > 0 {
+                let busy = now.saturating_duration_since(mark).as_nanos();
+                self.local.busy_ns += u64::try_from(busy).unwrap_or(u64::MAX);
+            }
+            mark = now;
+            // The flow tables' tick moves every TICK_EVERY rounds, busy or
+            // not (flows' last-used ticks must advance under load too), and
+            // on the first idle round; it is written once per millisecond at
+            // most.
             rounds = rounds.wrapping_add(1);
             let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
             if tick_round {
-                let now = self.start.elapsed().as_millis() as Tick;
+                let now = now.saturating_duration_since(self.start).as_millis() as Tick;
                 if now != last_tick {
                     last_tick = now;
                     // Maintenance off the hot path, once per tick: a small
@@ -312,6 +325,8 @@ where
                     },
                     self.common.cfg.sleep_timeout,
                 );
+                // Asleep is not busy.
+                mark = Instant::now();
             } else {
                 std::hint::spin_loop();
             }

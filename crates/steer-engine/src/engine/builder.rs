@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use steer_core::balance::BalanceConfig;
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::AnyHasher;
 use steer_core::hook::SteerHook;
@@ -160,6 +161,35 @@ impl EngineBuilder {
     /// The same-CPU fast path at start (switchable at run time).
     pub fn fast_path(mut self, on: bool) -> Self {
         self.runtime.fast_path = on;
+        self
+    }
+
+    /// The load balancer at start (default off; switchable at run time with
+    /// [`Engine::set_balance`]): off the hot path it moves flows nobody
+    /// claimed (no pin, no recorded reader: the flows of a packet handler)
+    /// off overloaded workers by measured busy time, through the same
+    /// no-reordering rule as every move. See `docs/balancer.md`.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, Verdict};
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 7)
+    ///     .balance(true)
+    ///     .handler(|_cpu| Box::new(|p: &mut [u8], _: &_| Verdict::Transmit(p.len())))
+    ///     .start()?;
+    /// println!("{:?}", engine.stats().balance);
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn balance(mut self, on: bool) -> Self {
+        self.runtime.balance = on;
+        self
+    }
+
+    /// The load balancer's settings and the time between its rounds
+    /// (default: [`BalanceConfig::default`], 5 ms).
+    pub fn balance_config(mut self, config: BalanceConfig, interval: Duration) -> Self {
+        self.runtime.balance_config = config;
+        self.runtime.balance_interval = interval;
         self
     }
 

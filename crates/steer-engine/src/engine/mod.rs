@@ -174,6 +174,13 @@ impl Engine {
         self.runtime().shared().desired.policy().set(policy);
     }
 
+    /// Turns the load balancer on or off ([`EngineBuilder::balance`]). Off,
+    /// its assignments are dropped and the flows go back to plain RPS
+    /// (through `last_qtail`: never reordered).
+    pub fn set_balance(&self, on: bool) {
+        self.runtime().shared().balance.set_on(on);
+    }
+
     /// Turns the same-CPU fast path on or off.
     pub fn set_fast_path(&self, on: bool) {
         self.runtime()
@@ -242,18 +249,7 @@ impl Engine {
     }
 
     fn collect(&self, shared: &steer_core::dispatch::Shared) -> EngineStats {
-        EngineStats::collect(
-            &self.cpus,
-            &shared.stats.snapshot(),
-            &self.counters,
-            shared.desired.stats(),
-            shared.desired.policy().get(),
-            shared
-                .switches
-                .fast_path
-                .load(std::sync::atomic::Ordering::Relaxed),
-            self.started.elapsed(),
-        )
+        EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed())
     }
 
     /// What the stats socket and `/metrics` publish: per-CPU counters, the
