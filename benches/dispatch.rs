@@ -98,6 +98,7 @@ fn rig_with<C: Classifier, P>(
         stats: Arc::new(Stats::new(nr)),
         pins: Pins::new(),
         switches: Default::default(),
+        balance: Default::default(),
     };
     let mut producers = Vec::new();
     let mut consumers = Vec::new();

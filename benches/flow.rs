@@ -26,6 +26,10 @@
 //!   redirects to AF_XDP (UDP/TCP over IPv4 and IPv6, untagged, no
 //!   fragments or extension headers; the mixed batch's ICMP, fragments,
 //!   tags and extension headers stay with the kernel).
+//! - `steer/flow/classify_lookup/{any_keyed,toeplitz,any_toeplitz}_redirected`:
+//!   the same over the redirected batch with the hasher behind
+//!   `AnyHasher` (the run-time choice the engine makes) and with Toeplitz,
+//!   so the cost of the choice reads against `keyed_redirected`.
 //! - `steer/flow/hash/{keyed,toeplitz}`: the hashers alone over pre-parsed
 //!   keys.
 //!
@@ -37,7 +41,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use steer::core::cpu::{CpuLayout, CpuSet};
 use steer::core::flow::{
-    flow_key, Classifier, FlowClassifier, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher,
+    flow_key, AnyHasher, Classifier, FlowClassifier, FlowHasher, FlowKey, KeyedHasher,
+    ToeplitzHasher,
 };
 use steer::core::packet::build::FrameBuilder;
 use steer::core::packet::ethernet::ethertype;
@@ -267,6 +272,20 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("keyed_redirected", |b| {
         b.iter(|| classify_lookup(&redirected, &mut classifier, &tr))
+    });
+    // What the engine runs: the hasher chosen at run time.
+    let mut any_keyed = FlowClassifier::new(AnyHasher::from(keyed.clone()));
+    g.bench_function("any_keyed_redirected", |b| {
+        b.iter(|| classify_lookup(&redirected, &mut any_keyed, &tr))
+    });
+    let ttr = table_for(&redirected, &toeplitz);
+    let mut toeplitz_classifier = FlowClassifier::new(toeplitz.clone());
+    g.bench_function("toeplitz_redirected", |b| {
+        b.iter(|| classify_lookup(&redirected, &mut toeplitz_classifier, &ttr))
+    });
+    let mut any_toeplitz = FlowClassifier::new(AnyHasher::from(toeplitz.clone()));
+    g.bench_function("any_toeplitz_redirected", |b| {
+        b.iter(|| classify_lookup(&redirected, &mut any_toeplitz, &ttr))
     });
     g.finish();
 

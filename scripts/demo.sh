@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # The steer demo, as root on a fresh machine: installs what is missing,
-# creates a network namespace and a 2-queue veth pair, starts the AF_XDP
-# echo server (`steer echo`) on the host end, drives it from the
-# namespace with several sockperf clients (several flows), shows the
-# server's live per-CPU table, prints a summary, and removes everything it
-# created, also when interrupted.
+# creates a network namespace and a 2-queue veth pair, and runs `steer demo`
+# on the host end: clients in the namespace send flows, each flow is
+# consumed by a thread the demo moves between CPUs, first under the `always`
+# rule (flows steered to their consumers' CPUs and moved with them), then
+# under `llc` with a 2-LLC topology model (the same moves kept in place).
+# `steer top` shows it live beside the demo (a tmux split when tmux and a
+# terminal are there; otherwise the demo prints `steer top --once` screens).
+# Prints the summary and removes everything it created, also when
+# interrupted. The logic is in `steer demo` (crates/steer-cli/src/demo);
+# this script makes the namespace and starts the processes.
 #
-#   ./scripts/demo.sh [-t SECONDS] [-c CLIENTS] [--policy llc|always] [--fast-path on|off]
+#   ./scripts/demo.sh [-t SECONDS_PER_PHASE] [-f FLOWS] [--no-tmux] [--quick] [--check]
+#
+# STEER=path/to/steer uses that binary instead of building a release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=8
-clients=4
-policy=llc
-fast_path=on
-port=11111
+secs=6
+flows=8
+tmux_ok=1
+check=()
+move_every=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -t) secs="$2"; shift 2 ;;
-        -c) clients="$2"; shift 2 ;;
-        --policy) policy="$2"; shift 2 ;;
-        --fast-path) fast_path="$2"; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -f) flows="$2"; shift 2 ;;
+        --no-tmux) tmux_ok=0; shift ;;
+        --quick) secs=2; move_every=0.5; tmux_ok=0; shift ;;
+        --check) check=(--check); shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -32,31 +40,31 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 bash scripts/setup.sh
-echo "demo: building the echo server (release)..."
-cargo build --release --quiet -p steer-cli
-target_dir="${CARGO_TARGET_DIR:-target}"
-steer_bin="$target_dir/release/steer"
+if [[ -n "${STEER:-}" ]]; then
+    steer_bin="$STEER"
+else
+    echo "demo: building the steer command (release)..."
+    cargo build --release --quiet -p steer-cli
+    steer_bin="${CARGO_TARGET_DIR:-target}/release/steer"
+fi
 
 # shellcheck source=scripts/netns.sh
 . scripts/netns.sh
 name=$(netns_default_name)
 work=$(mktemp -d /tmp/steer-demo.XXXXXX)
-server_pid=""
-client_pids=()
+session="steer-demo-$$"
+demo_pid=""
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for p in "${client_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -INT "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
+    tmux kill-session -t "$session" 2>/dev/null || true
+    if [[ -n "$demo_pid" ]] && kill -0 "$demo_pid" 2>/dev/null; then
+        kill -INT "$demo_pid" 2>/dev/null || true
+        wait "$demo_pid" 2>/dev/null || true
     fi
     netns_down "$name"
     rm -rf "$work"
-    if ip netns list | grep -qw "$name"; then
-        echo "demo: namespace $name still present" >&2
-    fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -66,63 +74,25 @@ trap 'exit 143' TERM
 netns_up "$name"
 echo "demo: namespace $NETNS_NAME, veth $NETNS_HOST_IF ($NETNS_HOST_V4) <-> $NETNS_NS_IF ($NETNS_NS_V4), 2 queues"
 
-"$steer_bin" echo --interface "$NETNS_HOST_IF" --port "$port" --sockperf \
-    --policy "$policy" --fast-path "$fast_path" \
-    --stats-json "$work/server.json" >"$work/server.out" 2>"$work/server.err" &
-server_pid=$!
-for _ in $(seq 100); do
-    grep -q ready "$work/server.out" 2>/dev/null && break
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        echo "demo: the echo server did not start:" >&2
-        cat "$work/server.err" >&2
-        exit 1
-    fi
-    sleep 0.1
-done
-grep ready "$work/server.out"
-# The live table, as the server prints it once a second.
-tail -n +2 -f "$work/server.out" &
-tail_pid=$!
-client_pids+=("$tail_pid")
+demo=("$steer_bin" demo --interface "$NETNS_HOST_IF" --netns "$NETNS_NAME" --server "$NETNS_HOST_V4"
+      --flows "$flows" --seconds "$secs" --move-every "$move_every" --json "$work/summary.json" "${check[@]}")
 
-echo "demo: $clients sockperf clients (one flow each) for ${secs}s: under-load at 20k msg/s each"
-for i in $(seq "$clients"); do
-    ip netns exec "$NETNS_NAME" sockperf under-load -i "$NETNS_HOST_V4" -p "$port" \
-        --client_port $((20000 + i)) -t "$secs" --mps 20000 >"$work/ul-$i.txt" 2>&1 &
-    client_pids+=("$!")
-done
-for p in "${client_pids[@]:1}"; do wait "$p" || true; done
-echo "demo: ping-pong latency, 1 client, 3s"
-ip netns exec "$NETNS_NAME" sockperf ping-pong -i "$NETNS_HOST_V4" -p "$port" \
-    --client_port 20100 -t 3 >"$work/pp.txt" 2>&1 || true
-sleep 1
-kill "$tail_pid" 2>/dev/null || true
-kill -INT "$server_pid"
-wait "$server_pid" || true
-server_pid=""
-
-strip() { sed 's/\x1b\[[0-9;]*m//g'; }
-echo
-echo "==================== summary ===================="
-for i in $(seq "$clients"); do
-    sent=$(strip <"$work/ul-$i.txt" | sed -n 's/.*\[Valid Duration\].*SentMessages=\([0-9]*\).*/\1/p' | head -1)
-    lost=$(strip <"$work/ul-$i.txt" | sed -n 's/.*# dropped messages = \([0-9]*\); # duplicated messages = \([0-9]*\); # out-of-order messages = \([0-9]*\).*/dropped \1, duplicated \2, out-of-order \3/p' | head -1)
-    printf 'client %d (port %d): sent %s messages; sampled replies: %s\n' "$i" $((20000 + i)) "${sent:-?}" "${lost:-no result}"
-done
-p50=$(strip <"$work/pp.txt" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | head -1)
-p99=$(strip <"$work/pp.txt" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' | head -1)
-echo "ping-pong one-way latency: p50 ${p50:-?} us, p99 ${p99:-?} us"
-grep "steer echo: stopped\|steer echo: frames" "$work/server.out" || true
-python3 - "$work/server.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-t = d["total"]
-print(f"per CPU: " + ", ".join(
-    f"cpu{r['cpu']} rx {r['rx']} handled {r['processed']} (fast path {r['fast_path']}, steered in {r['steered_in']})"
-    for r in d["per_cpu"]))
-print(f"policy {d['policy']}: steering updates {d['steering_updates']}, desired-table writes "
-      f"{d['desired_table']['updates']} (suppressed {d['desired_table']['suppressed']})")
-f = d["frames"]
-print(f"frame accounting: {f['check']}, {f['total']} frames, held {f['held']}, balanced {f['balanced']}")
-EOF
+if [[ $tmux_ok -eq 1 && -t 0 && -t 1 ]] && command -v tmux >/dev/null; then
+    # The demo on the left, `steer top` on the right; the session ends when
+    # the demo does, and its output (with the summary) is printed below.
+    tmux new-session -d -s "$session" -x "$(tput cols)" -y "$(tput lines)" \
+        "${demo[*]@Q} 2>&1 | tee $work/demo.out; echo \${PIPESTATUS[0]} >$work/demo.rc; sleep 4; tmux kill-session -t $session"
+    tmux split-window -h -t "$session" "sleep 1; $steer_bin top $NETNS_HOST_IF --interval 0.5"
+    tmux select-pane -t "$session:0.0"
+    tmux attach -t "$session" || true
+    sed -n '/=== summary ===/,$p' "$work/demo.out"
+    rc=$(cat "$work/demo.rc" 2>/dev/null || echo 1)
+else
+    "${demo[@]}" --snapshots &
+    demo_pid=$!
+    rc=0
+    wait "$demo_pid" || rc=$?
+    demo_pid=""
+fi
 echo "demo: done; removing namespace $NETNS_NAME"
+exit "$rc"

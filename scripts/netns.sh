@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# A network namespace and a 2-queue veth pair for steer's demos and
-# benchmarks. Source it, then:
+# A network namespace and a 2-queue veth pair for steer's demo
+# (scripts/demo.sh; the benchmarks build theirs in steer-bench). Source it,
+# then:
 #
 #   name=$(netns_default_name)        # steer-<pid>, unique per shell
 #   trap 'netns_down "$name"' EXIT

@@ -10,8 +10,10 @@ PACKAGES=(
   libhwloc-dev libudev-dev hwloc
   # tests and demos: namespaces and veth, ping, load generators, XDP tools
   iproute2 iputils-ping sockperf xdp-tools bpftool
-  # the engine tests drop privileges with setpriv; demo summary and seed
-  # scripts: python3 (flow generator, JSON), jq, flock
+  # kernel-socket steering tests: full checksums from local senders (ethtool -K tx off)
+  ethtool
+  # the engine tests drop privileges with setpriv; the demo's summary:
+  # python3; `steer stats --json` examples: jq
   util-linux python3 jq
   # instruction counts for benchmark scripts (no hardware counters in VMs)
   valgrind

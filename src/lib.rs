@@ -10,6 +10,8 @@
 //!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies;
 //! - [`observe`] (`steer-engine`, feature `xdp`): a running engine seen from
 //!   outside: its stats socket and Prometheus metrics.
+//! - [`kernel`] (`steer-kernel`, feature `xdp`): steer's flow table steering
+//!   kernel TCP and UDP sockets (XDP RFS through a cpumap).
 //!
 //! The `steer` command (echo server, proxy, replay, topology, stats, top) is
 //! the `steer-cli` package; its dependencies (clap, tracing-subscriber,
@@ -22,6 +24,8 @@ pub use xdp_io as xdp;
 
 #[cfg(feature = "xdp")]
 pub use steer_engine::{echo, engine, flows, observe, probe, sleep};
+#[cfg(feature = "xdp")]
+pub use steer_kernel as kernel;
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(all(doctest, feature = "xdp"))]

@@ -48,6 +48,8 @@ pub struct BenchConfig {
     pub gen_cpu: usize,
     /// The server CPUs.
     pub server_cpus: Vec<usize>,
+    /// Per-flow send weights (see [`GenSetup::weights`]); empty: equal.
+    pub weights: Vec<u32>,
     /// Queues per veth end.
     pub queues: u32,
     /// Phase timing.
@@ -207,6 +209,7 @@ pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
         },
         flows: cfg.flows,
         sport_base: cfg.sport_base,
+        weights: cfg.weights.clone(),
     };
     let gen = GenThread::spawn(&bed, setup, cfg.gen_cpu, stop)?;
     if cfg.rx_on_receiver {

@@ -5,7 +5,11 @@
 //! ([`FlowBook::next_seq`](crate::flows::FlowBook::next_seq)); a reply counts as answered the first time its
 //! sequence number comes back, as duplicated every later time, and as
 //! reordered when a higher sequence number of the same flow came back
-//! before it. A reply for a sequence number never sent is `bogus`.
+//! before it. "Before" is by arrival time when the reply carries one
+//! ([`FlowBook::reply_at`](crate::flows::FlowBook::reply_at)): the checker reads its rx queues one after the
+//! other, and a flow whose replies switch queues (the server moved it to a
+//! worker that sends on another queue) may be read out of arrival order.
+//! A reply for a sequence number never sent is `bogus`.
 
 use serde::Serialize;
 
@@ -43,6 +47,8 @@ pub struct FlowBook {
     next: u64,
     seen: Vec<u64>,
     highest: Option<u64>,
+    /// When the reply to `highest` arrived (`u64::MAX`: unknown).
+    highest_at: u64,
     counts: FlowCounts,
 }
 
@@ -76,9 +82,20 @@ impl FlowBook {
         self.counts.sent -= n;
     }
 
-    /// Records a reply to request `seq`.
+    /// Records a reply to request `seq`, arrival time unknown: it is
+    /// reordered when a higher sequence number was recorded before it.
     #[inline]
     pub fn reply(&mut self, seq: u64) -> Verdict {
+        self.reply_at(seq, u64::MAX)
+    }
+
+    /// Records a reply to request `seq` that arrived at `at` (ns, any clock
+    /// the flow's replies share; 0 or `u64::MAX`: unknown). A reply to a
+    /// lower sequence number than one recorded before is reordered only if
+    /// it did not arrive strictly before that one.
+    #[inline]
+    pub fn reply_at(&mut self, seq: u64, at: u64) -> Verdict {
+        let at = if at == 0 { u64::MAX } else { at };
         if seq >= self.next {
             self.counts.bogus += 1;
             return Verdict::Bogus;
@@ -94,12 +111,17 @@ impl FlowBook {
         self.seen[word] |= 1 << bit;
         self.counts.answered += 1;
         match self.highest {
+            // Read after a later reply, but it arrived first: in order.
+            Some(h) if seq < h && at < self.highest_at && self.highest_at != u64::MAX => {
+                Verdict::InOrder
+            }
             Some(h) if seq < h => {
                 self.counts.reordered += 1;
                 Verdict::Reordered
             }
             _ => {
                 self.highest = Some(seq);
+                self.highest_at = at;
                 Verdict::InOrder
             }
         }
@@ -142,6 +164,27 @@ mod tests {
                 bogus: 1
             }
         );
+    }
+
+    #[test]
+    fn order_is_by_arrival_time_when_known() {
+        let mut f = FlowBook::default();
+        for _ in 0..4 {
+            f.next_seq();
+        }
+        // Reply 1 is read first, but reply 0 arrived before it: in order.
+        assert_eq!(f.reply_at(1, 200), Verdict::InOrder);
+        assert_eq!(f.reply_at(0, 100), Verdict::InOrder);
+        // Reply 2 arrived after reply 3: reordered.
+        assert_eq!(f.reply_at(3, 300), Verdict::InOrder);
+        assert_eq!(f.reply_at(2, 400), Verdict::Reordered);
+        // Unknown arrival times fall back to reading order.
+        let mut g = FlowBook::default();
+        g.next_seq();
+        g.next_seq();
+        assert_eq!(g.reply_at(1, 0), Verdict::InOrder);
+        assert_eq!(g.reply_at(0, 50), Verdict::Reordered);
+        assert_eq!(f.counts().reordered, 1);
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub struct GenSetup {
     pub flows: u16,
     /// Source port of flow 0.
     pub sport_base: u16,
+    /// Flow `f`'s rate is proportional to `weights[f % len]`: each queue
+    /// gets the share of the rate its flows' weights add up to, and flow `f`
+    /// sends that many requests in a row at its turn (empty: every flow 1,
+    /// the same rate).
+    pub weights: Vec<u32>,
 }
 
 /// One phase.
@@ -182,6 +187,31 @@ impl Generator {
         let nsock = self.sockets.len();
         let mut books = vec![FlowBook::default(); nflows];
         let mut cursor: Vec<usize> = (0..nsock).collect();
+        let weight = |flow: usize| match self.setup.weights.len() {
+            0 => 1,
+            n => self.setup.weights[flow % n].max(1),
+        };
+        // Requests the flow at each socket's cursor still sends in a row.
+        let mut repeat: Vec<u32> = (0..nsock).map(weight).collect();
+        // With weights, each socket's share of the rate is its flows' share
+        // of the weights (flow f goes out on socket f % nsock); a socket
+        // ahead of its share lets the others send first.
+        let share: Vec<f64> = if self.setup.weights.is_empty() {
+            Vec::new()
+        } else {
+            let w: Vec<f64> = (0..nsock)
+                .map(|s| {
+                    (s..nflows)
+                        .step_by(nsock)
+                        .map(|f| f64::from(weight(f)))
+                        .sum()
+                })
+                .collect();
+            let total: f64 = w.iter().sum();
+            w.iter().map(|x| x / total.max(1.0)).collect()
+        };
+        let mut sent_by = vec![0u64; nsock];
+        let mut sent_all = 0u64;
         let mut hist =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).context("latency histogram")?;
         let tick = spec.tick.as_nanos().max(1_000) as u64;
@@ -238,6 +268,12 @@ impl Generator {
                     continue;
                 }
                 let want = (budget as usize).min(TX_BATCH);
+                if share
+                    .get(s)
+                    .is_some_and(|&sh| sent_by[s] as f64 > sh * (sent_all + want as u64) as f64)
+                {
+                    continue;
+                }
                 txf.clear();
                 let got = sock.alloc(want, &mut txf);
                 if got < want {
@@ -250,11 +286,16 @@ impl Generator {
                 let ts = mono_ns();
                 for f in txf.iter_mut() {
                     let flow = cursor[s];
-                    cursor[s] = if flow + nsock < nflows {
-                        flow + nsock
+                    if repeat[s] > 1 {
+                        repeat[s] -= 1;
                     } else {
-                        s
-                    };
+                        cursor[s] = if flow + nsock < nflows {
+                            flow + nsock
+                        } else {
+                            s
+                        };
+                        repeat[s] = weight(cursor[s]);
+                    }
                     let seq = books[flow].next_seq();
                     self.template.fill(
                         &mut buf,
@@ -276,6 +317,8 @@ impl Generator {
                 }
                 spent += got as u64;
                 budget -= got as u64;
+                sent_by[s] += got as u64;
+                sent_all += got as u64;
             }
             bucket.spend(spent);
             // Receive and check.
@@ -295,7 +338,7 @@ impl Generator {
                             stale += 1;
                             continue;
                         }
-                        let v = books[r.flow as usize].reply(r.seq);
+                        let v = books[r.flow as usize].reply_at(r.seq, r.rx_ns);
                         let first = matches!(v, Verdict::InOrder | Verdict::Reordered);
                         if first && (win_start..win_end).contains(&r.rx_ns) {
                             answered_w += 1;

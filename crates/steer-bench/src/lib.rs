@@ -3,7 +3,8 @@
 //! and latency for steer's echo server against the kernel (a
 //! recvmmsg/sendmmsg echo and `sockperf server`, both with RPS/RFS), the raw
 //! AF_XDP turnaround and an XDP_TX reflector (the floor). Also the sockperf
-//! report parser and comparison used by `benches/compare-kernel.sh`.
+//! comparison (`steer-bench compare-kernel`) with its report parser, and the
+//! seed reproductions (`steer-bench seed ...`).
 //!
 //! See benches/README.md for the method.
 
@@ -13,6 +14,8 @@
 pub mod afxdp_echo;
 /// One benchmark run: test bed, generator thread, servers in turn.
 pub mod bench;
+/// The sockperf comparison (`steer-bench compare-kernel`).
+pub mod compare_kernel;
 /// /proc/stat and per-thread CPU.
 pub mod cpustat;
 /// Per-flow checking.
@@ -31,6 +34,10 @@ pub mod pacing;
 pub mod payload;
 /// Medians, own cost, ratios, table, JSON.
 pub mod report;
+/// The scheduling slice of another process's threads.
+pub mod sched_slice;
+/// The seed reproductions (`steer-bench seed ...`).
+pub mod seeds;
 /// The servers under test.
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.

@@ -5,6 +5,9 @@
 //!                 [--steer-cmd CMD] [--json FILE]
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
+//! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
+//! steer-bench seed 000|000-tcp|001|002-004|003 [--quick] [--runs N] [--json FILE]
+//! steer-bench seed medians FILE.json...
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
@@ -44,9 +47,16 @@ enum Cmd {
     Run(RunArgs),
     /// One server at one rate, with the per-flow table.
     Load(LoadArgs),
-    /// sockperf client reports: parse, check the fixtures, compare (compare-kernel.sh).
+    /// sockperf client reports: parse, check the fixtures, compare a kept
+    /// `compare-kernel --keep-logs` directory.
     #[command(subcommand)]
     Sockperf(SockperfCmd),
+    /// The sockperf comparison: sockperf clients against `sockperf server`
+    /// (RPS/RFS) and steer's echo server.
+    CompareKernel(steer_bench::compare_kernel::CompareKernel),
+    /// The seed reproductions (benches/seeds/README.md) and their medians.
+    #[command(subcommand)]
+    Seed(steer_bench::seeds::SeedCmd),
     /// Helper: the kernel UDP echo (recvmmsg/sendmmsg, SO_REUSEPORT, a pinned thread per CPU).
     #[command(hide = true)]
     KernelEcho {
@@ -92,6 +102,16 @@ struct Common {
     /// Queues per veth end.
     #[arg(long, default_value_t = 2)]
     queues: u32,
+    /// Unequal flows: flow f's rate is proportional to W[f % len] (list,
+    /// e.g. `1,3`): each queue gets the share of the rate its flows' weights
+    /// add up to (flow f goes out on queue f % queues), and flow f sends W
+    /// requests in a row at its turn. Default: every flow the same rate.
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<u32>,
+    /// Let the generator's CPU also be a server CPU (a 2-CPU machine
+    /// serving on both); the generator then takes time from that worker.
+    #[arg(long)]
+    gen_on_server_cpu: bool,
     /// steer's echo server command (words split on spaces; `--interface`,
     /// `--port`, `--cpus`, `--no-table`, `--stats-json` are appended).
     /// Default: `steer echo`, the `steer` binary next to this one.
@@ -174,7 +194,7 @@ enum SockperfCmd {
         /// Directory with sockperf-*.txt/.expected and aggregate-*.expected.
         dir: PathBuf,
     },
-    /// The steer-vs-kernel table and JSON from compare-kernel.sh's work directory.
+    /// The steer-vs-kernel table and JSON from compare-kernel's logs.
     Compare {
         /// Work directory (<side>-<mode>-client<i>.log, ...).
         #[arg(long)]
@@ -284,6 +304,8 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
+        Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
+        Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::KernelEcho { addr, cpus } => {
             steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }
@@ -333,11 +355,14 @@ fn config(
             bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
         }
     }
-    if c.server_cpus.0.contains(&c.gen_cpu) {
+    if c.server_cpus.0.contains(&c.gen_cpu) && !c.gen_on_server_cpu {
         bail!(
-            "the generator's CPU {} is also a server CPU: give them different CPUs",
+            "the generator's CPU {} is also a server CPU: give them different CPUs (or --gen-on-server-cpu)",
             c.gen_cpu
         );
+    }
+    if c.weights.iter().any(|&w| !(1..=10_000).contains(&w)) {
+        bail!("--weights must be 1..=10000 each");
     }
     if c.flows == 0 || u32::from(c.sport_base) + u32::from(c.flows) > 65535 || c.flows > 4096 {
         bail!("--flows must be 1..=4096 and fit above --sport-base");
@@ -381,6 +406,7 @@ fn config(
         sport_base: c.sport_base,
         gen_cpu: c.gen_cpu,
         server_cpus: c.server_cpus.0.clone(),
+        weights: c.weights.clone(),
         queues: c.queues,
         warmup: Duration::from_millis(c.warmup_ms),
         window: Duration::from_secs_f64(c.window_secs),
@@ -394,7 +420,7 @@ fn config(
     })
 }
 
-/// One measurement at a time (the same lock as compare-kernel.sh): runs
+/// One measurement at a time (the same lock as `compare-kernel`): runs
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
 fn measurement_lock() -> Result<std::fs::File> {
@@ -423,6 +449,7 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "port": cfg.port,
         "generator_cpu": cfg.gen_cpu,
         "server_cpus": cfg.server_cpus,
+        "weights": cfg.weights,
         "queues": cfg.queues,
         "warmup_secs": cfg.warmup.as_secs_f64(),
         "window_secs": cfg.window.as_secs_f64(),
@@ -570,6 +597,20 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
             p.total.reordered
         );
     }
+    for (name, p) in &sr.phases {
+        println!(
+            "phase {name}: offered {:.0}/s, answered {:.0}/s, latency p50 {} p99 {} us, lost {}, reordered {}",
+            p.offered_pps,
+            p.answered_pps,
+            p.latency.map_or("-".into(), |l| format!("{:.1}", l.p50_us)),
+            p.latency.map_or("-".into(), |l| format!("{:.1}", l.p99_us)),
+            p.total.lost,
+            p.total.reordered,
+        );
+    }
+    if let Some(line) = sr.stats.as_ref().and_then(steer_load_line) {
+        println!("{line}");
+    }
     println!("{} ran on: {}", a.server.name(), sr.ran_on);
     if let Some(path) = &a.common.json {
         let j = json!({"tool": "steer-bench load", "config": config_json(&cfg, false), "run": sr});
@@ -582,6 +623,31 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// steer's worker load and balancer from its `--stats-json`, when there.
+fn steer_load_line(stats: &serde_json::Value) -> Option<String> {
+    let load = stats.get("worker_load")?;
+    let busy: Vec<String> = load["busy"]
+        .as_array()?
+        .iter()
+        .map(|b| {
+            format!(
+                "cpu {} {:.0}%",
+                b["cpu"],
+                b["busy"].as_f64().unwrap_or(0.0) * 100.0
+            )
+        })
+        .collect();
+    let b = &stats["balancer"];
+    Some(format!(
+        "steer workers busy: {} (max/mean {:.2}); balancer {}: {} moves, {} elephants",
+        busy.join(", "),
+        load["max_over_mean"].as_f64().unwrap_or(0.0),
+        if b["on"] == true { "on" } else { "off" },
+        b["moves"],
+        b["elephants"],
+    ))
 }
 
 fn cmd_sockperf(c: SockperfCmd) -> Result<ExitCode> {

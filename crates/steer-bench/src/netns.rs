@@ -209,7 +209,7 @@ impl Drop for TestBed {
 }
 
 /// RPS/RFS on an interface's rx queues (`rps_cpus`, `rps_flow_cnt`) and
-/// `net.core.rps_sock_flow_entries`, as compare-kernel.sh sets them;
+/// `net.core.rps_sock_flow_entries`, as `compare-kernel` sets them;
 /// restored on drop.
 #[derive(Debug)]
 pub struct RpsGuard {

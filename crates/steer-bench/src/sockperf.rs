@@ -1,7 +1,7 @@
 //! sockperf 3.7 client reports: parsing, aggregation over concurrent
 //! clients, and the steer-vs-kernel comparison report (table and JSON) that
-//! `benches/compare-kernel.sh` prints. The script only starts namespaces
-//! and processes and leaves each client's output in a work directory.
+//! `steer-bench compare-kernel` prints. [`crate::compare_kernel`] runs the
+//! servers and clients and leaves each client's output in a work directory.
 //!
 //! Parsing rules (one line at a time, ANSI colours stripped, first matching
 //! rule wins): `[Total Run]` and `[Valid Duration]` lines give run times and
@@ -72,7 +72,7 @@ impl Report {
         self.values.get(key).and_then(|v| v.parse().ok())
     }
 
-    /// `key=value` lines, as `compare-kernel.sh --parse` prints them.
+    /// `key=value` lines, as `steer-bench sockperf parse` prints them.
     pub fn to_kv(&self) -> String {
         let mut s = String::new();
         for k in KEYS {
@@ -478,7 +478,7 @@ pub fn check_fixtures(dir: &Path) -> Result<(usize, Vec<String>)> {
     Ok((checks, fails))
 }
 
-/// The comparison the script asks for: where its logs are and what it ran.
+/// The comparison asked for: where the logs are and what ran.
 #[derive(Debug, Clone)]
 pub struct Comparison {
     /// Work directory: `<side>-<mode>-client<i>.log`, `<side>-<mode>-exit`,
@@ -717,7 +717,7 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
         json!("one-way usec (RTT/2), median over clients"),
     );
     let j = json!({
-        "tool": "benches/compare-kernel.sh",
+        "tool": "steer-bench compare-kernel",
         "format": 2,
         "config": config,
         "modes": modes_json,

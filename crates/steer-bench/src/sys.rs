@@ -156,6 +156,17 @@ pub fn interrupt(pid: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends SIGTERM to process `pid`.
+pub fn terminate(pid: u32) -> io::Result<()> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill has no memory preconditions.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,7 @@ fn bad_input_gives_one_line() {
             &["load", "--server-cpus", "4096"][..],
             "does not exist here",
         ),
+        (&["load", "--weights", "2,0"][..], "--weights"),
         (
             &[
                 "load",
@@ -109,10 +110,14 @@ fn reflector_answers_every_request_in_order() {
         flows.iter().all(|f| f["sent"].as_u64().unwrap() > 0),
         "every flow sends"
     );
+    // Paced: never above the asked rate; below it only on a machine too
+    // busy to hold it, and then the phase line says so (never a silent
+    // number). The rate itself is a benchmark's business, not a test's.
     let offered = phase["offered_pps"].as_f64().unwrap();
+    assert!(offered <= 21_000.0, "offered {offered} for 20k");
     assert!(
-        (15_000.0..=21_000.0).contains(&offered),
-        "offered {offered}"
+        offered >= 19_000.0 || out.contains("RATE NOT HELD"),
+        "offered {offered} of 20k, not flagged:\n{out}"
     );
     let p99 = phase["latency"]["p99_us"].as_f64().unwrap();
     assert!(p99 > 0.0 && p99 < 1e6, "p99 {p99}");
@@ -165,4 +170,46 @@ fn a_server_that_does_not_answer_is_reported() {
     let (out, err) = text(&o);
     assert!(!o.status.success(), "{out}\n{err}");
     assert!(err.contains("does not answer"), "{out}\n{err}");
+}
+
+#[test]
+fn weights_make_unequal_flows() {
+    require_root();
+    let json = tmp("weights.json");
+    // Two queues: flows 0 and 2 go out on queue 0, 1 and 3 on queue 1;
+    // flow 0 weighs 3, the others 1: queue 0 gets 4/6 of the rate.
+    let o = bench(&[
+        "load",
+        "--server",
+        "reflector",
+        "--rate",
+        "8k",
+        "--flows",
+        "4",
+        "--weights",
+        "3,1,1,1",
+        "--warmup-ms",
+        "100",
+        "--window-secs",
+        "0.5",
+        "--drain-ms",
+        "200",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("phase 8000: offered"), "{out}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(j["config"]["weights"], serde_json::json!([3, 1, 1, 1]));
+    let flows = j["run"]["phases"][0][1]["per_flow"].as_array().unwrap();
+    let sent: Vec<f64> = flows.iter().map(|f| f["sent"].as_f64().unwrap()).collect();
+    // Within queue 0 (flow 2) and across queues (flows 1 and 3).
+    for light in [1, 2, 3] {
+        let ratio = sent[0] / sent[light];
+        assert!((2.8..=3.2).contains(&ratio), "sent per flow {sent:?}");
+    }
+    assert_eq!(j["run"]["phases"][0][1]["total"]["reordered"], 0);
 }

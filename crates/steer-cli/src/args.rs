@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuSet;
+use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
 use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
-use xdp_io::{BindMode, XdpMode};
+use xdp_io::{BindMode, XdpAttach, XdpMode};
 
 /// On or off, for switches that have a default either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,6 +54,17 @@ pub enum AttachMode {
     Generic,
 }
 
+/// How the XDP program is held on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Hold {
+    /// A bpf_link this process holds: the kernel detaches the program when
+    /// the process ends, however it ends.
+    Link,
+    /// Netlink (libxdp): stays attached after a crash until the next engine
+    /// replaces it; runs beside other programs through libxdp's dispatcher.
+    Netlink,
+}
+
 /// AF_XDP bind mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Bind {
@@ -62,6 +74,15 @@ pub enum Bind {
     Copy,
     /// Zero-copy mode (needs driver support).
     Zerocopy,
+}
+
+/// The flow hash the dispatchers steer by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HashKind {
+    /// foldhash with a random per-process seed.
+    Keyed,
+    /// The NIC's RSS (Toeplitz) hash, with the key of `--rss-key`.
+    Toeplitz,
 }
 
 /// The engine's settings on the command line.
@@ -85,6 +106,15 @@ pub struct EngineArgs {
     /// Where flows go before anything is learned (RPS).
     #[arg(long, value_enum, default_value = "auto")]
     pub rps: Rps,
+    /// The load balancer: moves flows nobody claimed (no pin, no reader)
+    /// off overloaded workers by measured busy time, never reordering.
+    #[arg(long, value_enum, default_value = "off")]
+    pub balance: OnOff,
+    /// Drop an elephant flow's excess when a worker's ring is over half full
+    /// (the kernel's flow_limit), with a table of BUCKETS flow counters per
+    /// CPU (a power of two; the kernel uses 4096).
+    #[arg(long, value_name = "BUCKETS")]
+    pub flow_limit: Option<usize>,
     /// Busy-poll instead of sleeping when idle.
     #[arg(long)]
     pub busy_poll: bool,
@@ -103,6 +133,10 @@ pub struct EngineArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
+    /// How the XDP program is held: `link` goes away with this process,
+    /// however it ends; `netlink` stays after a crash until replaced.
+    #[arg(long, value_enum, default_value = "link")]
+    pub xdp_attach: Hold,
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub bind: Bind,
@@ -121,6 +155,24 @@ pub struct EngineArgs {
     /// the kernel grants 100 or more); 0 keeps the kernel's default.
     #[arg(long, default_value_t = 100)]
     pub worker_slice_us: u64,
+    /// The flow hash: `keyed` (foldhash, random seed) or `toeplitz` (what a
+    /// NIC's RSS computes, so steer spreads flows as the NIC does).
+    #[arg(long, value_enum, default_value = "keyed")]
+    pub hash: HashKind,
+    /// Hash both directions of a flow alike (the canonical 5-tuple).
+    #[arg(long)]
+    pub symmetric_hash: bool,
+    /// The Toeplitz key (with `--hash toeplitz`): `ms` (the usual NIC
+    /// default), `symmetric` (0x6d5a repeated: both directions alike on
+    /// the NIC too), or the key's bytes in hex as `ethtool -x` prints them
+    /// (`6d:5a:56:...`, at least 40 bytes).
+    #[arg(long, value_name = "KEY")]
+    pub rss_key: Option<String>,
+    /// Steer by the NIC's receive (RSS) hash instead of hashing each
+    /// packet (packets whose hash covers the 5-tuple); needs a driver with
+    /// the XDP rx-hash kfunc (Linux >= 6.3) and native XDP mode.
+    #[arg(long)]
+    pub rx_hash: bool,
     /// Record a trace `steer replay` reads (packet arrivals, consumption,
     /// the machine and these settings) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -128,13 +180,28 @@ pub struct EngineArgs {
     /// At most this many events in the trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub record_trace_max: u64,
-    /// Serve Prometheus metrics on http://ADDR/metrics, e.g.
-    /// `127.0.0.1:9464` (port 0: a free port, printed at start).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics (read-only) on http://ADDR/metrics: a port
+    /// alone binds loopback (`9464` is `127.0.0.1:9464`); name the address
+    /// to serve beyond the machine (`0.0.0.0:9464`). Port 0: a free port,
+    /// printed at start.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = metrics_addr)]
     pub metrics: Option<SocketAddr>,
     /// Directory of the stats socket `steer stats` and `steer top` read.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
+    /// Let the members of group NAME read the stats socket (mode 0660 with
+    /// that group) besides root (0600 otherwise).
+    #[arg(long, value_name = "NAME")]
+    pub stats_group: Option<String>,
+    /// Serve no stats socket (`steer stats` and `steer top` cannot read
+    /// this engine; a second engine on the interface is still refused).
+    #[arg(long)]
+    pub no_stats_socket: bool,
+    /// Keep every capability after setup (by default the engine drops all
+    /// it does not need at run time: all of them with `--xdp-attach link`,
+    /// all but CAP_NET_ADMIN with `netlink`).
+    #[arg(long)]
+    pub keep_capabilities: bool,
 }
 
 impl EngineArgs {
@@ -144,6 +211,7 @@ impl EngineArgs {
         let mut builder = Engine::builder(&self.interface)
             .policy(self.policy)
             .fast_path(self.fast_path.is_on())
+            .balance(self.balance.is_on())
             .busy_poll(self.busy_poll)
             .idle_spins(self.idle_spins)
             .flow_tables(self.flow_table, 4096)
@@ -151,17 +219,25 @@ impl EngineArgs {
                 (self.worker_slice_us > 0).then(|| Duration::from_micros(self.worker_slice_us)),
             )
             .ring_capacity(self.ring_size)
+            .use_rx_hash(self.rx_hash)
             .frames(self.frames, self.xsk_ring_size)
             .xdp_mode(match self.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,
                 AttachMode::Native => XdpMode::Native,
                 AttachMode::Generic => XdpMode::Generic,
             })
+            .xdp_attach(match self.xdp_attach {
+                Hold::Link => XdpAttach::Link,
+                Hold::Netlink => XdpAttach::Netlink,
+            })
             .bind_mode(match self.bind {
                 Bind::Auto => BindMode::Auto,
                 Bind::Copy => BindMode::Copy,
                 Bind::Zerocopy => BindMode::ZeroCopy,
             });
+        if let Some(buckets) = self.flow_limit {
+            builder = builder.flow_limit(buckets);
+        }
         if let Some(cpus) = &self.cpus {
             builder = builder.cpus(*cpus);
         }
@@ -171,10 +247,18 @@ impl EngineArgs {
         if let Some(spec) = &self.topology {
             builder = builder.topology(Topology::synthetic(spec)?);
         }
+        builder = builder.hasher(self.hasher()?);
         if let Some(path) = &self.record_trace {
             builder = builder.record_trace(path, self.record_trace_max);
         }
         builder = builder.stats_dir(&self.run_dir);
+        if let Some(group) = &self.stats_group {
+            builder = builder.stats_group(group);
+        }
+        if self.no_stats_socket {
+            builder = builder.stats_socket(false);
+        }
+        builder = builder.drop_privileges(!self.keep_capabilities);
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }
@@ -187,6 +271,63 @@ impl EngineArgs {
         }
         Ok(builder)
     }
+}
+
+impl EngineArgs {
+    /// The hasher `--hash`, `--symmetric-hash` and `--rss-key` name.
+    pub fn hasher(&self) -> anyhow::Result<AnyHasher> {
+        Ok(match self.hash {
+            HashKind::Keyed => {
+                if self.rss_key.is_some() {
+                    anyhow::bail!("--rss-key is the Toeplitz key: add --hash toeplitz");
+                }
+                KeyedHasher::random().symmetric(self.symmetric_hash).into()
+            }
+            HashKind::Toeplitz => {
+                let key = match self.rss_key.as_deref() {
+                    None | Some("ms") => MS_RSS_KEY.to_vec(),
+                    Some("symmetric") => SYMMETRIC_RSS_KEY.to_vec(),
+                    Some(hex) => parse_hex_key(hex)?,
+                };
+                ToeplitzHasher::new(&key)
+                    .map_err(|e| anyhow::anyhow!("--rss-key: {e}"))?
+                    .symmetric(self.symmetric_hash)
+                    .into()
+            }
+        })
+    }
+}
+
+/// Key bytes written in hex, with or without `:`, `-` or space between
+/// them (`6d:5a:56:da` as `ethtool -x` prints, or `6d5a56da`).
+fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
+    let digits: String = text
+        .chars()
+        .filter(|c| !matches!(c, ':' | '-' | ' '))
+        .collect();
+    let bad = || {
+        anyhow::anyhow!(
+            "--rss-key {text:?}: not hex bytes (give `ms`, `symmetric`, or the key as \
+             `ethtool -x` prints it, e.g. 6d:5a:56:...)"
+        )
+    };
+    if digits.is_empty() || digits.len() % 2 != 0 {
+        return Err(bad());
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
+}
+
+/// `--metrics`: an address, or a port alone on loopback.
+fn metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        format!("{text:?} is neither a port nor an address with a port (e.g. 9464, 127.0.0.1:9464)")
+    })
 }
 
 /// Says where to watch a running engine: its stats socket and metrics.
@@ -241,6 +382,7 @@ mod tests {
         assert_eq!(p.engine.policy, Policy::LlcAffinity);
         assert!(p.engine.fast_path.is_on());
         assert_eq!(p.engine.frames, 8192);
+        assert!(!p.engine.balance.is_on());
         let p = Probe::parse_from([
             "x",
             "--interface",
@@ -253,11 +395,83 @@ mod tests {
             "off",
             "--queues",
             "0,1",
+            "--balance",
+            "on",
+            "--flow-limit",
+            "4096",
         ]);
+        assert!(p.engine.balance.is_on());
         assert_eq!(p.engine.cpus, Some("1".parse().unwrap()));
         assert_eq!(p.engine.policy, Policy::Always);
         assert!(!p.engine.fast_path.is_on());
         assert_eq!(p.engine.queues, Some(vec![0, 1]));
+        assert_eq!(p.engine.flow_limit, Some(4096));
+    }
+
+    #[test]
+    fn the_hash_flags_pick_the_hasher_and_bad_keys_are_one_line_errors() {
+        use steer_core::flow::{flow_key, FlowHasher};
+        use steer_core::packet::build::FrameBuilder;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x", "-i", "eth1"];
+            argv.extend_from_slice(extra);
+            Probe::parse_from(argv).engine.hasher()
+        };
+        let frame = FrameBuilder::udp(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            4000,
+            53,
+        )
+        .build();
+        let key = flow_key(&frame).unwrap().unwrap();
+        assert_eq!(parse(&[]).unwrap().name(), "keyed");
+        let sym = parse(&["--symmetric-hash"]).unwrap();
+        assert!(sym.is_symmetric());
+        assert_eq!(sym.hash(&key), sym.hash(&key.reversed()));
+        let ms = parse(&["--hash", "toeplitz"]).unwrap();
+        assert_eq!(ms.hash(&key), ToeplitzHasher::default().hash(&key));
+        let hex: Vec<String> = SYMMETRIC_RSS_KEY
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let given = parse(&["--hash", "toeplitz", "--rss-key", &hex.join(":")]).unwrap();
+        let named = parse(&["--hash", "toeplitz", "--rss-key", "symmetric"]).unwrap();
+        assert_eq!(given.hash(&key), named.hash(&key));
+        assert_eq!(named.hash(&key), named.hash(&key.reversed()));
+        assert_ne!(named.hash(&key), ms.hash(&key));
+        let short = parse(&["--hash", "toeplitz", "--rss-key", &hex[..20].join(":")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            short, "--rss-key: Toeplitz key of 20 bytes, at least 40 needed",
+            "{short}"
+        );
+        for bad in ["zz", "6d5", ""] {
+            let e = parse(&["--hash", "toeplitz", "--rss-key", bad]).unwrap_err();
+            assert!(
+                !e.to_string().contains('\n') && e.to_string().contains("hex"),
+                "{e}"
+            );
+        }
+        let e = parse(&["--rss-key", "ms"]).unwrap_err();
+        assert!(e.to_string().contains("--hash toeplitz"), "{e}");
+    }
+
+    #[test]
+    fn metrics_bind_loopback_unless_an_address_is_named() {
+        assert_eq!(
+            metrics_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            metrics_addr("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(metrics_addr("[::1]:1").unwrap(), "[::1]:1".parse().unwrap());
+        assert!(metrics_addr("localhost").is_err());
+        let p = Probe::parse_from(["x", "-i", "eth1", "--metrics", "0"]);
+        assert!(p.engine.metrics.unwrap().ip().is_loopback());
     }
 
     #[test]

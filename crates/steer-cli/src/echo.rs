@@ -20,7 +20,8 @@ use crate::args::EngineArgs;
     steer echo -i eth1 -p 11111                      answer UDP port 11111 on every CPU\n  \
     steer echo -i eth1 -p 11111 --cpus 1 --sockperf  one worker on CPU 1, answer sockperf clients\n  \
     steer echo -i eth1 -p 7 --policy always --stats-json /tmp/echo.json\n  \
-    steer echo -i eth1 -p 7 --metrics 127.0.0.1:9464    Prometheus metrics on /metrics")]
+    steer echo -i eth1 -p 7 --metrics 127.0.0.1:9464    Prometheus metrics on /metrics\n  \
+    steer echo -i eth1 -p 7 --cost-ns 2000 --balance on   a costly handler, the load balancer on")]
 pub struct EchoArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -39,6 +40,10 @@ pub struct EchoArgs {
     /// Do not print the live table.
     #[arg(long)]
     pub no_table: bool,
+    /// Spin this many nanoseconds of CPU per packet before answering (a
+    /// handler with a cost, to load the workers; default 0).
+    #[arg(long, default_value_t = 0)]
+    pub cost_ns: u64,
 }
 
 pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
@@ -48,32 +53,32 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
     } else {
         EchoMode::Plain
     };
+    let cost = Duration::from_nanos(args.cost_ns);
     let mut builder = args.engine.builder()?.handler(move |_cpu| {
-        Box::new(
-            move |packet: &mut [u8], _ctx: &PacketContext| match echo_in_place(packet, mode) {
+        Box::new(move |packet: &mut [u8], _ctx: &PacketContext| {
+            spin(cost);
+            match echo_in_place(packet, mode) {
                 Ok(len) => Verdict::Transmit(len),
                 Err(NoReply::NotRequested) => Verdict::Consume,
                 Err(_) => Verdict::Drop,
-            },
-        )
+            }
+        })
     });
     for &p in &args.port {
         builder = builder.own(Proto::Udp, p);
     }
     let engine = builder.start()?;
     let modes = engine.modes();
+    let on_off = |on: bool| if on { "on" } else { "off" };
     println!(
-        "steer echo: ready on {} udp port(s) {:?}, xdp {:?}, bind {:?}, policy {}, fast path {}",
+        "steer echo: ready on {} udp port(s) {:?}, xdp {:?}, bind {:?}, policy {}, fast path {}, balancer {}",
         args.engine.interface,
         args.port,
         modes.xdp,
         modes.bind,
         args.engine.policy,
-        if args.engine.fast_path.is_on() {
-            "on"
-        } else {
-            "off"
-        },
+        on_off(args.engine.fast_path.is_on()),
+        on_off(args.engine.balance.is_on()),
     );
     crate::args::print_endpoints("echo", &engine, &args.engine.interface);
 
@@ -118,6 +123,17 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         report.stats.steering_updates(),
         report.kernel.rx_dropped + report.kernel.rx_ring_full,
     );
+    if report.stats.balance.on || report.stats.balance.moves() > 0 {
+        let b = &report.stats.balance;
+        println!(
+            "steer echo: balancer moves {} (same LLC {}, cross LLC {}), elephants {}, worker busy max/mean {:.2}",
+            b.moves(),
+            b.moves_same_llc,
+            b.moves_cross_llc,
+            b.elephants,
+            report.stats.load_max_over_mean(None),
+        );
+    }
     crate::args::print_trace("echo", &report);
     let balanced = report.census_ok();
     println!(
@@ -137,4 +153,15 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         eprintln!("steer echo: frame accounting: {:?}", report.census.check());
         ExitCode::from(2)
     })
+}
+
+/// Spends `cost` of CPU time (a busy wait; nothing when zero).
+fn spin(cost: Duration) {
+    if cost.is_zero() {
+        return;
+    }
+    let start = Instant::now();
+    while start.elapsed() < cost {
+        std::hint::spin_loop();
+    }
 }

@@ -1,9 +1,16 @@
 //! `steer`: one command for steer's tools.
 //!
+//! - `steer demo`: steering made visible (flows steered, moved, kept);
 //! - `steer echo`: the L4 UDP echo server on an AF_XDP port;
 //! - `steer proxy`: a UDP forwarder handing each flow to a tokio task;
+//! - `steer tcp-echo`: a tokio TCP echo on kernel sockets, steered by steer's
+//!   flow table through XDP RFS (or not, to compare);
+//! - `steer tcp-load`: TCP echo clients, for the above;
 //! - `steer replay`: how many steering updates a rule makes on a trace or a
 //!   capture;
+//! - `steer balance-sim`: worker load under hash placement and under the
+//!   load balancer, modelled on a workload;
+//! - `steer plot`: SVG pictures of steer-bench's and seed 000's results;
 //! - `steer topology`: the CPU/LLC/NUMA topology steer sees;
 //! - `steer stats`: the counters of a running engine, once (table or JSON);
 //! - `steer top`: the same, refreshed in the terminal;
@@ -12,11 +19,16 @@
 //! Errors are one line on stderr, `steer <command>: ...`, and a non-zero exit.
 
 mod args;
+mod balance_sim;
+mod demo;
 mod echo;
 mod logging;
+mod plot;
 mod proxy;
 mod replay;
 mod stats;
+mod tcp_echo;
+mod tcp_load;
 mod top;
 mod topology;
 
@@ -33,7 +45,9 @@ use clap::{CommandFactory, Parser, Subcommand};
     after_help = "Examples:\n  \
         steer echo -i eth1 -p 11111 --cpus 1          UDP echo on port 11111, one worker on CPU 1\n  \
         steer proxy -i eth1 -p 7000 --backend 127.0.0.1:11111\n  \
+        steer tcp-echo -i eth1 -p 7000                 TCP echo, kernel sockets steered to their reader's CPU\n  \
         steer replay --policy llc trace.txt           steering updates the LLC rule would make\n  \
+        steer balance-sim --workers 2,8,64 --zipf 1.1 --table   hash placement vs the load balancer\n  \
         steer topology --synthetic \"pack:2 l3:16 core:8 pu:1\"\n  \
         steer stats eth1                              counters of the engine running on eth1\n  \
         steer top eth1                                the same, refreshed per CPU (q quits)\n\n\
@@ -46,15 +60,29 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Show steering on a veth pair: flows steered to their consumers' CPUs,
+    /// moved when the consumers move, kept by the LLC rule (scripts/demo.sh).
+    Demo(demo::DemoArgs),
     /// UDP echo over AF_XDP with steer's flow steering.
     Echo(echo::EchoArgs),
     /// UDP forwarder over AF_XDP: each flow to a tokio task and a backend.
     Proxy(proxy::ProxyArgs),
+    /// TCP echo on kernel sockets, steered to the CPU that reads each
+    /// connection (XDP RFS through a cpumap), or not (`--steer none`).
+    TcpEcho(tcp_echo::TcpEchoArgs),
+    /// TCP echo clients: many connections, messages per second as JSON.
+    TcpLoad(tcp_load::TcpLoadArgs),
     /// Replay a trace or a pcap capture through steer's steering decision;
     /// print the steering updates each rule makes, as JSON.
     Replay(replay::ReplayArgs),
+    /// Model worker load under hash placement (RPS) and under the load
+    /// balancer on a workload; print max/mean load, moves and queueing
+    /// delay, as JSON.
+    BalanceSim(balance_sim::BalanceSimArgs),
     /// Print the CPU/LLC/NUMA topology steer uses, as JSON.
     Topology(topology::TopologyArgs),
+    /// Draw steer-bench's and seed 000's JSON results as SVG.
+    Plot(plot::PlotArgs),
     /// Print the counters of the engine running on an interface, once.
     Stats(stats::StatsArgs),
     /// Show the counters of the engine running on an interface, refreshed
@@ -70,10 +98,15 @@ enum Command {
 impl Command {
     fn name(&self) -> &'static str {
         match self {
+            Self::Demo(_) => "demo",
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
+            Self::TcpEcho(_) => "tcp-echo",
+            Self::TcpLoad(_) => "tcp-load",
             Self::Replay(_) => "replay",
+            Self::BalanceSim(_) => "balance-sim",
             Self::Topology(_) => "topology",
+            Self::Plot(_) => "plot",
             Self::Stats(_) => "stats",
             Self::Top(_) => "top",
             Self::Completions { .. } => "completions",
@@ -86,10 +119,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = cli.command.name();
     let result = match &cli.command {
+        Command::Demo(a) => demo::run(a),
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
+        Command::TcpEcho(a) => tcp_echo::run(a),
+        Command::TcpLoad(a) => tcp_load::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
+        Command::BalanceSim(a) => balance_sim::run(a).map(|()| ExitCode::SUCCESS),
         Command::Topology(a) => topology::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),
         Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),
         Command::Top(a) => top::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use steer_engine::observe::{query, CpuCounters, LiveStats, DEFAULT_RUN_DIR};
+use steer_engine::observe::{query, CpuCounters, LiveStats, ObserveError, DEFAULT_RUN_DIR};
 
 /// Where a running engine is found (shared with `steer top`).
 #[derive(Debug, Clone, Args)]
@@ -26,14 +26,53 @@ pub struct EngineRef {
 }
 
 impl EngineRef {
-    /// The engine's counters now.
-    pub fn read(&self) -> Result<LiveStats, steer_engine::observe::ObserveError> {
+    /// The engine's counters now. When no engine answers, the error also
+    /// says what the interface's XDP hook holds ([`program_note`]).
+    pub fn read(&self) -> anyhow::Result<LiveStats> {
         query(
             &self.run_dir,
             &self.interface,
             Duration::from_secs_f64(self.timeout.clamp(0.001, 3600.0)),
         )
+        .map_err(|e| match &e {
+            ObserveError::NoEngine { .. } | ObserveError::Stale { .. } => {
+                match program_note(&self.interface) {
+                    Some(note) => anyhow::anyhow!("{e}; {note}"),
+                    None => e.into(),
+                }
+            }
+            _ => e.into(),
+        })
     }
+}
+
+/// What the steer XDP program attached to `interface` (in this network
+/// namespace) says about its owner, when no engine answers on the stats
+/// socket: left by an engine that is gone (stale), or an engine that runs
+/// without a socket there. `None` when no steer program is attached or it
+/// cannot be read (not root).
+pub fn program_note(interface: &str) -> Option<String> {
+    let ifindex = xdp_io::ifindex(interface).ok()?;
+    let p = xdp_io::attached_programs(ifindex)
+        .into_iter()
+        .find(|p| p.is_steer())?;
+    Some(match p.owner {
+        Some(o) if o.is_alive() => format!(
+            "a steer engine (pid {}) runs on {interface}, its XDP program id {}, without a stats \
+             socket there (started with --no-stats-socket, or another --run-dir)",
+            o.pid, p.id
+        ),
+        Some(o) => format!(
+            "its XDP program (id {}) is stale: still attached, owner pid {} is gone; the next \
+             engine on {interface} replaces it, or remove it with `ip link set dev {interface} xdp off`",
+            p.id, o.pid
+        ),
+        None => format!(
+            "a steer XDP program (id {}) without an owner record is attached to {interface}; \
+             remove it with `ip link set dev {interface} xdp off`",
+            p.id
+        ),
+    })
 }
 
 /// `steer stats` arguments.
@@ -101,7 +140,11 @@ pub fn report(live: &LiveStats) -> String {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "\n{}\n", steering_line(live));
+    let _ = writeln!(out, "\n{}", steering_line(live));
+    if let Some(line) = balancer_line(live) {
+        let _ = writeln!(out, "{line}");
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "{:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>13} {:>10} {:>10}",
@@ -170,6 +213,23 @@ pub fn steering_line(live: &LiveStats) -> String {
     )
 }
 
+/// The load balancer's counters, when it is on or has moved something.
+pub fn balancer_line(live: &LiveStats) -> Option<String> {
+    let b = &live.balance;
+    (b.on || b.moves() > 0).then(|| {
+        format!(
+            "balancer {}: {} moves (same LLC {}, cross LLC {}), {} released, {} elephants, {} rounds",
+            if b.on { "on" } else { "off" },
+            b.moves(),
+            b.moves_same_llc,
+            b.moves_cross_llc,
+            b.released,
+            b.elephants,
+            b.rounds,
+        )
+    })
+}
+
 /// Where the UMEM frames are.
 pub fn frames_line(live: &LiveStats) -> String {
     let f = &live.frames;
@@ -226,7 +286,14 @@ mod tests {
         live.desired.suppressed = 6;
         live.frames.total = 10;
         live.frames.free = 10;
+        assert!(!report(&live).contains("balancer"));
+        live.balance.on = true;
+        live.balance.moves_cross_llc = 3;
         let text = report(&live);
+        assert!(
+            text.contains("balancer on: 3 moves (same LLC 0, cross LLC 3)"),
+            "{text}"
+        );
         assert!(text.starts_with("steer on eth9 (pid "), "{text}");
         let row = |label: &str| {
             text.lines()

@@ -76,7 +76,7 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
             next = Instant::now() + interval;
             match args.engine.read() {
                 Ok(live) => view.update(live),
-                Err(e) => view.status = Some(e.to_string()),
+                Err(e) => view.status = Some(format!("{e:#}")),
             }
         }
     })();

@@ -20,21 +20,28 @@
 use std::fmt;
 
 use crate::cpu::CpuId;
+use crate::flow::FlowKey;
 
 /// Identifies the state a hook holds for one flow (a hardware rule id, a BPF
 /// map key, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FilterId(pub u32);
 
-/// A flow being moved by an rx-queue table.
+/// A flow being moved by an rx-queue table (or, for kernel sockets, by a
+/// desired-table write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowMove {
-    /// The rx queue whose table moves the flow.
+    /// The rx queue whose table moves the flow (0 where there is none, as
+    /// for kernel sockets).
     pub rxq: u32,
     /// The bucket of the rx-queue table (the kernel's `flow_id`).
     pub bucket: usize,
     /// The flow hash.
     pub hash: u32,
+    /// The flow's key (addresses, protocol, ports) when the mover knows it:
+    /// what a hook needs to install a rule for exactly this flow (an ntuple
+    /// filter, a map entry keyed by the 4-tuple).
+    pub key: Option<FlowKey>,
     /// The CPU that served the flow, if any.
     pub from: Option<CpuId>,
     /// The CPU that serves it from now on.
@@ -81,6 +88,20 @@ pub trait SteerHook {
     fn remove(&mut self, rxq: u32, bucket: usize, filter: FilterId);
 }
 
+/// A boxed hook is a hook: an engine can take any backend chosen at run
+/// time (`Box<dyn SteerHook + Send>`).
+impl<H: SteerHook + ?Sized> SteerHook for Box<H> {
+    #[inline]
+    fn steer(&mut self, mv: &FlowMove) -> Result<Option<FilterId>, HookError> {
+        (**self).steer(mv)
+    }
+
+    #[inline]
+    fn remove(&mut self, rxq: u32, bucket: usize, filter: FilterId) {
+        (**self).remove(rxq, bucket, filter)
+    }
+}
+
 /// A hook that does nothing and keeps no state (software steering only).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NoopHook;
@@ -102,7 +123,7 @@ impl SteerHook for NoopHook {
 /// ```
 /// use steer_core::hook::{CountingHook, FilterId, FlowMove, SteerHook};
 /// let mut hook = CountingHook::default();
-/// let mv = FlowMove { rxq: 0, bucket: 1, hash: 9, from: None, to: 2, filter: None };
+/// let mv = FlowMove { rxq: 0, bucket: 1, hash: 9, key: None, from: None, to: 2, filter: None };
 /// assert_eq!(hook.steer(&mv), Ok(Some(FilterId(0))));
 /// hook.remove(0, 1, FilterId(0));
 /// assert_eq!((hook.steers, hook.removes, hook.live()), (1, 1, 0));
@@ -166,7 +187,7 @@ pub enum HookEvent {
 /// ```
 /// use steer_core::hook::{FilterId, FlowMove, RecordingHook, SteerHook};
 /// let mut hook = RecordingHook::default();
-/// let mv = FlowMove { rxq: 0, bucket: 3, hash: 7, from: None, to: 1, filter: None };
+/// let mv = FlowMove { rxq: 0, bucket: 3, hash: 7, key: None, from: None, to: 1, filter: None };
 /// assert_eq!(hook.steer(&mv).unwrap(), Some(FilterId(0)));
 /// hook.remove(0, 3, FilterId(0));
 /// assert_eq!((hook.steer_calls(), hook.remove_calls()), (1, 1));
@@ -241,6 +262,7 @@ mod tests {
             rxq: 1,
             bucket: 9,
             hash: 0xabc,
+            key: None,
             from: Some(0),
             to: 2,
             filter,
@@ -250,6 +272,16 @@ mod tests {
     #[test]
     fn noop_keeps_no_state() {
         assert_eq!(NoopHook.steer(&mv(None)), Ok(None));
+    }
+
+    #[test]
+    fn boxed_hooks_forward() {
+        let mut boxed: Box<dyn SteerHook + Send> = Box::new(CountingHook::default());
+        assert_eq!(boxed.steer(&mv(None)), Ok(Some(FilterId(0))));
+        boxed.remove(1, 9, FilterId(0));
+        let mut recording: Box<RecordingHook> = Box::default();
+        recording.steer(&mv(None)).unwrap();
+        assert_eq!(recording.steer_calls(), 1);
     }
 
     #[test]

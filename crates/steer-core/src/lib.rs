@@ -9,6 +9,9 @@
 //! - [`flow`]: flow keys, flow hashes (keyed, Toeplitz, symmetric) and the
 //!   dispatcher's classifier interface (`Classifier`, `FlowInfo`).
 //! - [`policy`]: the update rule (`Always`, `LlcAffinity`).
+//! - [`balance`]: the load balancer's decision (which unclaimed flow buckets
+//!   move off overloaded workers) and the counters it shares with the
+//!   dispatchers.
 //! - [`hook`]: the steering hook called when a flow moves (the `ndo_rx_flow_steer` analog).
 //! - [`table`]: the desired-CPU table and the per-rx-queue flow table.
 //! - [`record`]: the application thread's handle that records where it consumes a flow.
@@ -38,6 +41,7 @@
 #![deny(unsafe_code)]
 #![cfg_attr(not(any(test, loom)), deny(clippy::unwrap_used))]
 
+pub mod balance;
 pub mod cpu;
 pub mod dispatch;
 pub mod flow;

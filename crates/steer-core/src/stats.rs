@@ -90,6 +90,9 @@ counters! {
     no_flow,
     /// Packets dropped because their worker died: queued to it, or pushed to its ring as it went (frame returned to its pool).
     worker_gone_drops,
+    /// Nanoseconds the worker on this CPU spent in rounds that did work
+    /// (polling, dispatching, handling), read from the clock once per round.
+    busy_ns,
 }
 
 /// The shared counters of every CPU, one cache-padded block each.

@@ -1,7 +1,8 @@
 //! The dispatcher's two promises, checked over random schedules: packets of
 //! one flow reach the handler in send order, whatever the consumers' CPU
-//! migrations, ring sizes, policies and fast-path setting; and every packet
-//! is accounted for: packets in = processed + counted drops.
+//! migrations, the load balancer's assignments, ring sizes, policies and
+//! fast-path setting; and every packet is accounted for: packets in =
+//! processed + counted drops.
 //!
 //! The schedule is simulated on one thread (dispatchers and workers take
 //! turns in a random order), which explores interleavings deterministically
@@ -46,6 +47,10 @@ enum Step {
     Toggle { llc: bool, fast_path: bool },
     /// CPU goes offline/online.
     Hotplug { cpu: usize, online: bool },
+    /// The load balancer assigns `flow`'s bucket to `cpu`.
+    Assign { flow: u32, cpu: usize },
+    /// The load balancer is switched on or off.
+    Balance { on: bool },
 }
 
 fn step(nr_cpus: usize, nr_flows: u32) -> impl Strategy<Value = Step> {
@@ -55,6 +60,8 @@ fn step(nr_cpus: usize, nr_flows: u32) -> impl Strategy<Value = Step> {
         3 => (0..nr_flows, 0..nr_cpus).prop_map(|(flow, cpu)| Step::Migrate { flow, cpu }),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(llc, fast_path)| Step::Toggle { llc, fast_path }),
         1 => (1..nr_cpus, any::<bool>()).prop_map(|(cpu, online)| Step::Hotplug { cpu, online }),
+        3 => (0..nr_flows, 0..nr_cpus).prop_map(|(flow, cpu)| Step::Assign { flow, cpu }),
+        1 => any::<bool>().prop_map(|on| Step::Balance { on }),
     ]
 }
 
@@ -168,6 +175,14 @@ impl Sim {
                     .store(*fast_path, std::sync::atomic::Ordering::Relaxed);
             }
             Step::Hotplug { cpu, online } => self.shared.layout.set_online(*cpu, *online),
+            Step::Assign { flow, cpu } => {
+                // The flow's rx queue is flow % 2; its table has 64 buckets.
+                let rxq = *flow % 2;
+                let tables = self.shared.balance.tables();
+                let t = tables.iter().find(|t| t.rxq() == rxq).unwrap();
+                t.assign(flow_hash(*flow) as usize & 63, *cpu);
+            }
+            Step::Balance { on } => self.shared.balance.set_on(*on),
         }
     }
 
@@ -196,6 +211,7 @@ proptest! {
                 Step::Drain { cpu, n } => Step::Drain { cpu: cpu % nr_cpus, n: *n },
                 Step::Migrate { flow, cpu } => Step::Migrate { flow: *flow, cpu: cpu % nr_cpus },
                 Step::Hotplug { cpu, online } => Step::Hotplug { cpu: 1 + cpu % (nr_cpus - 1), online: *online },
+                Step::Assign { flow, cpu } => Step::Assign { flow: *flow, cpu: cpu % nr_cpus },
                 other => other.clone(),
             };
             sim.run(&s);
@@ -284,6 +300,66 @@ fn flow_moves_only_after_its_queued_packets_are_handled() {
     );
     sim.drain_all();
     assert_eq!(sim.seen[&0], (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_balancer_assignment_moves_an_unclaimed_flow_only_past_its_queued_packets() {
+    // Two CPUs, RPS spread; flow 2 arrives on rx queue 0 (CPU 0) and its
+    // hash spreads it to CPU `home`; the balancer assigns it to the other.
+    let mut sim = Sim::new(2, &[64]);
+    sim.shared
+        .switches
+        .fast_path
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let home = ((u64::from(flow_hash(2)) * 2) >> 32) as usize;
+    let other = 1 - home;
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![2; 4],
+    });
+    assert_eq!(sim.consumers[home][0].len(), 4);
+    // Assigned while off: ignored.
+    sim.run(&Step::Assign {
+        flow: 2,
+        cpu: other,
+    });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![2],
+    });
+    assert_eq!(sim.consumers[home][0].len(), 5);
+    // On: the move waits for the 5 packets queued at home.
+    sim.run(&Step::Balance { on: true });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![2; 2],
+    });
+    assert_eq!(sim.shared.stats.snapshot().total.held_back, 2);
+    assert_eq!(sim.consumers[other][0].len(), 0);
+    sim.run(&Step::Drain { cpu: home, n: 100 });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![2; 3],
+    });
+    assert_eq!(
+        sim.consumers[other][0].len(),
+        3,
+        "moved once home had handled them"
+    );
+    // The bucket's count and CPU are what the balancer reads.
+    let tables = sim.shared.balance.tables();
+    let t = tables.iter().find(|t| t.rxq() == 0).unwrap();
+    assert_eq!(t.seen(flow_hash(2) as usize & 63), (5, Some(other)));
+    // A consumer's record wins over the assignment.
+    sim.run(&Step::Drain { cpu: other, n: 100 });
+    sim.run(&Step::Migrate { flow: 2, cpu: home });
+    sim.run(&Step::Receive {
+        rxq: 0,
+        flows: vec![2; 2],
+    });
+    assert_eq!(sim.consumers[home][0].len(), 2);
+    sim.drain_all();
+    assert_eq!(sim.seen[&2], (0..12).collect::<Vec<_>>());
 }
 
 #[test]

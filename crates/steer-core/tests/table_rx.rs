@@ -54,6 +54,36 @@ fn first_packet_places_flow_and_calls_hook() {
 }
 
 #[test]
+fn the_key_is_asked_for_only_when_the_flow_moves_and_reaches_the_hook() {
+    use steer_core::flow::flow_key;
+    use steer_core::packet::build::FrameBuilder;
+    let frame = FrameBuilder::udp([10, 0, 0, 2].into(), [10, 0, 0, 1].into(), 4000, 53).build();
+    let key = flow_key(&frame).unwrap();
+    let l = CpuLayout::uniform(4, 2).unwrap();
+    let q = Queues::new(4);
+    let mut t = RxFlowTable::with_hook(1, 64, RecordingHook::default()).unwrap();
+    let asked = std::cell::Cell::new(0);
+    let ask = || {
+        asked.set(asked.get() + 1);
+        key
+    };
+    t.steer_keyed(FLOW, Some(2), &l, &q.heads(), 0, ask);
+    t.steer_keyed(FLOW, Some(2), &l, &q.heads(), 0, ask);
+    t.steer_keyed(FLOW, Some(3), &l, &q.heads(), 0, ask);
+    assert_eq!(asked.get(), 2, "placed, stayed, moved");
+    let keys: Vec<_> = t
+        .hook()
+        .events()
+        .iter()
+        .map(|e| match e {
+            HookEvent::Steer(mv, _) => (mv.key, mv.from, mv.to, mv.rxq),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(keys, [(key, None, 2, 1), (key, Some(2), 3, 1)]);
+}
+
+#[test]
 fn move_held_back_until_old_queue_passes_last_qtail() {
     let l = CpuLayout::uniform(4, 2).unwrap();
     let mut q = Queues::new(4);

@@ -35,17 +35,31 @@ fn replies_stay_in_order_while_handlers_move_their_flows_between_workers() {
             .handler(|cpu| Box::new(MovingEcho::new(cpu, 8, &[0, 1])))
             .start()
             .expect("engine starts on the test veth");
-        let load = ordered::run(
-            &net,
-            &Load {
-                threads: 2,
-                flows_per_thread: 8,
-                window: 32,
-                burst: 0,
-                burst_every: Duration::ZERO,
-                duration: Duration::from_secs(secs),
-            },
-        );
+        // Rounds of `secs` until there was enough traffic and enough moves
+        // to mean something: a loaded machine gets more rounds (at most 10),
+        // not a weaker check. Order is checked in every round.
+        let mut load = ordered::LoadReport::default();
+        for _ in 0..10 {
+            let round = ordered::run(
+                &net,
+                &Load {
+                    threads: 2,
+                    flows_per_thread: 8,
+                    window: 32,
+                    burst: 0,
+                    burst_every: Duration::ZERO,
+                    duration: Duration::from_secs(secs),
+                },
+            );
+            load.sent += round.sent;
+            load.answered += round.answered;
+            load.reordered += round.reordered;
+            load.duplicated += round.duplicated;
+            let moves = engine.stats().total.core.hook_calls;
+            if load.answered >= 1_000 * secs && moves >= 100 * secs {
+                break;
+            }
+        }
         let report = engine.stop().unwrap();
         let t = &report.stats.total;
         eprintln!(

@@ -12,9 +12,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use steer_core::cpu::CpuSet;
+use steer_core::cpu::{CpuId, CpuSet};
+use steer_core::flow::{AnyHasher, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher};
 use steer_core::policy::{Policy, WriteReason};
-use steer_engine::engine::Engine;
+use steer_engine::engine::{Engine, EngineBuilder};
 use steer_engine::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
 use support::net::TestNet;
 use support::{drive_flows, PORT};
@@ -141,28 +142,41 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
 fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
     let net = TestNet::new();
     // `Always` so that a move between the two CPUs of this one-LLC machine
-    // is followed (under LLC affinity it is suppressed; tested below).
-    let engine = flow_engine(&net, Policy::Always, AcceptMode::Single);
-    let listener = engine.listener().unwrap();
+    // is followed (under LLC affinity it is suppressed; tested below). One
+    // listener per CPU, so the reader knows which CPU received the flow.
+    let engine = flow_engine(&net, Policy::Always, AcceptMode::PerCpu);
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     assert!(cpus.len() >= 2, "needs two CPUs");
-    let (a, b) = (cpus[0], cpus[1]);
+    let listeners: Vec<(usize, FlowListener)> = cpus
+        .iter()
+        .map(|&c| (c, engine.listener_for(c).unwrap()))
+        .collect();
     let shared = engine.shared().clone();
 
-    // Reader on CPU a for the first half, then the Flow moves to a thread
-    // on CPU b for the second half. Replies are echoed from each.
+    // The reader runs on the CPU that received the flow for the first
+    // half (the flow stays there), then the Flow moves to a thread on the
+    // other CPU for the second half. Replies are echoed from each.
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let _ = topology::thread::pin_current(a);
+        let (a, mut flow) = loop {
+            if let Some(found) = listeners
+                .iter()
+                .find_map(|(c, l)| l.try_accept().map(|f| (*c, f)))
+            {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let b = *cpus.iter().find(|&&c| c != a).unwrap();
+        topology::thread::pin_current(a).unwrap();
         let rt = current_thread();
-        let mut flow = rt.block_on(listener.accept()).unwrap();
         for _ in 0..150 {
             let d = rt.block_on(flow.recv()).unwrap();
             flow.send(&d).unwrap();
         }
-        tx.send(flow.hash()).unwrap();
+        tx.send((flow.hash(), b)).unwrap();
         std::thread::spawn(move || {
-            let _ = topology::thread::pin_current(b);
+            topology::thread::pin_current(b).unwrap();
             let rt = current_thread();
             for _ in 0..150 {
                 let d = rt.block_on(flow.recv()).unwrap();
@@ -174,7 +188,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         .unwrap()
     });
     let got = drive_flows(&net, 1, 300, 10);
-    let hash = rx.recv().unwrap();
+    let (hash, b) = rx.recv().unwrap();
     assert_eq!(reader.join().unwrap(), hash);
     assert_all_in_order(&got, 300, "moving reader");
     assert_eq!(
@@ -182,8 +196,10 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         Some(b),
         "the last reader's CPU"
     );
+    // Exactly two steering updates: the flow's first placement on the CPU
+    // that received it, and its one move to the second reader's CPU.
     let stats = engine.stats();
-    assert!(stats.total.core.hook_calls >= 1, "{}", stats.table(None));
+    assert_eq!(stats.total.core.hook_calls, 2, "{}", stats.table(None));
     assert_clean_stop(engine);
 }
 
@@ -460,4 +476,183 @@ fn tasks_on_busy_polling_workers_answer_every_flow() {
     let got = drive_flows(&net, 4, 100, 5);
     assert_all_in_order(&got, 100, "busy-polling workers");
     assert_clean_stop(engine);
+}
+
+/// Where one flow's packets ran once its reader settled on another CPU.
+struct Followed {
+    /// The flow as delivered (its key and the hash it records under).
+    key: FlowKey,
+    hash: u32,
+    /// The CPU whose worker received the flow first, and the reader's.
+    first: CpuId,
+    reader: CpuId,
+    /// Packets processed on each of the two CPUs during the last datagrams,
+    /// sent after the reader had read for a while: `(on first, on reader)`.
+    tail: (u64, u64),
+    /// Whether the desired-CPU table names the reader's CPU for `hash`.
+    learned: bool,
+    /// Frames the XDP program passed a receive hash with.
+    rx_hashes: u64,
+}
+
+/// Flow delivery started from `builder` (policy `always`, one listener per
+/// CPU), one UDP flow from the namespace, its reader pinned to the CPU that
+/// did *not* receive it first and echoing each datagram; `warm` ping-pong
+/// round trips, then `tail` more whose processing CPUs are counted. When
+/// learning works the tail runs entirely on the reader's CPU.
+fn follow_the_reader(net: &TestNet, builder: EngineBuilder, warm: u32, tail: u32) -> Followed {
+    let engine = builder
+        .own(Proto::Udp, PORT)
+        .policy(Policy::Always)
+        .frames(4096, 512)
+        .deliver_flows(FlowOptions {
+            accept: AcceptMode::PerCpu,
+            ..FlowOptions::default()
+        })
+        .start()
+        .expect("engine with flow delivery starts");
+    let cpus: Vec<CpuId> = engine.topology().online_cpus().iter().collect();
+    assert!(cpus.len() >= 2, "needs two CPUs");
+    let listeners: Vec<_> = cpus
+        .iter()
+        .map(|&c| engine.listener_for(c).unwrap())
+        .collect();
+    let to = SocketAddr::new(net.host_v4.into(), PORT);
+    let client = net.in_ns(|| {
+        let s = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        s
+    });
+    client.send_to(&0u32.to_be_bytes(), to).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let (first, flow) = loop {
+        if let Some(found) = listeners
+            .iter()
+            .zip(&cpus)
+            .find_map(|(l, &c)| l.try_accept().map(|f| (c, f)))
+        {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "flow never offered");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let reader_cpu = *cpus.iter().find(|&&c| c != first).unwrap();
+    let (key, hash) = (flow.key(), flow.hash());
+    let reader = std::thread::spawn(move || {
+        let mut flow = flow;
+        topology::thread::pin_current(reader_cpu).unwrap();
+        let rt = current_thread();
+        while let Some(d) = rt.block_on(flow.recv()) {
+            flow.send(&d).unwrap();
+        }
+    });
+    let round_trips = |from: u32, n: u32| {
+        let mut buf = [0u8; 64];
+        for i in from..from + n {
+            if i > 0 {
+                client.send_to(&i.to_be_bytes(), to).unwrap();
+            }
+            let (len, _) = client.recv_from(&mut buf).expect("the reader echoes");
+            assert_eq!(&buf[..len], &i.to_be_bytes());
+        }
+    };
+    let processed_on = |engine: &Engine| {
+        std::thread::sleep(Duration::from_millis(50)); // counters flushed
+        let s = engine.stats();
+        let on = |cpu| {
+            s.per_cpu
+                .iter()
+                .find(|r| r.cpu == cpu)
+                .unwrap()
+                .core
+                .processed
+        };
+        (on(first), on(reader_cpu))
+    };
+    round_trips(0, warm);
+    let before = processed_on(&engine);
+    round_trips(warm, tail);
+    let after = processed_on(&engine);
+    let learned = engine.shared().desired.lookup(hash) == Some(reader_cpu);
+    let rx_hashes = engine.program_stats().unwrap().hash_ok;
+    assert_clean_stop(engine);
+    reader.join().unwrap();
+    Followed {
+        key,
+        hash,
+        first,
+        reader: reader_cpu,
+        tail: (after.0 - before.0, after.1 - before.1),
+        learned,
+        rx_hashes,
+    }
+}
+
+#[test]
+fn each_hasher_is_the_one_dispatchers_and_flows_agree_on() {
+    // The NIC's Toeplitz hash (the common key), and steer's keyed hash in
+    // its symmetric mode: the flow records under the hash the dispatcher
+    // steers by, so its packets follow the reader's CPU.
+    let toeplitz = ToeplitzHasher::default();
+    let keyed_sym = KeyedHasher::random().symmetric(true);
+    let cases: [(AnyHasher, &str); 2] = [
+        (toeplitz.clone().into(), "toeplitz"),
+        (keyed_sym.clone().into(), "keyed symmetric"),
+    ];
+    for (hasher, what) in cases {
+        let net = TestNet::new();
+        let want = hasher.clone();
+        let f = follow_the_reader(&net, Engine::builder(&net.host).hasher(hasher), 50, 100);
+        assert_eq!(f.hash, want.hash(&f.key), "{what}: the flow's hash");
+        assert!(f.learned, "{what}: reader CPU {} not learned", f.reader);
+        assert_eq!(
+            f.tail,
+            (0, 100),
+            "{what}: the tail ran on the reader's CPU {} (first CPU {})",
+            f.reader,
+            f.first
+        );
+    }
+    // The symmetric hash does not depend on the direction.
+    let key = FlowKey {
+        addrs: steer_core::flow::FlowAddrs::V4 {
+            src: [198, 18, 0, 2].into(),
+            dst: [198, 18, 0, 1].into(),
+        },
+        protocol: 17,
+        ports: Some(steer_core::flow::Ports {
+            src: 40000,
+            dst: PORT,
+        }),
+    };
+    assert_eq!(keyed_sym.hash(&key), keyed_sym.hash(&key.reversed()));
+    assert_ne!(toeplitz.hash(&key), keyed_sym.hash(&key));
+}
+
+#[test]
+fn with_the_receive_hash_on_flows_learn_under_the_nics_hash() {
+    // veth gives XDP programs the skb's hash (a 5-tuple one for UDP): the
+    // dispatcher steers by it, the flow records under it, and the flow's
+    // packets follow its reader.
+    let net = TestNet::new();
+    let f = follow_the_reader(&net, Engine::builder(&net.host).use_rx_hash(true), 50, 100);
+    assert!(
+        f.rx_hashes >= 150,
+        "the program passed the hash: {}",
+        f.rx_hashes
+    );
+    assert_ne!(
+        f.hash,
+        AnyHasher::default().hash(&f.key),
+        "the flow's hash is the NIC's, not the engine's own"
+    );
+    assert!(f.learned, "reader CPU {} not learned", f.reader);
+    assert_eq!(
+        f.tail,
+        (0, 100),
+        "the tail ran on the reader's CPU {} (first CPU {})",
+        f.reader,
+        f.first
+    );
 }

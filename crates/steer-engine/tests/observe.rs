@@ -163,3 +163,131 @@ fn a_metrics_address_in_use_is_a_clean_error() {
     assert!(!dir.join(format!("{}.sock", net.host)).exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sends `request` on a new connection to the stats socket and returns
+/// the reply (one line, possibly empty when the client closed first).
+fn raw_stats_request(path: &std::path::Path, request: &[u8], close_write: bool) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The server may close (and reset) before reading all of a long request.
+    let _ = s.write_all(request);
+    if close_write {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let mut line = String::new();
+    let _ = BufReader::new(&s).read_line(&mut line);
+    line
+}
+
+/// Sends `request` to the metrics port and returns the status line.
+fn raw_http(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(request);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[test]
+fn garbage_on_the_stats_socket_and_the_metrics_port_changes_nothing() {
+    let net = TestNet::new();
+    let dir = run_dir("garbage");
+    let engine = echo_builder(&net, Policy::LlcAffinity, true)
+        .stats_dir(&dir)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .start()
+        .unwrap();
+    let path = engine.stats_socket().unwrap().to_path_buf();
+    let addr = engine.metrics_addr().unwrap();
+
+    // Requests that would change an engine, were there a way: each one
+    // error line.
+    let mut requests: Vec<Vec<u8>> = [
+        "policy always\n",
+        "fast_path off\n",
+        "pin 7777 1\n",
+        "stop\n",
+        "stats stats\n",
+        "STATS\n",
+        "\n",
+        "stats\0\n",
+    ]
+    .iter()
+    .map(|r| r.as_bytes().to_vec())
+    .collect();
+    requests.push(vec![b'x'; 100_000]);
+    requests.push((0..=255u8).collect());
+    // Deterministic noise.
+    let mut x: u32 = 0x9e37_79b9;
+    for len in [1, 7, 63, 64, 65, 500] {
+        requests.push(
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect(),
+        );
+    }
+    for r in &requests {
+        let reply = raw_stats_request(&path, r, true);
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap_or_else(|e| {
+            panic!(
+                "{:?}: not one JSON line ({e}): {reply:?}",
+                &r[..r.len().min(40)]
+            )
+        });
+        assert!(v["error"].is_string(), "{reply}");
+    }
+    // A client that connects and closes, one that says nothing (answered
+    // after the server's one-second wait).
+    drop(std::os::unix::net::UnixStream::connect(&path).unwrap());
+    let reply = raw_stats_request(&path, b"", false);
+    assert!(reply.contains("no request"), "{reply}");
+
+    // The metrics port serves GET /metrics and nothing else.
+    for (request, status) in [
+        (
+            &b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\npolicy"[..],
+            "405",
+        ),
+        (b"PUT /metrics HTTP/1.1\r\n\r\n", "405"),
+        (b"GET /policy?set=always HTTP/1.1\r\n\r\n", "404"),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+            "400",
+        ),
+        (b"GET /metrics?policy=always HTTP/1.1\r\n\r\n", "200"),
+    ] {
+        let line = raw_http(addr, request);
+        assert!(
+            line.contains(status),
+            "{:?}: {line}",
+            String::from_utf8_lossy(request)
+        );
+    }
+
+    // Nothing changed, and the engine still serves and answers.
+    let live = query(&dir, &net.host, Duration::from_secs(2)).unwrap();
+    assert_eq!((live.policy.as_str(), live.fast_path), ("llc", true));
+    let got = drive_flows(&net, 2, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let live = settled(
+        || query(&dir, &net.host, Duration::from_secs(2)).unwrap(),
+        40,
+    );
+    assert_eq!(live.total().tx, 40);
+    let report = engine.stop().unwrap();
+    support::assert_accounted(&report);
+    let _ = std::fs::remove_dir_all(&dir);
+}

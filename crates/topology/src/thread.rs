@@ -1,5 +1,6 @@
 //! Thread helpers on the live machine: pin the calling thread to a CPU, read
-//! the CPUs it may run on, and find the CPU it runs on now, cheaply.
+//! the CPUs it may run on, and find the CPU it runs on now, cheaply; and
+//! [`LiveProbe`], the recorders' view of the calling thread built on them.
 //!
 //! [`current_cpu`] is glibc's `sched_getcpu`, which reads the kernel-maintained
 //! rseq area (glibc >= 2.35) or the vDSO: no system call. Its cost is measured
@@ -8,6 +9,7 @@
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet as NixCpuSet};
 use nix::unistd::Pid;
 use steer_core::cpu::{CpuId, CpuSet, MAX_CPUS};
+use steer_core::record::CpuProbe;
 
 /// A failed thread call, with the OS error.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,30 @@ pub fn allowed_cpus() -> Result<CpuSet, ThreadError> {
 /// `raw_smp_processor_id()` in `rps_record_sock_flow`.
 pub fn current_cpu() -> Result<CpuId, ThreadError> {
     sched_getcpu().map_err(ThreadError::CurrentCpu)
+}
+
+/// The live [`CpuProbe`] for steer-core's `Recorder`: the current CPU from
+/// [`current_cpu`] (rseq/vDSO, no system call) and the allowed set from
+/// [`allowed_cpus`] (`sched_getaffinity`).
+///
+/// ```
+/// use steer_core::record::CpuProbe;
+/// let probe = topology::thread::LiveProbe;
+/// assert!(probe.allowed_cpus().contains(probe.current_cpu()));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LiveProbe;
+
+impl CpuProbe for LiveProbe {
+    fn current_cpu(&self) -> CpuId {
+        // sched_getcpu cannot fail on Linux >= 2.6.19; 0 is a safe hint.
+        current_cpu().unwrap_or(0)
+    }
+
+    fn allowed_cpus(&self) -> CpuSet {
+        // On failure allow everything: the affinity rule then never forces.
+        allowed_cpus().unwrap_or_else(|_| CpuSet::first(MAX_CPUS))
+    }
 }
 
 #[cfg(test)]

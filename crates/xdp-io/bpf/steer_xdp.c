@@ -51,7 +51,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SETTING_MAX);
 	__type(key, __u32);
 	__type(value, __u32);
 } settings SEC(".maps");
@@ -128,8 +128,8 @@ int steer_xdp(struct xdp_md *ctx)
 	if (!bpf_map_lookup_elem(&owned_ports, &pk))
 		return pass();
 
-	__u32 zero = 0;
-	__u32 *owned_action = bpf_map_lookup_elem(&settings, &zero);
+	__u32 setting = SETTING_OWNED_ACTION;
+	__u32 *owned_action = bpf_map_lookup_elem(&settings, &setting);
 	if (owned_action && *owned_action == STEER_OWNED_DROP) {
 		count(STAT_DROPPED);
 		return XDP_DROP;

@@ -36,8 +36,22 @@ struct steer_meta {
 #define STEER_META_HASH 1
 #define STEER_META_MAGIC 0x5300 /* in flags: metadata was written by steer */
 
-/* Value of `settings[0]`: what to do with owned traffic. DROP exists to
- * measure the kernel-only ceiling with the same parsing work. */
+/* Indices of the `settings` array (__u32 values). */
+enum steer_setting {
+	/* What to do with owned traffic: STEER_OWNED_*. */
+	SETTING_OWNED_ACTION = 0,
+	/* The owner record: the pid of the process that attached the program
+	 * and that process's start time (clock ticks after boot, field 22 of
+	 * /proc/<pid>/stat), low and high 32 bits. The program never reads
+	 * them; a later engine does, to tell a live owner from a dead one. */
+	SETTING_OWNER_PID = 1,
+	SETTING_OWNER_START_LO = 2,
+	SETTING_OWNER_START_HI = 3,
+	SETTING_MAX = 4,
+};
+
+/* Value of `settings[SETTING_OWNED_ACTION]`. DROP exists to measure the
+ * kernel-only ceiling with the same parsing work. */
 #define STEER_OWNED_REDIRECT 0
 #define STEER_OWNED_DROP 1
 

@@ -9,6 +9,9 @@
 //! CPU; the receiver runs on CPU 0.
 //!
 //! Usage: `cargo run --release -p xdp-io --example xdp_bench -- [seconds]`
+//! (`XDP_BENCH_NO_TOOLS=1` skips xdp-tools' run). Exits with 2 when a phase
+//! moved no packet or the frame census does not balance, so a smoke run
+//! catches a broken path.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -90,7 +93,7 @@ fn main() {
 
     let stop = AtomicBool::new(false);
     let sent = AtomicU64::new(0);
-    std::thread::scope(|s| {
+    let healthy = std::thread::scope(|s| {
         s.spawn(|| {
             net.in_ns(|| {
                 pin(ncpu - 1);
@@ -208,8 +211,17 @@ fn main() {
             "frame census after the run: {:?}",
             census.check().map(|_| "balanced")
         );
+        let interrupted = interrupted.load(Relaxed);
+        interrupted || (ceiling > 0.0 && rxd > 0.0 && rxtx > 0.0 && census.check().is_ok())
     });
     drop(rx);
+    if !healthy {
+        eprintln!("xdp_bench: a phase moved no packet, or the frames do not balance");
+        std::process::exit(2);
+    }
+    if std::env::var_os("XDP_BENCH_NO_TOOLS").is_some() {
+        return;
+    }
 
     // xdp-tools' own kernel-only drop benchmark, for reference.
     let out = std::process::Command::new("timeout")

@@ -16,6 +16,24 @@ pub enum XdpMode {
     Generic,
 }
 
+/// How the XDP program is held on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "bpf_link")]
+pub enum XdpAttach {
+    /// Through a bpf_link only this process holds: the kernel detaches the
+    /// program when the process ends, however it ends (`kill -9` too), so a
+    /// crash leaves the interface as it was. Needs Linux >= 5.9 and no
+    /// other XDP program on the interface.
+    #[default]
+    Link,
+    /// Through netlink, by libxdp: the program stays attached until it is
+    /// detached, also after a crash (owned traffic then reaches the kernel,
+    /// as the program's redirect falls back to `XDP_PASS` once the sockets
+    /// are gone). With bpffs mounted, libxdp's dispatcher runs other XDP
+    /// programs beside steer's.
+    Netlink,
+}
+
 /// How the AF_XDP sockets are bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[doc(alias = "XDP_COPY")]
@@ -80,6 +98,8 @@ pub struct PortConfig {
     pub queues: Option<Vec<u32>>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
+    /// How the program is held (bpf_link or netlink).
+    pub attach: XdpAttach,
     /// AF_XDP bind mode.
     pub bind_mode: BindMode,
     /// Set `XDP_USE_NEED_WAKEUP` (recommended; copy mode on veth needs tx kicks anyway).
@@ -92,7 +112,9 @@ pub struct PortConfig {
     pub ring_size: u32,
     /// Try huge pages for the UMEM (falls back to normal pages).
     pub huge_pages: bool,
-    /// Replace a steer program left attached by a crashed run instead of failing.
+    /// Replace a steer program left attached by a crashed run that has no
+    /// owner record (an older steer's) instead of failing. A program whose
+    /// recorded owner is gone is always replaced.
     pub replace_stale: bool,
     /// Traffic steer owns from the start (more can be added at run time).
     pub owned: Vec<(Proto, u16)>,
@@ -107,6 +129,7 @@ impl PortConfig {
             interface: interface.into(),
             queues: None,
             xdp_mode: XdpMode::Auto,
+            attach: XdpAttach::Link,
             bind_mode: BindMode::Auto,
             need_wakeup: true,
             frame_count: 4096,
@@ -137,6 +160,12 @@ impl PortConfig {
         self
     }
 
+    /// How the program is held (default [`XdpAttach::Link`]).
+    pub fn attach(mut self, attach: XdpAttach) -> Self {
+        self.attach = attach;
+        self
+    }
+
     /// AF_XDP bind mode.
     pub fn bind_mode(mut self, mode: BindMode) -> Self {
         self.bind_mode = mode;
@@ -156,7 +185,8 @@ impl PortConfig {
         self
     }
 
-    /// Replace a stale steer program instead of failing with `StaleProgram`.
+    /// Replace a steer program without an owner record instead of failing
+    /// with `StaleProgram`.
     pub fn replace_stale(mut self, on: bool) -> Self {
         self.replace_stale = on;
         self

@@ -69,16 +69,30 @@ pub enum XdpError {
         /// What the kernel said.
         source: io::Error,
     },
-    /// A steer program is still attached, most likely left by a crashed run.
+    /// A steer program without an owner record is still attached, most
+    /// likely left by a crashed run of an older steer.
     #[error(
-        "{interface} already has a steer XDP program attached (program id {id}), probably left by \
-         a crashed run; open with `replace_stale(true)` to replace it, or remove it with `ip link \
-         set dev {interface} xdp off` (or `xdp-loader unload {interface} --all`)"
+        "{interface} already has a steer XDP program attached (program id {id}) that does not \
+         say who owns it, probably left by a crashed run; remove it with `ip link set dev \
+         {interface} xdp off` (or open with `replace_stale(true)` to replace it)"
     )]
     StaleProgram {
         /// The interface.
         interface: String,
         /// The kernel's id of the attached program.
+        id: u32,
+    },
+    /// A steer program whose owner is alive: another engine serves the interface.
+    #[error(
+        "another steer engine (pid {pid}) serves {interface}: its XDP program (id {id}) is \
+         attached; stop it first (`kill {pid}`), or give this engine another interface"
+    )]
+    Served {
+        /// The interface.
+        interface: String,
+        /// The running engine's pid.
+        pid: u32,
+        /// The kernel's id of its program.
         id: u32,
     },
     /// Another (non-steer) XDP program occupies the interface.

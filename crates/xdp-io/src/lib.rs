@@ -8,6 +8,10 @@
 //! that every frame is in exactly one place. Everything else (ARP, ICMP,
 //! ports steer does not own) is passed to the kernel.
 //!
+//! [`rfs::RfsProgram`] is the other program: RFS in XDP for kernel sockets,
+//! steering tracked TCP and UDP flows to the stack of a chosen CPU through a
+//! cpumap, in order.
+//!
 //! `unsafe` is fenced: denied at this root and allowed only in [`umem`]
 //! (frame memory), [`socket`] (the rings) and the private `sys` modules that
 //! make system calls and libxdp/libbpf calls. Every unsafe block there says
@@ -20,6 +24,8 @@ pub mod accounting;
 pub mod config;
 /// Typed errors.
 pub mod error;
+/// What a device's driver offers XDP programs (features, receive metadata).
+pub mod nic;
 /// The ethtool ntuple steering backend.
 pub mod ntuple;
 /// Any caller-supplied XDP object: attach, maps by name, AF_XDP sockets in its XSKMAP.
@@ -30,6 +36,8 @@ pub mod port;
 pub mod program;
 /// Readiness for event loops (mio, tokio) and a busy-poll loop.
 pub mod readiness;
+/// XDP RFS for kernel sockets: flows redirected to a CPU's stack through a cpumap.
+pub mod rfs;
 /// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
 pub mod shutdown;
 /// One AF_XDP socket per rx queue: its rings and statistics.
@@ -42,10 +50,13 @@ mod sys;
 pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
-pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpMode};
+pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
-pub use program::{attached_programs, FlowMapKey, OwnedAction, ProgramStats, SteerProgram};
+pub use program::{
+    attached_programs, AttachedProgram, FlowMapKey, OwnedAction, ProgramOwner, ProgramStats,
+    Replaced, SteerProgram,
+};
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
 pub use umem::{Frame, RawFrame, RxMeta, UmemView};

@@ -13,9 +13,9 @@ use xsk_rs::Umem;
 
 use crate::{
     accounting::{FrameCensus, Ledger, LedgerSnapshot, RingCensus},
-    config::{ActiveModes, BindMode, PortConfig, Proto},
+    config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach},
     error::{Result, XdpError},
-    program::{ProgramStats, SteerProgram},
+    program::{ProgramStats, Replaced, SteerProgram},
     socket::{create_socket, QueueSocket},
     sys,
     umem::UmemView,
@@ -80,8 +80,13 @@ impl XdpPort {
         let frames = NonZeroU32::new(config.frame_count)
             .ok_or_else(|| XdpError::Config("frame_count must be positive".into()))?;
 
-        let mut program =
-            SteerProgram::attach(&name, ifindex, config.xdp_mode, config.replace_stale)?;
+        let mut program = SteerProgram::attach(
+            &name,
+            ifindex,
+            config.xdp_mode,
+            config.attach,
+            config.replace_stale,
+        )?;
         for &(proto, port) in &config.owned {
             program.set_owned(proto, port, true)?;
         }
@@ -218,6 +223,22 @@ impl XdpPort {
     /// keeps the program attached and can still report counters.
     pub fn take_sockets(&mut self) -> Vec<QueueSocket> {
         std::mem::take(&mut self.sockets)
+    }
+
+    /// The program of an engine that is gone this port replaced, if any.
+    pub fn replaced_program(&self) -> Option<Replaced> {
+        self.program.replaced()
+    }
+
+    /// How the program is held (bpf_link or netlink).
+    pub fn attach_kind(&self) -> XdpAttach {
+        self.program.attach_kind()
+    }
+
+    /// Whether the program runs through libxdp's dispatcher
+    /// ([`SteerProgram::dispatched`]).
+    pub fn program_dispatched(&self) -> bool {
+        self.program.dispatched()
     }
 
     /// The steer program (owned ports, flow steering, statistics).

@@ -83,6 +83,7 @@ impl Frame {
         RawFrame {
             desc: self.desc,
             umem_id: self.umem_id,
+            flow_hash: 0,
         }
     }
 
@@ -109,9 +110,23 @@ impl Frame {
 pub struct RawFrame {
     desc: FrameDesc,
     umem_id: u32,
+    /// A tag travelling with the descriptor (it sits in what would be
+    /// padding: the descriptor stays 40 bytes): steer's dispatcher writes
+    /// the flow hash it steered the frame by, for the handler.
+    flow_hash: u32,
 }
 
 impl RawFrame {
+    /// The flow hash a dispatcher tagged this descriptor with (0: none).
+    pub fn flow_hash(&self) -> u32 {
+        self.flow_hash
+    }
+
+    /// Tags the descriptor with the flow hash it was steered by.
+    pub fn set_flow_hash(&mut self, hash: u32) {
+        self.flow_hash = hash;
+    }
+
     /// Offset of the packet data in the UMEM.
     pub fn addr(&self) -> usize {
         self.desc.addr()
@@ -138,6 +153,27 @@ pub struct RxMeta {
     pub rx_hash: Option<u32>,
     /// The device's hash type (`enum xdp_rss_hash_type`), 0 when unknown.
     pub rx_hash_type: u16,
+}
+
+impl RxMeta {
+    /// `XDP_RSS_L4` in `enum xdp_rss_hash_type`: the hash covers the ports.
+    pub const RSS_L4: u16 = 1 << 3;
+
+    /// The receive hash if it is a hash of the 5-tuple (its type has
+    /// [`RxMeta::RSS_L4`]); an L3-only hash (addresses only) or one of
+    /// unknown type is `None`, so the caller hashes the flow itself.
+    ///
+    /// ```
+    /// use xdp_io::RxMeta;
+    /// let l4 = RxMeta { rx_hash: Some(7), rx_hash_type: RxMeta::RSS_L4 | 1 };
+    /// assert_eq!(l4.five_tuple_hash(), Some(7));
+    /// let l3 = RxMeta { rx_hash: Some(7), rx_hash_type: 1 }; // XDP_RSS_L3_IPV4
+    /// assert_eq!(l3.five_tuple_hash(), None);
+    /// ```
+    pub fn five_tuple_hash(&self) -> Option<u32> {
+        self.rx_hash
+            .filter(|_| self.rx_hash_type & Self::RSS_L4 != 0)
+    }
 }
 
 const META_LEN: usize = 8;
@@ -280,5 +316,21 @@ impl UmemView {
             rx_hash: (flags & META_HASH != 0).then_some(hash),
             rx_hash_type: hash_type,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flow_hash_tag_costs_no_ring_space() {
+        // The descriptor steer's rings carry stays five words: the tag
+        // fills what was padding after the UMEM id.
+        assert_eq!(std::mem::size_of::<RawFrame>(), 40);
+        let mut raw = RawFrame::default();
+        assert_eq!(raw.flow_hash(), 0);
+        raw.set_flow_hash(0xdead_beef);
+        assert_eq!(raw.flow_hash(), 0xdead_beef);
     }
 }

@@ -21,8 +21,8 @@ use steer_core::{
     },
 };
 use xdp_io::{
-    attached_programs, BindMode, FlowMapKey, Frame, PortConfig, Proto, QueueSocket, XdpError,
-    XdpMode, XdpPort,
+    attached_programs, BindMode, FlowMapKey, Frame, PortConfig, ProgramOwner, Proto, QueueSocket,
+    XdpAttach, XdpError, XdpMode, XdpPort,
 };
 
 const PORT: u16 = 9000;
@@ -288,29 +288,36 @@ fn program_detached_on_drop_and_stale_program_detected() {
     let net = TestNet::new();
     let ifindex = xdp_io::ifindex(&net.host).unwrap();
     let port = open(&net);
+    assert_eq!(port.attach_kind(), XdpAttach::Link);
     let progs = attached_programs(ifindex);
-    assert!(
-        progs
-            .iter()
-            .any(|p| p.name == xdp_io::program::PROGRAM_NAME),
-        "{progs:?}"
-    );
+    let steer = progs
+        .iter()
+        .find(|p| p.is_steer())
+        .unwrap_or_else(|| panic!("{progs:?}"));
+    // The owner record names this process, alive.
+    assert_eq!(steer.owner, ProgramOwner::current(), "{progs:?}");
+    assert!(!steer.is_stale());
     assert!(net.link_show().contains("xdp"), "{}", net.link_show());
     drop(port);
     assert!(attached_programs(ifindex).is_empty());
     assert!(!net.link_show().contains("prog/xdp"), "{}", net.link_show());
 
-    // A crashed run leaves its program attached (simulated by leaking the port).
-    // Its sockets are closed by the kernel, its program stays.
-    let mut crashed = open(&net);
+    // A crashed run attached through netlink leaves its program attached
+    // (simulated by leaking the port). Its sockets are closed by the
+    // kernel, its program stays; its owner (this process) still runs, so
+    // it is not replaced without replace_stale.
+    let mut crashed =
+        XdpPort::open(PortConfig::new(&net.host).attach(XdpAttach::Netlink)).expect("netlink");
+    assert_eq!(crashed.attach_kind(), XdpAttach::Netlink);
     drop(crashed.take_sockets());
     std::mem::forget(crashed);
     std::thread::sleep(Duration::from_millis(50));
     let err = XdpPort::open(PortConfig::new(&net.host)).unwrap_err();
     assert!(matches!(err, XdpError::StaleProgram { .. }), "{err}");
-    assert!(err.to_string().contains("replace_stale"), "{err}");
+    assert!(err.to_string().contains("xdp off"), "{err}");
     let port = XdpPort::open(PortConfig::new(&net.host).queues([1]).replace_stale(true))
         .expect("replacing the stale program");
+    assert!(port.replaced_program().is_some());
     assert_eq!(attached_programs(ifindex).len(), 1);
     drop(port);
     assert!(attached_programs(ifindex).is_empty());
@@ -346,23 +353,82 @@ fn typed_errors() {
     assert_eq!(port.modes().xdp, XdpMode::Generic);
     assert!(!port.sockets().is_empty());
     drop(port);
-    // Huge pages requested but none configured: falls back.
-    let port = XdpPort::open(PortConfig::new(&net.host).huge_pages(true).frames(256, 64)).unwrap();
-    let hp = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    if hp.contains("HugePages_Total:       0") {
-        assert!(!port.modes().huge_pages);
+}
+
+/// A `/proc/meminfo` field's value.
+fn meminfo(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/meminfo"))
+}
+
+/// The machine's huge page pool (`vm.nr_hugepages`), set for one test and
+/// restored on drop; an exclusive lock on a file under /tmp keeps tests of
+/// other processes from changing it meanwhile.
+struct HugePagePool {
+    original: u64,
+    _lock: std::fs::File,
+}
+
+impl HugePagePool {
+    const SYSCTL: &'static str = "/proc/sys/vm/nr_hugepages";
+
+    fn take() -> Self {
+        use std::os::fd::AsRawFd;
+        let lock = std::fs::File::create("/tmp/steer-test-hugepages.lock").unwrap();
+        // SAFETY: flock on a descriptor we own; released when it closes.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let original = std::fs::read_to_string(Self::SYSCTL)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        Self {
+            original,
+            _lock: lock,
+        }
+    }
+
+    /// Sets the pool so that `free` pages are free (pages in use stay).
+    fn set_free(&self, free: u64) {
+        let in_use = meminfo("HugePages_Total") - meminfo("HugePages_Free");
+        std::fs::write(Self::SYSCTL, (in_use + free).to_string()).unwrap();
+        assert_eq!(meminfo("HugePages_Free"), free, "huge pages free");
+    }
+}
+
+impl Drop for HugePagePool {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::SYSCTL, self.original.to_string());
     }
 }
 
 #[test]
-fn ntuple_backend_reports_not_supported_on_veth() {
+fn the_umem_takes_huge_pages_when_some_are_free_and_falls_back_otherwise() {
     let net = TestNet::new();
-    let mut nt = xdp_io::ntuple::NtupleSteering::new(&net.host).unwrap();
-    let err = nt.insert(Proto::Udp, PORT, 1).unwrap_err();
+    // 256 frames of 2 KiB: half a 2 MiB huge page.
+    let config = || PortConfig::new(&net.host).huge_pages(true).frames(256, 64);
+    let pool = HugePagePool::take();
+    pool.set_free(0);
+    let port = XdpPort::open(config()).expect("falls back to normal pages");
+    assert!(!port.modes().huge_pages, "{:?}", port.modes());
+    drop(port);
+    pool.set_free(1);
+    let port = XdpPort::open(config()).unwrap();
+    assert!(port.modes().huge_pages, "{:?}", port.modes());
+    assert_eq!(meminfo("HugePages_Free"), 0, "the UMEM holds the huge page");
+    drop(port);
+}
+
+#[test]
+fn ntuple_backend_is_refused_at_start_on_veth() {
+    let net = TestNet::new();
+    let err = xdp_io::ntuple::NtupleSteering::new(&net.host, |c| Some(c as u32), 64).unwrap_err();
     assert!(matches!(err, XdpError::NotSupported { .. }), "{err}");
-    assert!(err.to_string().contains("steer_flow"), "{err}");
-    assert!(matches!(nt.remove(0), Err(XdpError::NotSupported { .. })));
-    assert_eq!(nt.steering_calls(), 2);
+    assert!(err.to_string().contains("no ntuple filters"), "{err}");
 }
 
 #[test]
@@ -403,8 +469,13 @@ fn flow_map_steers_inside_xdp() {
 #[test]
 fn rx_hash_metadata_when_device_bound() {
     let net = TestNet::new();
+    // veth gives XDP programs the receive hash (the rx-hash kfunc, Linux
+    // >= 6.3), as the kernel says; the program is then loaded bound to the
+    // device in native mode and passes a 5-tuple hash for a UDP datagram.
+    let info = xdp_io::nic::xdp_device_info(&net.host).unwrap();
+    assert!(info.rx_hash(), "{info:?}");
     let mut port = open(&net);
-    let dev_bound = port.program().dev_bound();
+    assert!(port.program().dev_bound(), "device-bound load on veth");
     let mut sockets = port.take_sockets();
     net.send_udp_v4(&[(b"hash me", PORT)]);
     let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
@@ -413,10 +484,10 @@ fn rx_hash_metadata_when_device_bound() {
     let meta = sockets[*i]
         .meta(f)
         .expect("steer metadata in front of the packet");
-    // veth implements the rx-hash kfunc since 6.3; without a device-bound
-    // program the kernel's stub answers EOPNOTSUPP and no hash is passed.
-    assert_eq!(meta.rx_hash.is_some(), dev_bound, "{meta:?}");
-    eprintln!("dev_bound={dev_bound} meta={meta:?}");
+    assert!(meta.rx_hash.is_some(), "{meta:?}");
+    assert_ne!(meta.rx_hash_type & xdp_io::RxMeta::RSS_L4, 0, "{meta:?}");
+    assert_eq!(meta.five_tuple_hash(), meta.rx_hash);
+    assert_eq!(port.program_stats().unwrap().hash_ok, 1);
     let (i, f) = got.into_iter().next().unwrap();
     assert!(sockets[i].recycle([f]).is_empty());
     drop(sockets);
@@ -443,43 +514,89 @@ fn rx_hash_metadata_when_device_bound() {
     assert_eq!(port.program_stats().unwrap().hash_ok, 0);
 }
 
-#[test]
-fn another_xdp_program_is_reported() {
-    let net = TestNet::new();
-    // xdp-filter keeps its state in bpffs, which a fresh machine may not
-    // have mounted: load it from a private mount namespace with a bpffs of
-    // its own, so the test neither depends on nor changes the host's mounts.
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount -t bpf bpf /sys/fs/bpf && exec xdp-filter load -m native "$0""#)
-        .arg(&net.host)
+/// Runs `f` on a thread of its own mount namespace (private mounts) whose
+/// `/sys/fs/bpf` is a fresh bpffs (`bpffs`) or an empty tmpfs (no bpffs at
+/// all), whatever the host has mounted there. libxdp looks for its
+/// dispatcher's state in bpffs; processes started from the thread share
+/// its mounts.
+fn with_private_bpffs<R: Send>(bpffs: bool, f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let c = |p: &str| std::ffi::CString::new(p).unwrap();
+            let (none, root, dir) = (c("none"), c("/"), c("/sys/fs/bpf"));
+            let fs = c(if bpffs { "bpf" } else { "tmpfs" });
+            // SAFETY: unshare/mount with valid NUL-terminated strings; they
+            // change only this thread's mount namespace.
+            unsafe {
+                assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0, "unshare");
+                assert_eq!(
+                    libc::mount(
+                        none.as_ptr(),
+                        root.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null()
+                    ),
+                    0,
+                    "private mounts"
+                );
+                assert_eq!(
+                    libc::mount(fs.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()),
+                    0,
+                    "mount at /sys/fs/bpf: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// Loads xdp-filter (xdp-tools) on `interface` in native mode, through
+/// libxdp's dispatcher when the caller's mounts have a bpffs.
+fn load_xdp_filter(interface: &str) {
+    let out = std::process::Command::new("xdp-filter")
+        .args(["load", "-m", "native", interface])
         .output()
-        .expect("unshare (util-linux) and xdp-filter (xdp-tools) must be installed");
+        .expect("xdp-filter (xdp-tools) must be installed");
     assert!(
         out.status.success(),
         "xdp-filter load: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+// Coexistence through libxdp's dispatcher (both programs attached) is not
+// tested: it needs a kernel that lets libxdp attach its freplace dispatcher,
+// and the machines CI runs on refuse it ("Compatibility check for
+// dispatcher program failed: Operation not permitted", even with a bpffs).
+#[test]
+fn another_xdp_program_is_reported_when_no_dispatcher_can_be_shared() {
+    let net = TestNet::new();
     let ifindex = xdp_io::ifindex(&net.host).unwrap();
+    // xdp-filter keeps its dispatcher state in a bpffs of its own; steer's
+    // open sees no bpffs, so libxdp cannot add a program beside it.
+    with_private_bpffs(true, || load_xdp_filter(&net.host));
     let other = attached_programs(ifindex);
     assert!(
         other.iter().any(|p| p.name.starts_with("xdpfilt")),
         "{other:?}"
     );
-    if other.iter().all(|p| p.dispatched) {
-        // libxdp's dispatcher (bpffs mounted and usable): both programs run.
-        let port =
-            XdpPort::open(PortConfig::new(&net.host)).expect("coexisting through the dispatcher");
-        assert_eq!(attached_programs(ifindex).len(), 2);
-        drop(port);
-    } else {
-        let err = XdpPort::open(PortConfig::new(&net.host)).unwrap_err();
-        match &err {
-            XdpError::OtherProgram { name, .. } => assert!(name.starts_with("xdpfilt"), "{err}"),
-            _ => panic!("expected OtherProgram, got {err}"),
-        }
-        assert!(err.to_string().contains("xdp-loader unload"), "{err}");
+    let err = with_private_bpffs(false, || {
+        XdpPort::open(PortConfig::new(&net.host)).unwrap_err()
+    });
+    match &err {
+        XdpError::OtherProgram { name, .. } => assert!(name.starts_with("xdpfilt"), "{err}"),
+        _ => panic!("expected OtherProgram, got {err}"),
     }
+    assert!(err.to_string().contains("xdp-loader unload"), "{err}");
+    assert_eq!(
+        attached_programs(ifindex),
+        other,
+        "nothing of steer's attached"
+    );
     // xdp-filter's pinned state went with its mount namespace: detach the
     // program through the link itself.
     let _ = std::process::Command::new("ip")

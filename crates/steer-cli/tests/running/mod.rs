@@ -7,20 +7,23 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::support::net::TestNet;
 use super::support::PORT;
 
-/// A `steer echo` child and its stdout, line by line.
+/// A `steer echo` child, its stdout line by line, and what it logged.
 pub struct Echo {
     pub child: Child,
     lines: Receiver<String>,
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Echo {
     /// Starts `steer echo` on the host end of `net` (UDP [`PORT`]) with
-    /// `extra` flags, and waits until it says where its stats socket is.
+    /// `extra` flags, and waits until it says it is ready (its stats
+    /// socket, when it has one, exists by then).
     pub fn start(net: &TestNet, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
             .arg("echo")
@@ -28,6 +31,7 @@ impl Echo {
             .args(["--no-table", "--frames", "4096", "--xsk-ring-size", "512"])
             .args(extra)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("steer echo starts");
         let stdout = child.stdout.take().unwrap();
@@ -37,9 +41,27 @@ impl Echo {
                 let _ = tx.send(line);
             }
         });
-        let echo = Echo { child, lines };
-        echo.expect("stats socket");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&stderr);
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                eprintln!("steer echo (child): {line}");
+                log.lock().unwrap().push(line);
+            }
+        });
+        let echo = Echo {
+            child,
+            lines,
+            stderr,
+        };
+        echo.expect("ready");
         echo
+    }
+
+    /// The lines it wrote to stderr so far (its log).
+    pub fn log(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
     }
 
     /// The next line containing `word` (20 s at most).

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use super::{
     Classifier, FlowLimit, FramePool, Handler, Malformed, PinReader, Shared, PREFETCH_AHEAD,
 };
+use crate::balance::BucketLoads;
 use crate::cpu::{CpuId, CpuSet};
+use crate::flow::flow_key;
 use crate::hook::{NoopHook, SteerHook};
 use crate::ring::{Producer, PushError};
 use crate::stats::LocalStats;
@@ -58,6 +60,7 @@ impl<D> QueueHeads for RingHeads<'_, D> {
 ///     stats: Arc::new(Stats::new(2)),
 ///     pins: Pins::new(),
 ///     switches: Default::default(),
+///     balance: Default::default(),
 /// };
 /// let (p0, _c0) = ring::channel(64).unwrap();
 /// let (p1, mut c1) = ring::channel(64).unwrap();
@@ -79,6 +82,8 @@ pub struct Dispatcher<D, C, H: SteerHook = NoopHook> {
     doorbells: Vec<Option<Arc<Doorbell>>>,
     rps_cpus: Vec<CpuId>,
     pins: PinReader,
+    /// This rx queue's per-bucket counts and balancer assignments.
+    loads: Arc<BucketLoads>,
     flow_limits: Vec<FlowLimit>,
     shared: Shared,
     local: LocalStats,
@@ -111,6 +116,8 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     /// A dispatcher on CPU `own_cpu` for rx queue `rxq`'s table `rx_table`,
     /// with `producers[cpu]` the ring to each worker CPU (`None`: no worker
     /// there) and `rps_cpus` the CPUs flows without a desire are spread over.
+    /// Registers the queue's [`BucketLoads`] with the load balancer
+    /// (`shared.balance`).
     pub fn new(
         own_cpu: CpuId,
         _rxq: u32,
@@ -125,9 +132,11 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             .iter()
             .filter(|&c| c < nr && producers[c].is_some())
             .collect();
+        let loads = shared.balance.register(rx_table.rxq(), rx_table.len());
         Self {
             own_cpu,
             classifier,
+            loads,
             rx_table,
             doorbells: vec![None; nr],
             flow_limits: vec![FlowLimit::default(); nr],
@@ -142,6 +151,13 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             done_in_batch: 0,
             inline_unflushed: false,
         }
+    }
+
+    /// Uses `limit` (cloned per target CPU, history cleared) as the flow
+    /// limit's table when it is on (default: [`FlowLimit::default`]).
+    pub fn set_flow_limit(&mut self, limit: &FlowLimit) {
+        let nr = self.flow_limits.len();
+        self.flow_limits = vec![limit.clone(); nr];
     }
 
     /// Sets the bell to ring after queuing packets for `cpu`.
@@ -190,6 +206,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         self.inline_unflushed = false;
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
+        let balance = self.shared.balance.is_on();
         self.local.rx += batch.len() as u64;
         for desc in batch.iter().take(PREFETCH_AHEAD) {
             pool.prefetch(desc);
@@ -199,7 +216,7 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 pool.prefetch(ahead);
             }
             self.done_in_batch = i + 1;
-            self.dispatch_one(desc, pool, handler, fast_path, flow_limit);
+            self.dispatch_one(desc, pool, handler, fast_path, flow_limit, balance);
         }
         // Frames pushed to a worker that died around our liveness check
         // would be stranded in its ring: take them back (counted in
@@ -244,15 +261,20 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         handler: &mut F,
         fast_path: bool,
         flow_limit: bool,
+        balance: bool,
     ) where
         P: FramePool<D>,
         F: Handler<D, P> + ?Sized,
     {
+        let mut desc = desc;
         let info = match self
             .classifier
             .classify(pool.frame(&desc), pool.rx_hash(&desc))
         {
-            Ok(Some(info)) if info.hash != 0 => info,
+            Ok(Some(info)) if info.hash != 0 => {
+                pool.tag_flow(&mut desc, info.hash);
+                info
+            }
             Ok(_) => {
                 // No flow: nothing to keep in order, process here.
                 self.local.no_flow += 1;
@@ -266,17 +288,35 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             }
         };
         // A pin or a learned desire naming a CPU with no live worker is
-        // passed over for plain RPS, so the flow still lands somewhere.
-        let desired = self
+        // passed over for plain RPS, so the flow still lands somewhere. A
+        // flow nobody claimed goes where the load balancer assigned its
+        // bucket, if anywhere usable, and is counted for it.
+        let claimed = self
             .pins
             .lookup(info.hash, info.dst_port)
-            .or_else(|| self.shared.desired.lookup(info.hash))
+            .or_else(|| self.shared.desired.lookup(info.hash));
+        let balanced = balance && claimed.is_none();
+        let bucket = self.rx_table.bucket_of(info.hash);
+        let desired = claimed
             .filter(|&c| self.is_usable(c))
+            .or_else(|| {
+                balanced
+                    .then(|| self.loads.assigned(bucket))
+                    .flatten()
+                    .filter(|&c| self.is_usable(c))
+            })
             .or_else(|| self.rps_cpu(info.hash));
         let heads = RingHeads(&self.producers);
-        let steered =
-            self.rx_table
-                .steer(info.hash, desired, &self.shared.layout, &heads, self.now);
+        // The key is parsed again only when the flow moves, for the hook.
+        let frame = pool.frame(&desc);
+        let steered = self.rx_table.steer_keyed(
+            info.hash,
+            desired,
+            &self.shared.layout,
+            &heads,
+            self.now,
+            || flow_key(frame).ok().flatten(),
+        );
         match steered.action {
             SteerAction::Moved { from } => {
                 self.local.hook_calls += 1;
@@ -296,6 +336,9 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
             self.run_inline(desc, pool, handler);
             return;
         };
+        if balanced {
+            self.loads.note(steered.bucket, cpu);
+        }
         if cpu == self.own_cpu && fast_path && !self.rx_table.has_queued(steered.bucket, &heads) {
             self.local.fast_path += 1;
             self.run_inline(desc, pool, handler);
@@ -346,7 +389,10 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     /// Plain RPS: the flow hash scaled over the configured CPUs that still
     /// have a worker (the kernel's `reciprocal_scale` over `rps_map`). With
     /// no RPS CPU configured or left, the flow stays on this dispatcher's
-    /// CPU (the kernel's empty `rps_cpus`: RSS only).
+    /// CPU (the kernel's empty `rps_cpus`: RSS only); when that CPU is
+    /// offline or its worker gone, the flow is spread by hash over every
+    /// CPU that still has a worker (the kernel moves the queue's interrupt
+    /// off an offline CPU; here its flows move instead).
     #[inline]
     fn rps_cpu(&self, hash: u32) -> Option<CpuId> {
         let n = self.rps_cpus.len();
@@ -359,7 +405,19 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 return spread;
             }
         }
-        Some(self.own_cpu).filter(|&c| self.is_usable(c))
+        Some(self.own_cpu)
+            .filter(|&c| self.is_usable(c))
+            .or_else(|| self.any_usable_cpu(hash))
+    }
+
+    /// A CPU with a live worker, chosen by `hash` (out of line: only when
+    /// this dispatcher's own CPU is unusable).
+    #[cold]
+    #[inline(never)]
+    fn any_usable_cpu(&self, hash: u32) -> Option<CpuId> {
+        let usable = || (0..self.producers.len()).filter(|&c| self.is_usable(c));
+        let n = usable().count();
+        usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
     }
 
     #[inline]

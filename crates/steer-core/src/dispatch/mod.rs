@@ -4,12 +4,16 @@
 //!
 //! Per packet (`get_rps_cpu` plus `enqueue_to_backlog`, in userspace):
 //! 1. classify: flow hash and destination port ([`Classifier`], from
-//!    [`crate::flow`]); a malformed frame is counted and returned to its
-//!    pool; a frame with no flow (non-IP) is processed on this CPU, like the
-//!    kernel does without a hash;
+//!    [`crate::flow`]), the descriptor tagged with that hash for the
+//!    handler ([`FramePool::tag_flow`]); a malformed frame is counted and
+//!    returned to its pool; a frame with no flow (non-IP) is processed on
+//!    this CPU, like the kernel does without a hash;
 //! 2. desired CPU: an explicit pin ([`Pins`]) if any, else what the consumer
 //!    recorded in the [`DesiredCpuTable`](crate::table::DesiredCpuTable),
-//!    else plain RPS (the flow hash scaled over the configured CPUs);
+//!    else, when the load balancer is on, its assignment of the flow's
+//!    bucket ([`BucketLoads`](crate::balance::BucketLoads), which also
+//!    counts the packets of such unclaimed flows), else plain RPS (the flow
+//!    hash scaled over the configured CPUs);
 //! 3. the rx-queue table ([`RxFlowTable`](crate::table::RxFlowTable)) moves
 //!    the flow there only when its old CPU is gone or has processed the
 //!    flow's last queued packet (`last_qtail`), calling the steering hook on
@@ -40,7 +44,7 @@
 //! the [`Classifier`] from [`crate::flow`].
 
 mod dispatcher;
-mod flow_limit;
+pub mod flow_limit;
 mod pins;
 mod shared;
 
@@ -68,6 +72,14 @@ pub trait FramePool<D> {
     }
     /// Takes a frame back (dropped or done with).
     fn release(&mut self, desc: D);
+    /// Tags `desc` with the flow hash the dispatcher steers it by (the
+    /// NIC's receive hash or the classifier's own), so whoever handles it
+    /// knows the hash its flow is steered under: consumption recorded under
+    /// any other hash would never be found. Called once per packet that has
+    /// a flow, before the handler or a ring gets it. The default does
+    /// nothing.
+    #[inline]
+    fn tag_flow(&self, _desc: &mut D, _hash: u32) {}
     /// A hint that the dispatcher will read the start of `desc`'s frame
     /// soon: a pool whose frames were written by another CPU (the kernel
     /// copying into a UMEM) can start the cache miss now, so the misses of

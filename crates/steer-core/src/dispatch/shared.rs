@@ -1,6 +1,7 @@
 //! What every dispatcher shares with the rest of the engine: the
 //! desired-CPU table the consumers record into, the CPU layout, the per-CPU
-//! counters, the pins and the run-time switches.
+//! counters, the pins, the run-time switches and the load balancer's
+//! per-bucket counts and assignments.
 //!
 //! Every part sits behind an `Arc`, so a [`Shared`] is cheap to clone: each
 //! dispatcher holds one clone, and so can the application (recorders, flow
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use super::Pins;
+use crate::balance::BalanceShared;
 use crate::cpu::CpuLayout;
 use crate::policy::Policy;
 use crate::stats::Stats;
@@ -32,6 +34,12 @@ pub struct DispatchSwitches {
     /// runtime); a dispatcher that sees it change takes back whatever was
     /// left in rings without a consumer.
     pub worker_exits: AtomicU64,
+    /// Times CPUs went offline or came back online (bumped by whoever
+    /// watches the machine, after updating the layout); a worker that sees
+    /// it change prepares its thread again ([`Setup::prepare_thread`](crate::runtime::Setup::prepare_thread):
+    /// pinning), since the kernel moved it off its CPU while the CPU was
+    /// offline.
+    pub layout_epoch: AtomicU64,
 }
 
 impl Default for DispatchSwitches {
@@ -40,6 +48,7 @@ impl Default for DispatchSwitches {
             fast_path: AtomicBool::new(true),
             flow_limit: AtomicBool::new(false),
             worker_exits: AtomicU64::new(0),
+            layout_epoch: AtomicU64::new(0),
         }
     }
 }
@@ -57,13 +66,16 @@ pub struct Shared {
     pub pins: Arc<Pins>,
     /// Run-time switches.
     pub switches: Arc<DispatchSwitches>,
+    /// The load balancer's switch, per-bucket counts and assignments, and
+    /// counters.
+    pub balance: Arc<BalanceShared>,
 }
 
 impl Shared {
     /// Fresh shared state for the CPUs of `layout`: an empty desired-CPU
     /// table of `desired_entries` slots (a power of two) under `policy`,
     /// zeroed counters for every CPU of the layout, no pins, and the default
-    /// switches (fast path on, flow limit off).
+    /// switches (fast path on, flow limit off, balancer off).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -92,6 +104,7 @@ impl Shared {
             layout,
             pins: Pins::new(),
             switches: Arc::new(DispatchSwitches::default()),
+            balance: Arc::default(),
         })
     }
 }

@@ -87,6 +87,11 @@ impl KeyedHasher {
         self
     }
 
+    /// Whether the symmetric mode is on.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
+    }
+
     /// The hash of `k` (of its canonical form in symmetric mode), before
     /// [`nonzero`]. The words are built in wire order first; the symmetric
     /// mode then swaps the two endpoints' words in place when the key is

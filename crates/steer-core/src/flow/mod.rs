@@ -13,6 +13,7 @@
 //! "no hash" in the tables): [`KeyedHasher`] (foldhash, random seed per
 //! process) or [`ToeplitzHasher`] (a NIC's RSS hash with a configurable key).
 //! Both have a symmetric mode where the two directions of a flow hash alike.
+//! [`AnyHasher`] is either, chosen at run time (the engine's hasher setting).
 //! [`FlowClassifier`] plugs a hasher into the dispatcher, as a [`Classifier`]
 //! (the dispatcher's interface for finding a frame's [`FlowInfo`]).
 //!
@@ -31,6 +32,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod any;
 mod classify;
 mod fast;
 mod keyed;
@@ -40,6 +42,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::packet::{self, ipv4, ipv6, IpVersion, ParseError};
 
+pub use any::AnyHasher;
 pub use classify::{Classifier, FlowClassifier, FlowInfo, Malformed};
 pub use keyed::KeyedHasher;
 pub use toeplitz::{KeyError, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};

@@ -147,6 +147,11 @@ impl ToeplitzHasher {
         self
     }
 
+    /// Whether the symmetric mode is on.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
+    }
+
     /// Whether UDP ports are part of the input (NICs often hash UDP on the
     /// addresses only unless told otherwise, e.g. `ethtool -N <if>
     /// rx-flow-hash udp4 sdfn`). Default: on.

@@ -16,8 +16,17 @@
 //!    head, once per ring per round: a head passes a packet only after the
 //!    handler returned *and* its reply left, which is what `last_qtail`
 //!    compares against;
-//! 4. when idle: maintenance (flow-table expiry, never per packet), then,
-//!    unless busy-polling, spins a little and sleeps on its [`Doorbell`].
+//! 4. once per tick (a millisecond at most): maintenance, flow-table
+//!    expiry over a few buckets (more when idle), never per packet;
+//! 5. when idle, unless busy-polling: spins a little and sleeps on its
+//!    [`Doorbell`].
+//!
+//! Each worker reads the clock once per round and adds the length of the
+//! rounds that did work to its CPU's `busy_ns` counter. A balancer thread
+//! (`balance.rs`) turns those and the dispatchers' per-bucket counts into
+//! moves of unclaimed flows off overloaded workers while the load balancer
+//! is on ([`RuntimeConfig::balance`], switchable at run time through
+//! `Shared::balance`); it sleeps while it is off.
 //!
 //! A worker whose handler panics is detected: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
@@ -38,9 +47,11 @@
 //! Where things are: this file holds the settings ([`RuntimeConfig`]), the
 //! errors and [`Runtime`] itself (start, the ring matrix, stop); `source.rs`
 //! the traits the application implements ([`RxSource`], [`Setup`]);
+//! `balance.rs` the load balancer's thread;
 //! `worker.rs` the worker thread (start-up, the loop, adoption of orphaned rx
 //! queues, finish, panic recovery).
 
+mod balance;
 mod source;
 mod worker;
 
@@ -51,13 +62,15 @@ use std::time::Duration;
 
 pub use source::{RxSource, Setup};
 
+use crate::balance::BalanceConfig;
 use crate::cpu::{CpuId, CpuLayout, CpuSet};
-use crate::dispatch::Shared;
+use crate::dispatch::{FlowLimit, Shared};
 use crate::policy::Policy;
 use crate::ring::{self, Producer};
 use crate::stats::StatsSnapshot;
 use crate::table::{RxFlowTable, TableError, Tick};
 use crate::wake::Doorbell;
+use balance::BalancerThread;
 use worker::{Inbound, Part, PartSeed, Startup};
 
 /// Settings of a [`Runtime`].
@@ -82,8 +95,13 @@ pub struct RuntimeConfig {
     /// [`RuntimeConfig::shared`]).
     pub fast_path: bool,
     /// Start with the per-CPU flow limit on (read by
-    /// [`RuntimeConfig::shared`]).
+    /// [`RuntimeConfig::shared`]; switchable at run time).
     pub flow_limit: bool,
+    /// Buckets of each flow-limit table (the kernel's
+    /// `flow_limit_table_len`): a power of two, at most
+    /// [`FlowLimit::MAX_BUCKETS`].
+    #[doc(alias = "flow_limit_table_len")]
+    pub flow_limit_buckets: usize,
     /// Never sleep: poll rings and sources continuously.
     pub busy_poll: bool,
     /// Max packets per poll and per ring drain per round (the NAPI budget).
@@ -95,6 +113,13 @@ pub struct RuntimeConfig {
     pub sleep_timeout: Duration,
     /// A flow entry idle this long (milliseconds) may expire.
     pub flow_idle_ms: Tick,
+    /// Start with the load balancer on (read by [`RuntimeConfig::shared`];
+    /// switchable at run time through `Shared::balance`).
+    pub balance: bool,
+    /// The load balancer's settings.
+    pub balance_config: BalanceConfig,
+    /// Time between two load balancer rounds.
+    pub balance_interval: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -108,11 +133,15 @@ impl Default for RuntimeConfig {
             rps: RpsMode::Spread,
             fast_path: true,
             flow_limit: false,
+            flow_limit_buckets: crate::dispatch::flow_limit::DEFAULT_BUCKETS,
             busy_poll: false,
             batch: 64,
             idle_spins: 64,
             sleep_timeout: Duration::from_millis(10),
             flow_idle_ms: 10_000,
+            balance: false,
+            balance_config: BalanceConfig::default(),
+            balance_interval: Duration::from_millis(5),
         }
     }
 }
@@ -123,7 +152,7 @@ impl RuntimeConfig {
     /// before the runtime starts: hand clones to whatever needs the tables
     /// (recorders, flow delivery), then pass it to [`Runtime::start`].
     /// The table gets `desired_entries` slots under `policy`, the switches
-    /// `fast_path` and `flow_limit`.
+    /// `fast_path` and `flow_limit`, the load balancer `balance`.
     pub fn shared(&self, layout: Arc<CpuLayout>) -> Result<Shared, RuntimeError> {
         let shared =
             Shared::new(layout, self.desired_entries, self.policy).map_err(RuntimeError::Table)?;
@@ -132,6 +161,7 @@ impl RuntimeConfig {
         switches
             .flow_limit
             .store(self.flow_limit, Ordering::Relaxed);
+        shared.balance.set_on(self.balance);
         Ok(shared)
     }
 }
@@ -160,8 +190,13 @@ pub enum RuntimeError {
     Table(TableError),
     /// The ring capacity is not a power of two.
     BadRingCapacity(usize),
+    /// The flow-limit table length is not a power of two from 1 to
+    /// [`FlowLimit::MAX_BUCKETS`].
+    BadFlowLimit(usize),
     /// No rx source was given.
     NoSources,
+    /// A thread could not be started (the system's error).
+    Thread(String),
     /// The shared state's parts are sized for other CPUs than its layout
     /// (a `Shared` assembled by hand; [`RuntimeConfig::shared`] and
     /// [`Shared::new`] never do this).
@@ -184,7 +219,14 @@ impl std::fmt::Display for RuntimeError {
             ),
             Self::Table(e) => write!(f, "{e}"),
             Self::BadRingCapacity(n) => write!(f, "ring capacity {n} must be a power of two"),
+            Self::BadFlowLimit(n) => write!(
+                f,
+                "flow limit table of {n} buckets: give a power of two from 1 to {} \
+                 (the kernel's default is 4096)",
+                FlowLimit::MAX_BUCKETS
+            ),
             Self::NoSources => f.write_str("a runtime needs at least one rx source"),
+            Self::Thread(e) => write!(f, "could not start a runtime thread: {e}"),
             Self::SharedMismatch {
                 layout,
                 desired,
@@ -293,6 +335,7 @@ type CommonSlot<D, St> = Arc<Mutex<Option<Arc<Common<D, St>>>>>;
 pub struct Runtime<D: Send + 'static, St: Setup<D>> {
     common: Arc<Common<D, St>>,
     threads: Vec<(CpuId, JoinHandle<()>)>,
+    balancer: Option<BalancerThread>,
 }
 
 impl<D: Send + 'static, St: Setup<D>> std::fmt::Debug for Runtime<D, St> {
@@ -329,6 +372,9 @@ where
         if !cfg.ring_capacity.is_power_of_two() {
             return Err(RuntimeError::BadRingCapacity(cfg.ring_capacity));
         }
+        if FlowLimit::new(cfg.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(cfg.flow_limit_buckets));
+        }
         let nr = layout.nr_cpus();
         let (desired, stats) = (shared.desired.codec().nr_cpus(), shared.stats.nr_cpus());
         if desired != nr || stats != nr {
@@ -356,6 +402,14 @@ where
         }
         // Probe the rx-table size once so workers cannot fail on it.
         RxFlowTable::new(0, cfg.rx_table_entries).map_err(RuntimeError::Table)?;
+        // Stopped again (dropped) if anything below fails.
+        let balancer = BalancerThread::start(
+            shared.clone(),
+            cfg.cpus,
+            cfg.balance_config,
+            cfg.balance_interval,
+        )
+        .map_err(|e| RuntimeError::Thread(e.to_string()))?;
 
         let (bell_tx, bell_rx) = std::sync::mpsc::channel::<(CpuId, Arc<Doorbell>)>();
         let mut bells: Vec<Option<Arc<Doorbell>>> = vec![None; nr];
@@ -407,7 +461,11 @@ where
         });
         *common_slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(common.clone());
         ready.wait();
-        Ok(Self { common, threads })
+        Ok(Self {
+            common,
+            threads,
+            balancer: Some(balancer),
+        })
     }
 
     /// [`Runtime::start`] on fresh shared state for `layout`
@@ -465,6 +523,9 @@ impl<D: Send + 'static, St: Setup<D>> Drop for Runtime<D, St> {
 
 impl<D: Send + 'static, St: Setup<D>> Runtime<D, St> {
     fn shutdown(&mut self) {
+        if let Some(mut b) = self.balancer.take() {
+            b.stop();
+        }
         self.common.stop.store(true, Ordering::SeqCst);
         for bell in self.common.bells.iter().flatten() {
             bell.ring();

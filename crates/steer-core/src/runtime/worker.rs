@@ -7,9 +7,11 @@
 //! - Run: poll its rx queues and dispatch, drain its inbound rings, flush the
 //!   handler (its staged replies go out), and only then publish the rings'
 //!   heads past the packets drained (so a ring's head never passes a packet
-//!   whose reply is still staged: see [`Worker::flush`]); tick the flow
-//!   tables' clock and expire idle flows when idle, sleep on its doorbell
-//!   (rounds without work that do not sleep give the sleeper its
+//!   whose reply is still staged: see [`Worker::flush`]); count the rounds
+//!   that did work as busy time (one clock read per round); tick the flow
+//!   tables' clock and expire idle flows once per tick (a small budget
+//!   under load, a larger one when idle), sleep on its doorbell (rounds
+//!   without work that do not sleep give the sleeper its
 //!   [`Sleeper::idle`] turn).
 //! - Adoption: rx queues left by a worker that died are taken over by
 //!   whichever survivor sees them first.
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
-use crate::dispatch::{Dispatcher, FramePool, Handler};
+use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
 use crate::hook::SteerHook;
 use crate::ring::{Consumer, Producer};
 use crate::stats::LocalStats;
@@ -121,6 +123,10 @@ where
                         d.set_doorbell(c, b.clone());
                     }
                 }
+                // Validated in `Runtime::start`.
+                if let Some(limit) = FlowLimit::new(common.cfg.flow_limit_buckets) {
+                    d.set_flow_limit(&limit);
+                }
                 RxPart {
                     dispatcher: d,
                     source,
@@ -136,8 +142,16 @@ fn unreachable_table() -> ! {
     panic!("rx table size validated at start")
 }
 
-/// Worker rounds between reads of the clock (a vDSO call is not free).
+/// Worker rounds between two moves of the flow tables' tick.
 const TICK_EVERY: u32 = 64;
+
+/// Rx-table buckets swept per tick (at most once a millisecond) while the
+/// worker is busy: 8 000 a second, a whole 4096-bucket table in half a
+/// second, a few hundred nanoseconds a millisecond.
+const SWEEP_BUDGET_BUSY: usize = 8;
+
+/// Rx-table buckets swept per tick while the worker is idle.
+const SWEEP_BUDGET_IDLE: usize = 64;
 
 /// How long a stopping worker waits for the others to stop polling.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -171,6 +185,8 @@ struct Worker<D, St: Setup<D>> {
     dispatching: Option<usize>,
     local: LocalStats,
     start: Instant,
+    /// `DispatchSwitches::layout_epoch` as last seen.
+    layout_epoch: u64,
 }
 
 impl<D, St> Worker<D, St>
@@ -201,6 +217,10 @@ where
             dispatching: None,
             local: LocalStats::default(),
             start: Instant::now(),
+            // Not the current epoch: a change between this thread's
+            // preparation and now must not go unseen (preparing again is
+            // harmless).
+            layout_epoch: 0,
         }
     }
 
@@ -237,6 +257,8 @@ where
         let mut idle_rounds = 0u32;
         let mut rounds = 0u32;
         let mut last_tick: Tick = 0;
+        // The clock as last read: a round that did work was busy from here.
+        let mut mark = Instant::now();
         while !self.common.stop.load(Ordering::Relaxed) {
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
                 self.adopt();
@@ -250,22 +272,39 @@ where
             } else {
                 idle_rounds.saturating_add(1)
             };
-            // The clock is read every TICK_EVERY rounds, busy or not (flows'
-            // last-used ticks must advance under load too), and on the first
-            // idle round; the tick is written once per millisecond at most.
+            // The clock is read once per round (never per packet): a round
+            // with work adds its length to the busy time the load balancer
+            // reads.
+            let now = Instant::now();
+            if work > 0 {
+                let busy = now.saturating_duration_since(mark).as_nanos();
+                self.local.busy_ns += u64::try_from(busy).unwrap_or(u64::MAX);
+            }
+            mark = now;
+            // The flow tables' tick moves every TICK_EVERY rounds, busy or
+            // not (flows' last-used ticks must advance under load too), and
+            // on the first idle round; it is written once per millisecond at
+            // most.
             rounds = rounds.wrapping_add(1);
             let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
             if tick_round {
-                let now = self.start.elapsed().as_millis() as Tick;
+                let now = now.saturating_duration_since(self.start).as_millis() as Tick;
                 if now != last_tick {
                     last_tick = now;
+                    // Maintenance off the hot path, once per tick: a small
+                    // slice of each table under load (so idle flows and
+                    // their hook state expire under sustained traffic
+                    // too), a larger one when idle.
+                    let budget = if work == 0 {
+                        SWEEP_BUDGET_IDLE
+                    } else {
+                        SWEEP_BUDGET_BUSY
+                    };
                     for part in &mut self.rx {
                         part.dispatcher.set_tick(now);
-                        // Maintenance off the hot path: only when idle.
-                        if work == 0 {
-                            part.dispatcher.sweep(self.common.cfg.flow_idle_ms, 64);
-                        }
+                        part.dispatcher.sweep(self.common.cfg.flow_idle_ms, budget);
                     }
+                    self.follow_hotplug();
                 }
             }
             // Counters change only with work or on a tick (sweeps): idle
@@ -291,11 +330,31 @@ where
                     },
                     self.common.cfg.sleep_timeout,
                 );
+                // Asleep is not busy.
+                mark = Instant::now();
             } else {
                 // Spinning before a sleep, or busy-polling: a sleeper that
                 // runs deferred work gets its turn (a no-op by default).
                 self.bell.idle();
                 std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// CPUs went offline or came back (`layout_epoch` moved): the kernel
+    /// moved this thread off its CPU while that was offline, so once it is
+    /// online again the thread is prepared (pinned) again.
+    fn follow_hotplug(&mut self) {
+        let epoch = self
+            .common
+            .shared
+            .switches
+            .layout_epoch
+            .load(Ordering::Relaxed);
+        if epoch != self.layout_epoch {
+            self.layout_epoch = epoch;
+            if self.common.shared.layout.is_online(self.cpu) {
+                self.common.setup.prepare_thread(self.cpu);
             }
         }
     }

@@ -30,6 +30,10 @@
 //! Consumption comes from the events, or from a [`ConsumerModel`] that
 //! records a CPU for each packet once it is handled (in `consumer.rs`).
 //!
+//! [`load`] is a different model on the same premises: worker load over
+//! time for a workload of flows with rates and costs, hash placement against
+//! the load balancer.
+//!
 //! Invariants: the same events and settings always give the same report;
 //! nothing here reads a clock or does I/O; an event earlier than the one
 //! before it is taken at the current time (time never runs backwards).
@@ -53,6 +57,7 @@
 //! ```
 
 mod consumer;
+pub mod load;
 mod queues;
 
 use std::collections::HashSet;
@@ -525,7 +530,13 @@ impl<H: SteerHook> Sim<H> {
                 return spread;
             }
         }
-        Some(own).filter(|&c| self.usable(c))
+        Some(own).filter(|&c| self.usable(c)).or_else(|| {
+            // Own CPU offline: any CPU with a worker, by hash
+            // (`Dispatcher::any_usable_cpu`).
+            let usable = || (0..self.layout.nr_cpus()).filter(|&c| self.usable(c));
+            let n = usable().count();
+            usable().nth(((u64::from(hash) * n as u64) >> 32) as usize)
+        })
     }
 
     fn packet(&mut self, hash: u32, rxq: u32) -> Result<(), SimError> {

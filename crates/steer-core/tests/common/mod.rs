@@ -26,6 +26,7 @@ pub fn shared(nr_cpus: usize) -> Shared {
         stats: Arc::new(Stats::new(nr_cpus)),
         pins: Pins::new(),
         switches: Default::default(),
+        balance: Default::default(),
     }
 }
 

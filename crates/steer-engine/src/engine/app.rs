@@ -68,6 +68,8 @@ pub enum Verdict {
 pub struct PacketContext {
     /// The CPU of the worker running the handler.
     pub cpu: CpuId,
+    /// The flow hash the dispatcher tagged the packet with (0: none).
+    hash: u32,
     steering: Option<Arc<FlowSteering>>,
 }
 
@@ -78,6 +80,7 @@ impl PacketContext {
     pub fn detached(cpu: CpuId) -> Self {
         Self {
             cpu,
+            hash: 0,
             steering: None,
         }
     }
@@ -85,21 +88,35 @@ impl PacketContext {
     pub(crate) fn new(cpu: CpuId, steering: Arc<FlowSteering>) -> Self {
         Self {
             cpu,
+            hash: 0,
             steering: Some(steering),
         }
+    }
+
+    /// The flow hash the dispatcher steered this packet by: the NIC's
+    /// receive hash with [`EngineBuilder::use_rx_hash`](super::EngineBuilder::use_rx_hash)
+    /// when the packet had a 5-tuple one, else the engine's hasher; 0 for a
+    /// packet without a flow (not IP), and outside an engine. Consumption
+    /// recorded for the flow must use this hash.
+    pub fn hash(&self) -> u32 {
+        self.hash
     }
 
     fn steering(&self) -> Result<&FlowSteering, FlowSteerError> {
         self.steering.as_deref().ok_or(FlowSteerError::Detached)
     }
 
-    /// The hash the dispatchers steer `packet`'s flow by (its 5-tuple under
-    /// the engine's hasher), `None` for a frame without a flow. Ask before
-    /// rewriting the packet into a reply: the reply's 5-tuple is another
-    /// flow's. (With [`EngineBuilder::use_rx_hash`](super::EngineBuilder::use_rx_hash)
-    /// the dispatchers steer by the NIC's hash instead, which this does not
-    /// see.)
+    /// The hash the dispatchers steer `packet`'s flow by, `None` for a frame
+    /// without a flow. For the packet being handled this is the hash the
+    /// dispatcher steered it by ([`PacketContext::hash`]: the NIC's receive
+    /// hash with [`EngineBuilder::use_rx_hash`](super::EngineBuilder::use_rx_hash));
+    /// outside an engine, its 5-tuple under a fixed-key hasher. Ask before
+    /// rewriting the packet into a reply when outside an engine: the
+    /// reply's 5-tuple is another flow's.
     pub fn flow_hash(&self, packet: &[u8]) -> Option<u32> {
+        if self.hash != 0 {
+            return Some(self.hash);
+        }
         match &self.steering {
             Some(s) => s.flow_hash(packet),
             None => {
@@ -203,6 +220,7 @@ impl Drop for WorkerHandler {
 
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
     fn handle(&mut self, desc: RawFrame, pool: &mut UmemPool) {
+        self.ctx.hash = desc.flow_hash();
         let mut frame = adopt(desc);
         let app = &mut self.app;
         let ctx = &self.ctx;
@@ -289,7 +307,7 @@ pub struct EngineParts {
     pub cpus: Vec<CpuId>,
     /// The hasher the dispatchers classify with, so flows recorded by the
     /// application hash alike.
-    pub hasher: steer_core::flow::KeyedHasher,
+    pub hasher: steer_core::flow::AnyHasher,
     /// Where replies the application sends from its own threads go.
     pub(crate) tx: crate::frames::TxResources,
     /// Where consumption is recorded for the trace, when recording.

@@ -9,22 +9,33 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use steer_core::balance::BalanceConfig;
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
-use steer_core::flow::KeyedHasher;
+use steer_core::flow::AnyHasher;
+use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, RuntimeConfig, RxSource, Setup};
+use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
-use tracing::info;
-use xdp_io::{BindMode, PortConfig, Proto, QueueSocket, RawFrame, XdpMode, XdpPort};
+use tracing::{info, warn};
+use xdp_io::{
+    BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
+};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::hotplug::HotplugWatcher;
+use super::nic_check;
+use super::privileges;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
 use super::steering::FlowSteering;
-use super::{Engine, EngineError, PacketHandler, Runtime, DEFAULT_WORKER_SLICE};
+use super::{
+    Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
+};
 use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
-use crate::observe::{bind_metrics, Observer, Snapshot, StatsEndpoint, DEFAULT_RUN_DIR};
+use crate::observe::{
+    bind_metrics, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
+};
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
 use crate::trace::{TraceWriter, TracedSource};
@@ -44,19 +55,30 @@ pub struct EngineBuilder {
     topology: Option<Topology>,
     pin: bool,
     use_rx_hash: bool,
+    hasher: AnyHasher,
     app: Option<AppBuilder>,
     /// One in this many UMEM frames is kept back from receive for replies
     /// the application sends from its own threads (0: none).
     pub(crate) reply_reserve_div: usize,
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
+    hotplug_watch: Option<Duration>,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
     stats_dir: Option<PathBuf>,
+    /// The group that may read the stats socket besides root.
+    stats_group: Option<String>,
     /// Serve Prometheus metrics here.
     metrics: Option<SocketAddr>,
+    /// Drop the capabilities not needed at run time once set up.
+    drop_privileges: bool,
+    /// Builds each rx queue's steering hook (default: none).
+    hooks: Option<HookFactory>,
 }
+
+/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+pub(super) type HookFactory = Arc<dyn Fn(u32) -> Box<dyn SteerHook + Send> + Send + Sync>;
 
 impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,13 +106,18 @@ impl EngineBuilder {
             topology: None,
             pin: true,
             use_rx_hash: false,
+            hasher: AnyHasher::default(),
             app: None,
             reply_reserve_div: 0,
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
+            hotplug_watch: Some(DEFAULT_HOTPLUG_WATCH),
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
+            stats_group: None,
             metrics: None,
+            drop_privileges: false,
+            hooks: None,
         }
     }
 
@@ -139,6 +166,35 @@ impl EngineBuilder {
         self
     }
 
+    /// The load balancer at start (default off; switchable at run time with
+    /// [`Engine::set_balance`]): off the hot path it moves flows nobody
+    /// claimed (no pin, no recorded reader: the flows of a packet handler)
+    /// off overloaded workers by measured busy time, through the same
+    /// no-reordering rule as every move. See `docs/balancer.md`.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, Verdict};
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 7)
+    ///     .balance(true)
+    ///     .handler(|_cpu| Box::new(|p: &mut [u8], _: &_| Verdict::Transmit(p.len())))
+    ///     .start()?;
+    /// println!("{:?}", engine.stats().balance);
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn balance(mut self, on: bool) -> Self {
+        self.runtime.balance = on;
+        self
+    }
+
+    /// The load balancer's settings and the time between its rounds
+    /// (default: [`BalanceConfig::default`], 5 ms).
+    pub fn balance_config(mut self, config: BalanceConfig, interval: Duration) -> Self {
+        self.runtime.balance_config = config;
+        self.runtime.balance_interval = interval;
+        self
+    }
+
     /// Where flows without a recorded or pinned CPU run (default: `Local`
     /// when there are at least as many rx queues as worker CPUs, so a flow
     /// stays on its rx queue's CPU; `Spread` by flow hash otherwise).
@@ -166,6 +222,63 @@ impl EngineBuilder {
     /// ```
     pub fn worker_slice(mut self, slice: Option<Duration>) -> Self {
         self.worker_slice = slice;
+        self
+    }
+
+    /// Turns the per-CPU flow limit on (the kernel's `flow_limit`): when a
+    /// worker's ring from a dispatcher is more than half full, a flow that
+    /// sent more than half of the recent packets to it is an elephant and
+    /// its packets are dropped there, counted as `flow_limit_drops`, so the
+    /// other flows sharing the worker keep their place in the ring.
+    /// `buckets` is the table of flow counters per target CPU (the
+    /// kernel's `net.core.flow_limit_table_len`, 4096 by default there): a
+    /// power of two; 0 is refused at start. Switch it at run time with
+    /// [`Engine::set_flow_limit`]. The limit acts only with rings of 256
+    /// slots or more (an elephant is recognised after 65 of its packets
+    /// above half full).
+    ///
+    /// ```no_run
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .flow_limit(4096)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// engine.set_flow_limit(false); // and back on with `true`
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    #[doc(alias = "flow_limit_table_len")]
+    pub fn flow_limit(mut self, buckets: usize) -> Self {
+        self.runtime.flow_limit = true;
+        self.runtime.flow_limit_buckets = buckets;
+        self
+    }
+
+    /// How often the engine re-reads which CPUs are online, to follow CPU
+    /// hotplug (default [`DEFAULT_HOTPLUG_WATCH`]; `None`: not at all). One
+    /// small file read per period on a thread of its own: a CPU going
+    /// offline is passed over by every dispatcher (its flows move, in
+    /// order, to CPUs with a worker) and by the LLC rule; the worker on a
+    /// CPU coming back pins itself there again. The file is
+    /// `sys/devices/system/cpu/online` under the topology's root: `/` for
+    /// the live machine, another tree with
+    /// [`Topology::from_sysfs`](topology::Topology::from_sysfs) (tests);
+    /// model topologies are not watched.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hotplug_watch(Some(Duration::from_millis(20)))
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn hotplug_watch(mut self, every: Option<Duration>) -> Self {
+        self.hotplug_watch = every;
         self
     }
 
@@ -214,13 +327,54 @@ impl EngineBuilder {
         self
     }
 
+    /// How the XDP program is held (default [`XdpAttach::Link`]: detached
+    /// by the kernel when the process ends, however it ends;
+    /// [`XdpAttach::Netlink`] stays after a crash until the next engine on
+    /// the interface replaces it).
+    pub fn xdp_attach(mut self, attach: XdpAttach) -> Self {
+        self.port = self.port.attach(attach);
+        self
+    }
+
     /// AF_XDP bind mode (default: zero-copy, falling back to copy).
     pub fn bind_mode(mut self, mode: BindMode) -> Self {
         self.port = self.port.bind_mode(mode);
         self
     }
 
-    /// Use the NIC's receive hash instead of hashing in software.
+    /// The flow hash the dispatchers steer by (default: keyed, foldhash
+    /// with a per-process random seed). A [`ToeplitzHasher`](steer_core::flow::ToeplitzHasher)
+    /// reproduces the NIC's RSS hash (give it the NIC's key, `ethtool -x`),
+    /// so steer's spreading agrees with the NIC's; the symmetric modes hash
+    /// both directions of a flow alike (proxies). Flow delivery records
+    /// consumption under the same hash.
+    ///
+    /// ```no_run
+    /// use steer_core::flow::{ToeplitzHasher, SYMMETRIC_RSS_KEY};
+    /// let key = SYMMETRIC_RSS_KEY; // or the NIC's key, from `ethtool -x eth1`
+    /// let engine = steer_engine::engine::Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .hasher(ToeplitzHasher::new(&key)?)
+    ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
+    ///         steer_engine::engine::Verdict::Consume
+    ///     }))
+    ///     .start()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hasher(mut self, hasher: impl Into<AnyHasher>) -> Self {
+        self.hasher = hasher.into();
+        self
+    }
+
+    /// Steer by the NIC's receive (RSS) hash instead of hashing in
+    /// software, for packets whose hash covers the 5-tuple (an L3-only
+    /// hash is not a flow's: those packets are hashed by the engine's
+    /// hasher). Handlers see the hash each packet was steered by in
+    /// [`PacketContext::hash`](super::PacketContext::hash), and flow
+    /// delivery records consumption under it. Needs a driver whose XDP
+    /// programs get the hash (the rx-hash kfunc, Linux >= 6.3; veth has it)
+    /// and native XDP mode: [`EngineBuilder::start`] refuses otherwise, in
+    /// one line.
     pub fn use_rx_hash(mut self, on: bool) -> Self {
         self.use_rx_hash = on;
         self
@@ -266,9 +420,21 @@ impl EngineBuilder {
     /// At start, a socket there that answers means another engine serves
     /// the interface: the start is refused, naming its pid. One that does
     /// not answer was left by an engine that is gone: it is replaced, and so
-    /// is the steer XDP program that engine left attached.
+    /// is the steer XDP program that engine left attached. Without a socket
+    /// the program's owner record says the same (see
+    /// [`xdp_io::program`]): a live owner is refused by pid, a dead one's
+    /// program replaced.
     pub fn stats_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.stats_dir = Some(dir.into());
+        self
+    }
+
+    /// Lets the members of group `name` read the stats socket too: it is
+    /// then `0660` with that group instead of `0600` (root only). An
+    /// unknown group refuses the start. Reading is all they can do: the
+    /// socket answers `stats` and nothing else.
+    pub fn stats_group(mut self, name: impl Into<String>) -> Self {
+        self.stats_group = Some(name.into());
         self
     }
 
@@ -301,7 +467,62 @@ impl EngineBuilder {
     /// # Ok::<(), steer_engine::engine::EngineError>(())
     /// ```
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        if !addr.ip().is_loopback() {
+            warn!(%addr, "metrics served beyond this machine: anyone who reaches {addr} reads them");
+        }
         self.metrics = Some(addr);
+        self
+    }
+
+    /// Once its program, maps, sockets and endpoints are set up, drops every
+    /// capability the engine does not need at run time (default off): with
+    /// the program held by a bpf_link ([`XdpAttach::Link`], the default)
+    /// that is all of them; through netlink, CAP_NET_ADMIN stays, to
+    /// detach it at stop. They go from every set, the bounding set too, so
+    /// nothing the process runs later gets them back.
+    ///
+    /// Capabilities belong to each thread: they are dropped on the thread
+    /// that calls [`start`](Self::start), before the engine starts its own
+    /// threads, which inherit the reduced sets. Threads the application
+    /// started earlier keep theirs: start the engine first (as `steer echo`
+    /// and `steer proxy` do, where this is on), or drop them there too. The
+    /// user id stays what it was.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, PacketContext, Verdict};
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .drop_privileges(true)
+    ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
+    ///     .start()?;
+    /// // From here this thread and the engine's run without capabilities.
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn drop_privileges(mut self, on: bool) -> Self {
+        self.drop_privileges = on;
+        self
+    }
+
+    /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
+    /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
+    /// is called on every move of a flow, with the flow's key, its old and
+    /// new CPU and the rx queue, and on expiry of idle flows. Default: no
+    /// hook (software steering only). On a NIC with ntuple filters,
+    /// [`xdp_io::ntuple::NtupleSteering`] asks the NIC to deliver each moved
+    /// flow to the rx queue of its new CPU.
+    ///
+    /// ```no_run
+    /// use steer_core::hook::CountingHook;
+    /// use steer_engine::engine::Engine;
+    /// let builder = Engine::builder("eth1").hook(|_rxq| CountingHook::default());
+    /// ```
+    #[doc(alias = "ndo_rx_flow_steer")]
+    pub fn hook<F, H>(mut self, factory: F) -> Self
+    where
+        F: Fn(u32) -> H + Send + Sync + 'static,
+        H: SteerHook + Send + 'static,
+    {
+        self.hooks = Some(Arc::new(move |rxq| Box::new(factory(rxq))));
         self
     }
 
@@ -348,6 +569,9 @@ impl EngineBuilder {
                 "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
             ));
         }
+        if steer_core::dispatch::FlowLimit::new(self.runtime.flow_limit_buckets).is_none() {
+            return Err(RuntimeError::BadFlowLimit(self.runtime.flow_limit_buckets).into());
+        }
         if let Some((path, 0)) = &self.trace {
             return Err(EngineError::Config(format!(
                 "record_trace({}): max_events must be at least 1",
@@ -368,17 +592,21 @@ impl EngineBuilder {
         // The errors that say what to do come before anything is created.
         xdp_io::check_privileges()?;
         xdp_io::ifindex(&interface)?;
+        if self.use_rx_hash {
+            check_rx_hash_offered(&interface)?;
+        }
+        let access = match &self.stats_group {
+            Some(name) => StatsAccess::group(name)?,
+            None => StatsAccess::Owner,
+        };
         let endpoint = match &self.stats_dir {
-            Some(dir) => Some(StatsEndpoint::claim(dir, &interface)?),
+            Some(dir) => Some(StatsEndpoint::claim_for(dir, &interface, access)?),
             None => None,
         };
         let mut port_config = self.port;
-        if endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale) {
-            info!(
-                interface = %interface,
-                "the steer engine that served this interface is gone (its stats socket was left \
-                 over): replacing what it left"
-            );
+        let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
+        if stale_socket {
+            // Its socket no longer answers: whatever it left is nobody's.
             port_config = port_config.replace_stale(true);
         }
         let metrics = match self.metrics {
@@ -390,6 +618,21 @@ impl EngineBuilder {
         let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
         let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
         let mut port = XdpPort::open(port_config)?;
+        if self.use_rx_hash && !port.program().dev_bound() {
+            return Err(EngineError::Config(format!(
+                "receive hash (use_rx_hash, --rx-hash): the XDP program on {interface} could not \
+                 be bound to the device (generic XDP mode gives no receive hash): attach in \
+                 native mode, or turn the receive hash off"
+            )));
+        }
+        log_takeover(&interface, stale_socket, port.replaced_program());
+        if self.drop_privileges {
+            // Before the engine starts any thread: they inherit the rest.
+            let keep =
+                privileges::needed_at_run_time(port.attach_kind(), port.program_dispatched());
+            privileges::drop_all_but(&keep).map_err(|e| EngineError::Privileges(e.to_string()))?;
+            info!(interface = %interface, kept = ?keep, "capabilities dropped");
+        }
         let total = port.total_frames() as usize;
         let sockets: Vec<QueueSocket> = port.take_sockets();
         cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
@@ -407,7 +650,7 @@ impl EngineBuilder {
         let spare = Arc::new(SparePool::new(total, reserve));
         let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
         let cpu_list: Vec<CpuId> = cpus.iter().collect();
-        let hasher = KeyedHasher::random();
+        let hasher = self.hasher;
         let shared = cfg.shared(Arc::clone(&layout))?;
         let trace = match &self.trace {
             Some((path, max)) => Some(
@@ -490,6 +733,7 @@ impl EngineBuilder {
             tasks: Mutex::new(tasks),
             stopping: Arc::clone(&stopping),
             steering,
+            hooks: self.hooks.clone(),
         });
         let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
             .iter()
@@ -509,6 +753,17 @@ impl EngineBuilder {
                 }
             })
             .collect();
+        // Each opened rx queue and the CPU whose worker dispatches it.
+        let opened: Vec<(u32, CpuId)> = sockets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (lock(s).queue(), cpu_list[i % cpu_list.len()]))
+            .collect();
+        let start_warnings = nic_check::check(&interface, &nic_check::gather(&interface), &opened);
+        for w in &start_warnings {
+            warn!("{w}");
+        }
+        let switches = Arc::clone(&shared.switches);
         let publisher = Arc::new(Publisher {
             interface: interface.clone(),
             cpus,
@@ -520,6 +775,10 @@ impl EngineBuilder {
             started: Instant::now(),
         });
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
+        let hotplug = match self.hotplug_watch {
+            Some(every) => HotplugWatcher::start(&topology, every, switches)?,
+            None => None,
+        };
         info!(
             interface = %interface,
             modes = ?port.modes(),
@@ -539,6 +798,8 @@ impl EngineBuilder {
             cpus,
             started: Instant::now(),
             trace,
+            hotplug,
+            start_warnings,
             publisher: Some(Arc::clone(&publisher)),
             observer: None,
             metrics_addr,
@@ -552,6 +813,44 @@ impl EngineBuilder {
         }
         Ok(engine)
     }
+}
+
+/// Refuses [`EngineBuilder::use_rx_hash`] on a device whose driver gives
+/// XDP programs no receive hash (the kernel's netdev netlink family says).
+fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
+    match xdp_io::nic::xdp_device_info(interface) {
+        Ok(info) if info.rx_hash() => Ok(()),
+        Ok(_) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): {interface}'s driver gives XDP programs no receive hash (no rx-hash \
+             kfunc): turn the receive hash off and let steer hash flows itself"
+        ))),
+        Err(xdp_io::XdpError::UnknownInterface { name }) => {
+            Err(xdp_io::XdpError::UnknownInterface { name }.into())
+        }
+        Err(e) => Err(EngineError::Config(format!(
+            "receive hash (use_rx_hash, --rx-hash): cannot tell whether {interface}'s driver gives XDP programs its \
+             receive hash ({e}); it needs Linux >= 6.3: turn the receive hash off"
+        ))),
+    }
+}
+
+/// Says in one line that this engine took over from one that is gone, and
+/// what it replaced.
+fn log_takeover(interface: &str, stale_socket: bool, program: Option<Replaced>) {
+    let who = match program.and_then(|p| p.owner) {
+        Some(o) => format!("the steer engine (pid {}) that served it is gone", o.pid),
+        None => "the steer engine that served it is gone".to_string(),
+    };
+    let what = match (stale_socket, program) {
+        (true, Some(p)) => format!(
+            "replaced its stats socket and its XDP program (id {})",
+            p.id
+        ),
+        (false, Some(p)) => format!("replaced its XDP program (id {})", p.id),
+        (true, None) => "replaced its stats socket (its XDP program went with it)".to_string(),
+        (false, None) => return,
+    };
+    warn!(interface, "took over {interface}: {who}; {what}");
 }
 
 /// The trace's header: the machine (its LLCs, offline CPUs) and the

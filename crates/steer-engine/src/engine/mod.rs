@@ -32,6 +32,9 @@
 mod app;
 mod builder;
 mod counters;
+mod hotplug;
+mod nic_check;
+mod privileges;
 mod publish;
 mod sched;
 mod setup;
@@ -69,6 +72,10 @@ type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 /// ([`EngineBuilder::worker_slice`]): the shortest the kernel grants.
 pub const DEFAULT_WORKER_SLICE: Duration = Duration::from_micros(100);
 
+/// How often the engine re-reads which CPUs are online unless told
+/// otherwise ([`EngineBuilder::hotplug_watch`]).
+pub const DEFAULT_HOTPLUG_WATCH: Duration = Duration::from_millis(100);
+
 /// Why the engine could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -91,6 +98,10 @@ pub enum EngineError {
     /// interface, or the directory is not writable).
     #[error(transparent)]
     Observe(#[from] ObserveError),
+    /// The capabilities could not be dropped after setup
+    /// ([`EngineBuilder::drop_privileges`]).
+    #[error("dropping the capabilities the engine no longer needs: {0}")]
+    Privileges(String),
     /// The metrics address could not be bound.
     #[error(
         "cannot serve metrics on {addr}: {source} (another process on that port? pick another \
@@ -120,6 +131,10 @@ pub struct Engine {
     started: Instant,
     /// The trace being recorded, if any.
     trace: Option<crate::trace::TraceWriter>,
+    /// Follows CPUs going offline and online (live topologies).
+    hotplug: Option<hotplug::HotplugWatcher>,
+    /// What the start-time check of the NIC's setup found.
+    start_warnings: Vec<String>,
     /// Builds [`LiveStats`]; dropped before the sockets are released.
     publisher: Option<Arc<Publisher>>,
     /// Serves the stats socket and `/metrics`; stopped first.
@@ -161,12 +176,30 @@ impl Engine {
         self.runtime().shared().desired.policy().set(policy);
     }
 
+    /// Turns the load balancer on or off ([`EngineBuilder::balance`]). Off,
+    /// its assignments are dropped and the flows go back to plain RPS
+    /// (through `last_qtail`: never reordered).
+    pub fn set_balance(&self, on: bool) {
+        self.runtime().shared().balance.set_on(on);
+    }
+
     /// Turns the same-CPU fast path on or off.
     pub fn set_fast_path(&self, on: bool) {
         self.runtime()
             .shared()
             .switches
             .fast_path
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Turns the per-CPU flow limit on or off
+    /// ([`EngineBuilder::flow_limit`] sets its table and turns it on at
+    /// start).
+    pub fn set_flow_limit(&self, on: bool) {
+        self.runtime()
+            .shared()
+            .switches
+            .flow_limit
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -197,6 +230,16 @@ impl Engine {
         &self.topology
     }
 
+    /// What the start-time check of the NIC's setup found, one line each
+    /// (also logged as warnings): rx queues without a steer socket, an RSS
+    /// indirection table sending flows past steer's queues or none to some
+    /// of them, queue interrupts on other CPUs than the queue's dispatcher,
+    /// or what cannot be checked on this device (veth has no RSS table or
+    /// queue interrupts). Empty for a NIC set up as the README says.
+    pub fn start_warnings(&self) -> &[String] {
+        &self.start_warnings
+    }
+
     /// The modes in use (XDP attach, bind, huge pages).
     pub fn modes(&self) -> xdp_io::ActiveModes {
         self.port.modes()
@@ -208,18 +251,7 @@ impl Engine {
     }
 
     fn collect(&self, shared: &steer_core::dispatch::Shared) -> EngineStats {
-        EngineStats::collect(
-            &self.cpus,
-            &shared.stats.snapshot(),
-            &self.counters,
-            shared.desired.stats(),
-            shared.desired.policy().get(),
-            shared
-                .switches
-                .fast_path
-                .load(std::sync::atomic::Ordering::Relaxed),
-            self.started.elapsed(),
-        )
+        EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed())
     }
 
     /// What the stats socket and `/metrics` publish: per-CPU counters, the
@@ -256,6 +288,9 @@ impl Engine {
     /// transmissions to complete, returns every frame to the sockets, takes
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
+        if let Some(mut h) = self.hotplug.take() {
+            h.stop();
+        }
         // Readers see the engine gone from here on; the observer's handles
         // on the sockets go before the sockets are released.
         if let Some(mut o) = self.observer.take() {

@@ -126,6 +126,7 @@ impl Publisher {
             desired,
             sockets,
             frames: FrameCensus::new(self.total_frames, ledgers, rings).into(),
+            balance: self.shared.balance.stats(),
         }
     }
 }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use steer_core::cpu::CpuId;
-use steer_core::flow::{FlowClassifier, KeyedHasher};
-use steer_core::hook::NoopHook;
+use steer_core::flow::{AnyHasher, FlowClassifier};
+use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
 use topology::Topology;
@@ -31,7 +31,7 @@ pub(super) struct EngineSetup {
     pub(super) topology: Topology,
     pub(super) pin: bool,
     pub(super) slice: Option<Duration>,
-    pub(super) hasher: KeyedHasher,
+    pub(super) hasher: AnyHasher,
     pub(super) use_rx_hash: bool,
     pub(super) pool: UmemPool,
     pub(super) tx_sockets: Vec<SharedSocket>,
@@ -47,11 +47,12 @@ pub(super) struct EngineSetup {
     pub(super) stopping: Arc<AtomicBool>,
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
+    pub(super) hooks: Option<super::builder::HookFactory>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
-    type Classifier = FlowClassifier<KeyedHasher>;
-    type Hook = NoopHook;
+    type Classifier = FlowClassifier<AnyHasher>;
+    type Hook = Box<dyn SteerHook + Send>;
     type Pool = UmemPool;
     type Handler = WorkerHandler;
 
@@ -77,8 +78,11 @@ impl Setup<RawFrame> for EngineSetup {
         FlowClassifier::new(self.hasher.clone()).use_rx_hash(self.use_rx_hash)
     }
 
-    fn hook(&self, _rxq: u32) -> Self::Hook {
-        NoopHook
+    fn hook(&self, rxq: u32) -> Self::Hook {
+        match &self.hooks {
+            Some(factory) => factory(rxq),
+            None => Box::new(NoopHook),
+        }
     }
 
     fn pool(&self, _cpu: CpuId) -> Self::Pool {

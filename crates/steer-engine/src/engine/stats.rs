@@ -1,16 +1,20 @@
 //! What the engine reports: per-CPU rows (steer-core's dispatch counters
-//! plus the engine's transmit and verdict counters), the live table printed
-//! once a second, and the report [`Engine::stop`](super::Engine::stop)
-//! returns with the frame census.
+//! plus the engine's transmit and verdict counters), each worker's busy
+//! time and the load balancer's counters, the live table printed once a
+//! second, and the report [`Engine::stop`](super::Engine::stop) returns with
+//! the frame census.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use steer_core::balance::{BalanceStats, MoveReason};
 use steer_core::cpu::{CpuId, CpuSet};
+use steer_core::dispatch::Shared;
 use steer_core::policy::{Policy, WriteReason};
 use steer_core::runtime::WorkerState;
-use steer_core::stats::{LocalStats, StatsSnapshot};
+use steer_core::stats::LocalStats;
 use steer_core::table::RecordStats;
 use xdp_io::{FrameCensus, ProgramStats, SocketStats};
 
@@ -73,20 +77,22 @@ pub struct EngineStats {
     pub policy: Policy,
     /// Whether the fast path is on.
     pub fast_path: bool,
+    /// The load balancer's counters (moves by reason, elephants left in
+    /// place, ...).
+    pub balance: BalanceStats,
     /// Since the engine started.
     pub elapsed: Duration,
 }
 
 impl EngineStats {
+    /// The counters of the engine on `cpus` running on `shared`.
     pub(crate) fn collect(
         cpus: &CpuSet,
-        snap: &StatsSnapshot,
+        shared: &Shared,
         counters: &EngineCounters,
-        desired: RecordStats,
-        policy: Policy,
-        fast_path: bool,
         elapsed: Duration,
     ) -> Self {
+        let snap = shared.stats.snapshot();
         let per_cpu: Vec<CpuRow> = cpus
             .iter()
             .map(|cpu| CpuRow {
@@ -107,10 +113,62 @@ impl EngineStats {
         Self {
             per_cpu,
             total,
-            desired,
-            policy,
-            fast_path,
+            desired: shared.desired.stats(),
+            policy: shared.desired.policy().get(),
+            fast_path: shared.switches.fast_path.load(Ordering::Relaxed),
+            balance: shared.balance.stats(),
             elapsed,
+        }
+    }
+
+    /// Each worker's busy time as a fraction of the time since `previous`
+    /// (or since the start), at most 1: the load the balancer sees.
+    ///
+    /// ```
+    /// # use steer_engine::engine::EngineStats;
+    /// fn show(now: &EngineStats, before: &EngineStats) {
+    ///     for (cpu, busy) in now.busy(Some(before)) {
+    ///         println!("CPU {cpu}: {:.0}% busy", busy * 100.0);
+    ///     }
+    ///     println!("max/mean {:.2}", now.load_max_over_mean(Some(before)));
+    /// }
+    /// ```
+    pub fn busy(&self, previous: Option<&EngineStats>) -> Vec<(CpuId, f64)> {
+        let span = self
+            .elapsed
+            .saturating_sub(previous.map_or(Duration::ZERO, |p| p.elapsed))
+            .as_nanos() as f64;
+        self.per_cpu
+            .iter()
+            .map(|r| {
+                let before = previous
+                    .and_then(|p| p.per_cpu.iter().find(|x| x.cpu == r.cpu))
+                    .map_or(0, |x| x.core.busy_ns);
+                let busy = r.core.busy_ns.saturating_sub(before) as f64;
+                // A round counts when it ends: one that began before
+                // `previous` can push a short interval past 1.
+                (
+                    r.cpu,
+                    if span > 0.0 {
+                        (busy / span).min(1.0)
+                    } else {
+                        0.0
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The busiest worker's busy time over the mean (1: balanced), since
+    /// `previous` (or the start).
+    pub fn load_max_over_mean(&self, previous: Option<&EngineStats>) -> f64 {
+        let busy = self.busy(previous);
+        let mean = busy.iter().map(|b| b.1).sum::<f64>() / busy.len().max(1) as f64;
+        let max = busy.iter().map(|b| b.1).fold(0.0, f64::max);
+        if mean > 0.0 {
+            max / mean
+        } else {
+            1.0
         }
     }
 
@@ -142,7 +200,7 @@ impl EngineStats {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}",
+            "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>5}",
             "cpu",
             "rx",
             "rx/s",
@@ -153,8 +211,11 @@ impl EngineStats {
             "st_out",
             "drops",
             "updates",
-            "squeeze"
+            "squeeze",
+            "busy%"
         );
+        let busy = self.busy(previous);
+        let mean_busy = busy.iter().map(|b| b.1).sum::<f64>() / busy.len().max(1) as f64;
         let rows = self.per_cpu.iter().chain(std::iter::once(&self.total));
         for (i, r) in rows.enumerate() {
             let before = previous.and_then(|p| {
@@ -169,9 +230,11 @@ impl EngineStats {
             } else {
                 "all".into()
             };
+            // The total row shows the mean.
+            let b = busy.get(i).map_or(mean_busy, |b| b.1);
             let _ = writeln!(
                 out,
-                "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7}",
+                "{:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>5.0}",
                 label,
                 r.core.rx,
                 rate(r.core.rx, before.map(|b| b.core.rx)),
@@ -183,6 +246,7 @@ impl EngineStats {
                 r.drops(),
                 r.core.hook_calls,
                 r.core.time_squeeze,
+                b * 100.0,
             );
         }
         let _ = write!(
@@ -193,6 +257,20 @@ impl EngineStats {
             self.desired.updates(),
             self.desired.suppressed,
         );
+        let bal = &self.balance;
+        if bal.on || bal.moves() > 0 {
+            let _ = write!(
+                out,
+                "\nbalancer {}: moves {} (same LLC {}, cross LLC {}), released {}, elephants {}, busy max/mean {:.2}",
+                if bal.on { "on" } else { "off" },
+                bal.moves(),
+                bal.moves_same_llc,
+                bal.moves_cross_llc,
+                bal.released,
+                bal.elephants,
+                self.load_max_over_mean(previous),
+            );
+        }
         out
     }
 
@@ -211,6 +289,23 @@ impl EngineStats {
                 "updates": self.desired.updates(),
                 "suppressed": self.desired.suppressed,
                 "by_reason": by_reason,
+            },
+            "balancer": {
+                "on": self.balance.on,
+                "rounds": self.balance.rounds,
+                "moves": self.balance.moves(),
+                "moves_by_reason": MoveReason::ALL
+                    .iter()
+                    .map(|&r| (r.name().to_string(), json!(self.balance.moves_for(r))))
+                    .collect::<serde_json::Map<_, _>>(),
+                "released": self.balance.released,
+                "elephants": self.balance.elephants,
+                "elephant_rounds": self.balance.elephant_rounds,
+                "last_max_over_mean": self.balance.max_over_mean_milli as f64 / 1000.0,
+            },
+            "worker_load": {
+                "busy": self.busy(None).iter().map(|(cpu, b)| json!({"cpu": cpu, "busy": b})).collect::<Vec<_>>(),
+                "max_over_mean": self.load_max_over_mean(None),
             },
             "per_cpu": self.per_cpu.iter().map(CpuRow::json).collect::<Vec<_>>(),
             "total": self.total.json(),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::dispatch::Shared;
-use steer_core::flow::{flow_key, FlowHasher, KeyedHasher};
+use steer_core::flow::{flow_key, AnyHasher, FlowHasher};
 use steer_core::policy::RecordOutcome;
 use steer_core::table::RecordError;
 
@@ -43,7 +43,7 @@ pub enum FlowSteerError {
 /// What every worker's context shares to steer flows.
 pub(crate) struct FlowSteering {
     shared: Shared,
-    hasher: KeyedHasher,
+    hasher: AnyHasher,
     /// The worker CPUs: the consumer's allowed set for the update rule.
     workers: CpuSet,
     trace: Option<Arc<TraceSink>>,
@@ -60,7 +60,7 @@ impl std::fmt::Debug for FlowSteering {
 impl FlowSteering {
     pub(crate) fn new(
         shared: Shared,
-        hasher: KeyedHasher,
+        hasher: AnyHasher,
         workers: CpuSet,
         trace: Option<Arc<TraceSink>>,
     ) -> Self {
@@ -119,6 +119,7 @@ impl FlowSteering {
 mod tests {
     use super::*;
     use steer_core::cpu::CpuLayout;
+    use steer_core::flow::KeyedHasher;
     use steer_core::packet::build::FrameBuilder;
     use steer_core::policy::{Policy, WriteReason};
 
@@ -128,7 +129,7 @@ mod tests {
         let shared = Shared::new(layout, 256, policy).unwrap();
         FlowSteering::new(
             shared,
-            KeyedHasher::with_seed(7),
+            KeyedHasher::with_seed(7).into(),
             [0, 1, 2].into_iter().collect(),
             None,
         )

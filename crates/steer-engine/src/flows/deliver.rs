@@ -1,10 +1,12 @@
 //! The worker side of flow delivery: a [`PacketHandler`] per worker that
 //! finds each datagram's flow (a per-worker cache in front of the engine's
 //! flow map), copies the payload into the flow's queue, and wakes readers
-//! once per batch. When the flows' tasks run on the workers themselves,
-//! the batch's end is also where they run: the readers are woken inside the
-//! worker's runtime and the ready tasks run before the round ends
-//! (`crate::tasks::tick`).
+//! once per batch. A flow takes the hash its packets were dispatched under
+//! ([`PacketContext::hash`]), so reading it records the reader's CPU under
+//! the very hash the dispatcher looks up, whichever hash that is. When the
+//! flows' tasks run on the workers themselves, the batch's end is also
+//! where they run: the readers are woken inside the worker's runtime and
+//! the ready tasks run before the round ends (`crate::tasks::tick`).
 //!
 //! Invariant: the frame is never kept: every packet ends as `Consume`
 //! (delivered) or `Drop` (not a UDP datagram, backlog full, queue full), so
@@ -53,11 +55,17 @@ impl FlowDemux {
     ) -> Option<Arc<FlowShared>> {
         if let Some(f) = self.cache.get(&key) {
             if !f.closed.load(Ordering::Relaxed) {
+                // The dispatcher's hash for a 5-tuple does not change (the
+                // NIC's hash is a function of it, as is ours); should it
+                // (a NIC reprogrammed with another key), follow it.
+                if ctx.hash() != 0 && f.hash.load(Ordering::Relaxed) != ctx.hash() {
+                    f.hash.store(ctx.hash(), Ordering::Relaxed);
+                }
                 return Some(Arc::clone(f));
             }
             self.cache.remove(&key);
         }
-        let f = self.hub.flow_for(key, packet, ctx.cpu)?;
+        let f = self.hub.flow_for(key, ctx.hash(), packet, ctx.cpu)?;
         self.cache.insert(key, Arc::clone(&f));
         Some(f)
     }

@@ -15,7 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -31,7 +31,10 @@ use super::{Hub, SendError};
 #[derive(Debug)]
 pub(crate) struct FlowShared {
     pub(crate) key: FlowKey,
-    pub(crate) hash: u32,
+    /// The hash the dispatcher steers the flow by (the NIC's receive hash or
+    /// the engine's hasher, as its packets were tagged); consumption is
+    /// recorded under it.
+    pub(crate) hash: AtomicU32,
     pub(crate) queue: ArrayQueue<Vec<u8>>,
     pub(crate) readiness: Readiness,
     pub(crate) template: ReplyTemplate,
@@ -46,7 +49,7 @@ impl FlowShared {
     pub(crate) fn new(key: FlowKey, hash: u32, depth: usize, template: ReplyTemplate) -> Self {
         Self {
             key,
-            hash,
+            hash: AtomicU32::new(hash),
             queue: ArrayQueue::new(depth.max(1)),
             readiness: Readiness::default(),
             template,
@@ -96,7 +99,7 @@ impl std::fmt::Debug for Flow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Flow")
             .field("key", &self.shared.key)
-            .field("hash", &self.shared.hash)
+            .field("hash", &self.hash())
             .finish_non_exhaustive()
     }
 }
@@ -115,9 +118,11 @@ impl Flow {
         self.shared.key
     }
 
-    /// The flow hash steer steers by.
+    /// The flow hash steer steers by: the hash its packets were dispatched
+    /// under (the NIC's receive hash when the engine uses it, else the
+    /// engine's hasher).
     pub fn hash(&self) -> u32 {
-        self.shared.hash
+        self.shared.hash.load(Relaxed)
     }
 
     /// The next datagram's payload; `None` once the engine has stopped.
@@ -130,7 +135,7 @@ impl Flow {
     pub fn try_recv(&mut self) -> Option<Vec<u8>> {
         let d = self.shared.queue.pop()?;
         if !self.pinned {
-            self.hub.record(self.shared.hash);
+            self.hub.record(self.hash());
         }
         Some(d)
     }
@@ -152,14 +157,14 @@ impl Flow {
     /// it (explicit affinity: overrides learning; seed 001).
     pub fn pin_to(&mut self, cpu: CpuId) {
         self.pinned = true;
-        self.hub.pin_flow(self.shared.hash, cpu);
+        self.hub.pin_flow(self.hash(), cpu);
     }
 
     /// Back to learning the CPU from where the flow is read.
     pub fn unpin(&mut self) {
         if self.pinned {
             self.pinned = false;
-            self.hub.unpin_flow(self.shared.hash);
+            self.hub.unpin_flow(self.hash());
         }
     }
 

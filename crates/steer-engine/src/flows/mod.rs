@@ -60,7 +60,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
-use steer_core::flow::{FlowHasher, FlowKey, KeyedHasher};
+use steer_core::flow::{AnyHasher, FlowHasher, FlowKey};
 use steer_core::record::Recorder;
 use tracing::warn;
 use xdp_io::Frame;
@@ -152,7 +152,7 @@ pub(crate) struct Hub {
     options: FlowOptions,
     /// The listeners are served by acceptor tasks on the workers.
     on_workers: bool,
-    hasher: KeyedHasher,
+    hasher: AnyHasher,
     cpus: Vec<CpuId>,
     flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
     accept: Vec<listener::AcceptQueue>,
@@ -229,11 +229,13 @@ impl Hub {
     }
 
     /// The open flow of `key`, or a new one offered to the listener of
-    /// `cpu` (built from `frame`, its first packet). `None`: not a UDP
+    /// `cpu` (built from `frame`, its first packet, dispatched under flow
+    /// hash `hash`; 0: hash it with the engine's hasher). `None`: not a UDP
     /// datagram, or the backlog is full (counted).
     pub(crate) fn flow_for(
         self: &Arc<Self>,
         key: FlowKey,
+        hash: u32,
         frame: &[u8],
         cpu: CpuId,
     ) -> Option<Arc<FlowShared>> {
@@ -242,9 +244,10 @@ impl Hub {
             return Some(Arc::clone(f));
         }
         let template = ReplyTemplate::from_request(frame)?;
+        let hash = if hash != 0 { hash } else { self.hash(&key) };
         let shared = Arc::new(FlowShared::new(
             key,
-            self.hash(&key),
+            hash,
             self.options.queue_depth,
             template,
         ));

@@ -1,6 +1,7 @@
 //! The UMEM as dispatchers and handlers see it ([`FramePool`]): frame bytes
-//! by descriptor, the NIC hash from the XDP program's metadata, header
-//! prefetch, and release to the spare pool.
+//! by descriptor, the NIC hash from the XDP program's metadata (a 5-tuple
+//! hash only), the flow hash tagged on the descriptor for the handler,
+//! header prefetch, and release to the spare pool.
 
 use std::sync::Arc;
 
@@ -31,7 +32,15 @@ impl FramePool<RawFrame> for UmemPool {
             return None;
         }
         // SAFETY: as in `frame`.
-        unsafe { self.umem.meta_raw(desc) }.and_then(|m| m.rx_hash)
+        // Only a hash of the 5-tuple stands for the flow: an L3-only hash
+        // (a NIC hashing addresses only) would put every flow between two
+        // hosts on one CPU; the classifier hashes those itself.
+        unsafe { self.umem.meta_raw(desc) }.and_then(|m| m.five_tuple_hash())
+    }
+
+    #[inline]
+    fn tag_flow(&self, desc: &mut RawFrame, hash: u32) {
+        desc.set_flow_hash(hash);
     }
 
     #[inline]

@@ -8,9 +8,13 @@
 //! changes the engine (it is a read-only view).
 //!
 //! Invariants:
-//! - The socket is created `0600` (root only) in a directory created
-//!   `0755`; a reader without the right gets a permission error from the
-//!   kernel before the engine sees anything.
+//! - The socket is created `0600` (its owner only: root) in a directory
+//!   created `0755`, or `0660` with the group the operator names
+//!   ([`StatsAccess::Group`]); a reader without the right gets a permission
+//!   error from the kernel before the engine sees anything.
+//! - Nothing a client sends can change the engine: the only request is
+//!   `stats`, answered from a snapshot; everything else, however long,
+//!   malformed or slow, gets one error line and the connection closed.
 //! - [`StatsEndpoint::claim`] decides who owns the path before the engine
 //!   touches the interface: a socket that answers belongs to a running
 //!   engine (refused, naming its pid); one that refuses connections was
@@ -114,6 +118,9 @@ pub enum ObserveError {
         /// The running engine's pid, if it said.
         pid: Option<u32>,
     },
+    /// The group named for the stats socket does not exist.
+    #[error("no group {0:?} for the stats socket: create it (`groupadd {0}`) or name another")]
+    UnknownGroup(String),
     /// Not an interface name a socket can be named after.
     #[error("{0:?} is not an interface name (1 to 15 characters, no `/`)")]
     BadInterface(String),
@@ -186,6 +193,46 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     }
 }
 
+/// Who may read the stats socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StatsAccess {
+    /// Its owner only (root): mode `0600`.
+    #[default]
+    Owner,
+    /// Its owner and the members of this group (a gid): mode `0660`.
+    Group(u32),
+}
+
+impl StatsAccess {
+    /// The group named `name` (`--stats-group`), looked up in the system's
+    /// group database.
+    ///
+    /// ```
+    /// use steer_engine::observe::StatsAccess;
+    /// assert_eq!(StatsAccess::group("root").unwrap(), StatsAccess::Group(0));
+    /// assert!(StatsAccess::group("no-such-group-here").is_err());
+    /// ```
+    pub fn group(name: &str) -> Result<Self, ObserveError> {
+        match nix::unistd::Group::from_name(name) {
+            Ok(Some(g)) => Ok(Self::Group(g.gid.as_raw())),
+            Ok(None) => Err(ObserveError::UnknownGroup(name.into())),
+            Err(e) => Err(ObserveError::Io {
+                context: "looking up the group",
+                path: PathBuf::from("/etc/group"),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// The socket's permission bits.
+    pub fn mode(self) -> u32 {
+        match self {
+            Self::Owner => 0o600,
+            Self::Group(_) => 0o660,
+        }
+    }
+}
+
 /// A claimed stats socket, listening; removed again when dropped.
 #[derive(Debug)]
 pub struct StatsEndpoint {
@@ -199,9 +246,18 @@ impl StatsEndpoint {
     /// Claims `interface`'s socket under `run_dir` (created `0755` if
     /// missing): refused while another engine answers there; a socket left
     /// by an engine that is gone is removed
-    /// ([`StatsEndpoint::replaced_stale`]). The new socket is `0600` and
-    /// non-blocking.
+    /// ([`StatsEndpoint::replaced_stale`]). The new socket is `0600`
+    /// ([`StatsEndpoint::claim_for`] opens it to a group) and non-blocking.
     pub fn claim(run_dir: &Path, interface: &str) -> Result<Self, ObserveError> {
+        Self::claim_for(run_dir, interface, StatsAccess::Owner)
+    }
+
+    /// [`StatsEndpoint::claim`], readable as `access` says.
+    pub fn claim_for(
+        run_dir: &Path,
+        interface: &str,
+        access: StatsAccess,
+    ) -> Result<Self, ObserveError> {
         let path = socket_path(run_dir, interface)?;
         let io_err = |context: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -245,8 +301,12 @@ impl StatsEndpoint {
         };
         // Only root could connect before this too: a new socket is created
         // with root's umask (no write bit for others), and connecting needs
-        // write permission.
-        fs::set_permissions(&path, Permissions::from_mode(0o600))
+        // write permission. The group first, then the mode that lets it in.
+        if let StatsAccess::Group(gid) = access {
+            nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(gid)))
+                .map_err(|e| io_err("giving the stats socket its group", &path)(e.into()))?;
+        }
+        fs::set_permissions(&path, Permissions::from_mode(access.mode()))
             .map_err(io_err("restricting the stats socket", &path))?;
         let ino = fs::metadata(&path)
             .map_err(io_err("reading the stats socket", &path))?
@@ -457,6 +517,19 @@ mod tests {
             query(&dir, "veth7", Duration::from_secs(1)),
             Err(ObserveError::NoEngine { .. })
         ));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_group_socket_is_0660_with_that_group() {
+        let dir = temp_dir("group");
+        let adm = StatsAccess::group("adm").or_else(|_| StatsAccess::group("root"));
+        let access = adm.unwrap();
+        let endpoint = StatsEndpoint::claim_for(&dir, "veth5", access).unwrap();
+        let meta = fs::metadata(endpoint.path()).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        assert_eq!(StatsAccess::Group(meta.gid()), access);
+        drop(endpoint);
         let _ = fs::remove_dir_all(&dir);
     }
 

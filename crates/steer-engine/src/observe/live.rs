@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use steer_core::balance::BalanceStats;
 use steer_core::stats::LocalStats;
 
 /// The version of the JSON a stats socket speaks.
@@ -57,6 +58,9 @@ pub struct LiveStats {
     pub sockets: Vec<SocketCounters>,
     /// Where the UMEM's frames are.
     pub frames: FrameCounters,
+    /// The load balancer's counters (all 0 from an engine without one).
+    #[serde(default)]
+    pub balance: BalanceStats,
 }
 
 impl LiveStats {
@@ -75,6 +79,7 @@ impl LiveStats {
             desired: DesiredCounters::default(),
             sockets: Vec::new(),
             frames: FrameCounters::default(),
+            balance: BalanceStats::default(),
         }
     }
 

@@ -19,7 +19,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Gauge, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use super::live::LiveStats;
@@ -55,6 +56,12 @@ impl Families {
         let g = IntGauge::new(name, help)?;
         self.registry.register(Box::new(g.clone()))?;
         Ok(g)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+        let c = IntCounter::new(name, help)?;
+        self.registry.register(Box::new(c.clone()))?;
+        Ok(c)
     }
 }
 
@@ -234,6 +241,19 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
                 .inc_by(value(s));
         }
     }
+    let busy = CounterVec::new(
+        Opts::new(
+            "steer_worker_busy_seconds_total",
+            "Seconds this CPU's worker spent in rounds that did work (poll, dispatch, handle): the load the balancer reads.",
+        ),
+        &["cpu"],
+    )?;
+    f.registry.register(Box::new(busy.clone()))?;
+    for row in &live.per_cpu {
+        busy.with_label_values(&[row.cpu.to_string().as_str()])
+            .inc_by(row.core.busy_ns as f64 / 1e9);
+    }
+    balancer(&f, &live.balance)?;
     let updates = f.counters(
         "steer_desired_table_updates_total",
         "Desired-CPU table writes by reason (rps_record_sock_flow analog); each may move a flow and call the steering hook.",
@@ -290,6 +310,44 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
     f.registry.register(Box::new(uptime.clone()))?;
     uptime.set(live.uptime_s);
     Ok(f.registry)
+}
+
+/// The load balancer's families.
+fn balancer(f: &Families, b: &steer_core::balance::BalanceStats) -> prometheus::Result<()> {
+    f.gauge(
+        "steer_balancer_enabled",
+        "Whether the load balancer is on (1) or off (0).",
+    )?
+    .set(i64::from(b.on));
+    f.counter(
+        "steer_balancer_rounds_total",
+        "Rounds the load balancer ran while on.",
+    )?
+    .inc_by(b.rounds);
+    let moves = f.counters(
+        "steer_balancer_moves_total",
+        "Flow buckets the load balancer moved off an overloaded worker, by reason: same_llc (to a worker behind the same LLC) or cross_llc.",
+        "reason",
+    )?;
+    for r in steer_core::balance::MoveReason::ALL {
+        moves.with_label_values(&[r.name()]).inc_by(b.moves_for(r));
+    }
+    f.counter(
+        "steer_balancer_released_total",
+        "Balancer assignments dropped (their CPU went away, their flows went idle, or the balancer was switched off).",
+    )?
+    .inc_by(b.released);
+    f.gauge(
+        "steer_balancer_elephants",
+        "Flow buckets the last round left in place because alone they carry at least a worker's fair share.",
+    )?
+    .set(i64::try_from(b.elephants).unwrap_or(i64::MAX));
+    f.counter(
+        "steer_balancer_elephant_rounds_total",
+        "Balancer rounds that found at least one elephant.",
+    )?
+    .inc_by(b.elephant_rounds);
+    Ok(())
 }
 
 /// `live` in the Prometheus text exposition format.
@@ -451,6 +509,7 @@ mod tests {
             };
             row.core.processed = 100 + cpu as u64;
             row.core.time_squeeze = 3;
+            row.core.busy_ns = 1_500_000_000;
             live.per_cpu.push(row);
         }
         live.sockets.push(SocketCounters {
@@ -463,6 +522,9 @@ mod tests {
         live.frames.total = 64;
         live.frames.free = 60;
         live.frames.held = 4;
+        live.balance.on = true;
+        live.balance.moves_same_llc = 6;
+        live.balance.elephants = 1;
         live
     }
 
@@ -480,6 +542,12 @@ mod tests {
             "steer_desired_table_suppressed_total{reason=\"same_llc\"} 9",
             "steer_umem_frames{place=\"held\"} 4",
             "steer_umem_frames_in_use 4",
+            "steer_worker_busy_seconds_total{cpu=\"1\"} 1.5",
+            "steer_balancer_enabled 1",
+            "steer_balancer_moves_total{reason=\"same_llc\"} 6",
+            "steer_balancer_moves_total{reason=\"cross_llc\"} 0",
+            "steer_balancer_elephants 1",
+            "# TYPE steer_balancer_rounds_total counter",
             "# TYPE steer_softnet_dropped_total counter",
             "# TYPE steer_umem_frames gauge",
         ] {

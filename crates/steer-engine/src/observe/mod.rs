@@ -19,8 +19,8 @@
 //! left, short of checking a pid that may have been reused. A unix socket
 //! has none of this: the engine builds the snapshot only when asked, from
 //! the counter blocks it already keeps (exact at the moment of the
-//! request, no interval); the file's permissions (`0600`, root) decide who
-//! may read; and liveness is the kernel's answer to `connect`: a socket
+//! request, no interval); the file's permissions (`0600`, root, or `0660`
+//! with a group the operator names) decide who may read; and liveness is the kernel's answer to `connect`: a socket
 //! left by a killed engine refuses at once (`ECONNREFUSED`), so a reader
 //! reports a dead engine without waiting, and the next engine on the
 //! interface knows that whatever the old one left (its XDP program) has
@@ -53,7 +53,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::warn;
 
 pub use endpoint::{
-    parse_request, query, socket_path, ObserveError, Request, StatsEndpoint, DEFAULT_RUN_DIR,
+    parse_request, query, socket_path, ObserveError, Request, StatsAccess, StatsEndpoint,
+    DEFAULT_RUN_DIR,
 };
 pub use live::{
     CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, FORMAT_VERSION,

@@ -1,13 +1,14 @@
 //! What is attached to an interface: [`attached_programs`] lists the XDP
-//! programs (to find one left by a crashed run, or somebody else's), and
-//! `detach_stale` removes steer's own leftovers.
+//! programs (to find one left by a crashed run, or somebody else's), with
+//! the owner record of steer's, and `detach_stale` removes steer's own
+//! leftovers (the AF_XDP program's or the RFS program's).
 
 use crate::{
     error::{Result, XdpError},
     sys::libxdp::{Multiprog, ProgramRef},
 };
 
-use super::PROGRAM_NAME;
+use super::{ProgramOwner, PROGRAM_NAME};
 
 /// A program found attached to an interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,22 @@ pub struct AttachedProgram {
     pub id: u32,
     /// Whether it runs through libxdp's dispatcher (else it is the only program).
     pub dispatched: bool,
+    /// For a steer program: the process that attached it, when it recorded
+    /// itself and the record could be read (needs CAP_SYS_ADMIN).
+    pub owner: Option<ProgramOwner>,
+}
+
+impl AttachedProgram {
+    /// Whether this is a steer program.
+    pub fn is_steer(&self) -> bool {
+        self.name == PROGRAM_NAME
+    }
+
+    /// A steer program whose recorded owner is gone: left behind by a
+    /// killed engine (attached through netlink, which outlives its owner).
+    pub fn is_stale(&self) -> bool {
+        self.is_steer() && self.owner.is_some_and(|o| !o.is_alive())
+    }
 }
 
 /// The XDP programs attached to `ifindex` (empty when none).
@@ -29,10 +46,17 @@ pub fn attached_programs(ifindex: u32) -> Vec<AttachedProgram> {
         return Vec::new();
     };
     let legacy = mp.is_legacy();
-    let describe = |p: ProgramRef<'_>| AttachedProgram {
-        name: p.name().to_string_lossy().into_owned(),
-        id: p.id(),
-        dispatched: !legacy,
+    let describe = |p: ProgramRef<'_>| {
+        let name = p.name().to_string_lossy().into_owned();
+        let owner = (name == PROGRAM_NAME)
+            .then(|| ProgramOwner::of_program(p.id()))
+            .flatten();
+        AttachedProgram {
+            name,
+            id: p.id(),
+            dispatched: !legacy,
+            owner,
+        }
     };
     if legacy {
         mp.main_program().map(describe).into_iter().collect()
@@ -41,9 +65,10 @@ pub fn attached_programs(ifindex: u32) -> Vec<AttachedProgram> {
     }
 }
 
-/// Detaches every steer program from `ifindex` (and, for a lone legacy
-/// program, only when it is steer's).
-pub(super) fn detach_stale(ifindex: u32) -> Result<()> {
+/// Detaches every program named `name` (one of steer's) from `ifindex`; a
+/// lone legacy program is detached whatever its name (the callers check it
+/// is `name` first).
+pub(crate) fn detach_stale(ifindex: u32, name: &str) -> Result<()> {
     let idx = i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
     let Some(mp) = Multiprog::on_interface(idx) else {
         return Ok(());
@@ -54,7 +79,7 @@ pub(super) fn detach_stale(ifindex: u32) -> Result<()> {
         let mode = mp.attach_mode();
         let mut last = Ok(());
         for p in mp.programs() {
-            if p.name().to_bytes() == PROGRAM_NAME.as_bytes() {
+            if p.name().to_bytes() == name.as_bytes() {
                 last = p.detach(idx, mode);
             }
         }

@@ -13,15 +13,15 @@ use crate::config::Proto;
 
 /// Mirrors `struct steer_port_key` in bpf/steer_xdp.h.
 #[derive(Clone, Copy)]
-pub(super) struct PortKey {
-    pub(super) proto: u8,
-    pub(super) port: u16,
+pub(crate) struct PortKey {
+    pub(crate) proto: u8,
+    pub(crate) port: u16,
 }
 
 impl PortKey {
     /// The key's bytes as the map stores them (`proto`, `pad`, `port` in
     /// network byte order).
-    pub(super) fn to_bytes(self) -> [u8; 4] {
+    pub(crate) fn to_bytes(self) -> [u8; 4] {
         let [hi, lo] = self.port.to_be_bytes();
         [self.proto, 0, hi, lo]
     }
@@ -101,7 +101,7 @@ impl FlowMapKey {
 
     /// The key's bytes in the layout of `struct steer_flow_key` (ports in
     /// network byte order).
-    pub(super) fn to_bytes(self) -> [u8; 40] {
+    pub(crate) fn to_bytes(self) -> [u8; 40] {
         let mut b = [0u8; 40];
         b[..16].copy_from_slice(&self.saddr);
         b[16..32].copy_from_slice(&self.daddr);

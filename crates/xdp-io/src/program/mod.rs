@@ -3,32 +3,54 @@
 //! owned ports, flow steering, settings, statistics), and detaching on drop.
 //! The map keys in the byte layouts of bpf/steer_xdp.h are in `keys`; what
 //! else is attached to the interface (a program left by a crashed run,
-//! somebody else's) in `attached`. The libxdp/libbpf calls themselves are in
-//! `sys::libxdp`; this module is safe Rust.
+//! somebody else's) in `attached`; the owner record in `owner`. The
+//! libxdp/libbpf calls themselves are in `sys::libxdp`; this module is safe
+//! Rust.
+//!
+//! # A crash leaves nothing behind
+//!
+//! By default ([`XdpAttach::Link`]) the program is attached through a
+//! bpf_link whose only file descriptor this process holds: when the process
+//! ends, however it ends (`SIGKILL` too), the kernel closes the link and
+//! detaches the program, and the interface is back to the kernel's own
+//! path. With [`XdpAttach::Netlink`] (libxdp's attach, which also lets
+//! libxdp's dispatcher run other programs beside steer's) the program
+//! outlives a killed owner; its sockets do not, and a closed AF_XDP socket
+//! leaves the socket map, so the program's redirect falls back to
+//! `XDP_PASS` and owned traffic reaches the kernel's sockets all the same.
+//!
+//! Either way the program carries an owner record (pid and start time, in
+//! its `settings` map). A new engine reads it: a live owner is refused by
+//! name ([`XdpError::Served`]); a dead owner's program is replaced, and
+//! [`SteerProgram::replaced`] says so.
 //!
 //! Invariant: while a [`SteerProgram`] exists its program is attached to its
-//! interface and its maps exist; `Drop` detaches it, and the libxdp/libbpf
-//! objects are freed exactly once right after.
+//! interface and its maps exist; `Drop` detaches it (closing the link, or
+//! through netlink), and the libxdp/libbpf objects are freed exactly once
+//! right after.
 
 /// The XDP programs attached to an interface; removing steer's leftovers.
 mod attached;
 /// The map keys, byte by byte.
 mod keys;
+/// The owner record.
+mod owner;
 
 use std::{io, os::fd::RawFd};
 
 use tracing::{debug, info, warn};
 
 use crate::{
-    config::{Proto, XdpMode},
+    config::{Proto, XdpAttach, XdpMode},
     error::{Result, XdpError},
-    sys::libxdp::{AttachMode, BpfObject, Map, XdpProgram},
+    sys::libxdp::{detach_netlink, program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
 };
 
-use attached::detach_stale;
+pub(crate) use attached::detach_stale;
 pub use attached::{attached_programs, AttachedProgram};
 pub use keys::FlowMapKey;
-use keys::PortKey;
+pub(crate) use keys::PortKey;
+pub use owner::ProgramOwner;
 
 /// The compiled program (clang -O2 -g -target bpf, see build.rs).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_xdp.o"));
@@ -77,15 +99,40 @@ pub enum OwnedAction {
     Drop,
 }
 
+/// How the program is held on the interface.
+#[derive(Debug)]
+enum Hook {
+    /// Through a bpf_link (declared first: closed, so detached, before the
+    /// object is).
+    Link {
+        _link: XdpLink,
+        obj: BpfObject,
+        id: u32,
+    },
+    /// Through netlink, by libxdp; `dispatched`: as a component of libxdp's
+    /// dispatcher (else alone on the hook).
+    Netlink { prog: XdpProgram, dispatched: bool },
+}
+
+/// A steer program left by an engine that is gone, replaced at attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replaced {
+    /// The kernel's id of the program that was replaced.
+    pub id: u32,
+    /// Its recorded owner (gone), when it had a record.
+    pub owner: Option<ProgramOwner>,
+}
+
 /// An attached steer XDP program and its maps.
 #[derive(Debug)]
 pub struct SteerProgram {
-    prog: XdpProgram,
+    hook: Hook,
     ifindex: u32,
     interface: String,
     mode: XdpMode,
     dev_bound: bool,
     steering_calls: u64,
+    replaced: Option<Replaced>,
 }
 
 /// libxdp's attach mode for `mode` (`Auto` attaches natively).
@@ -103,35 +150,81 @@ fn program_err(context: &'static str) -> impl FnOnce(io::Error) -> XdpError {
 
 impl SteerProgram {
     /// Loads the program and attaches it to `interface` (index `ifindex`) in
-    /// `mode`, after checking for a program left by a crashed run.
+    /// `mode`, held as `attach` says, after checking what is attached
+    /// already: a steer program whose owner is alive refuses
+    /// ([`XdpError::Served`]); one whose owner is gone is replaced
+    /// ([`SteerProgram::replaced`]); one without an owner record (an older
+    /// steer's) is replaced only with `replace_stale`
+    /// ([`XdpError::StaleProgram`] otherwise).
     pub fn attach(
         interface: &str,
         ifindex: u32,
         mode: XdpMode,
+        attach: XdpAttach,
         replace_stale: bool,
     ) -> Result<Self> {
+        let mut replaced = None;
+        let mut attach = attach;
         for p in attached_programs(ifindex) {
-            if p.name == PROGRAM_NAME {
-                if !replace_stale {
-                    return Err(XdpError::StaleProgram {
-                        interface: interface.into(),
-                        id: p.id,
-                    });
+            if p.is_steer() {
+                match p.owner {
+                    Some(owner) if owner.is_alive() && owner.pid != std::process::id() => {
+                        return Err(XdpError::Served {
+                            interface: interface.into(),
+                            pid: owner.pid,
+                            id: p.id,
+                        });
+                    }
+                    Some(owner) if !owner.is_alive() => {}
+                    _ if replace_stale => {}
+                    _ => {
+                        return Err(XdpError::StaleProgram {
+                            interface: interface.into(),
+                            id: p.id,
+                        })
+                    }
                 }
-                warn!(
-                    interface,
-                    id = p.id,
-                    "replacing a steer XDP program left attached by an earlier run"
-                );
-                detach_stale(ifindex)?;
+                debug!(interface, id = p.id, owner = ?p.owner, "replacing a steer XDP program whose owner is gone");
+                detach_stale(ifindex, PROGRAM_NAME)?;
+                replaced = Some(Replaced {
+                    id: p.id,
+                    owner: p.owner,
+                });
             } else if !p.dispatched {
                 return Err(XdpError::OtherProgram {
                     interface: interface.into(),
                     name: p.name,
                     id: p.id,
                 });
+            } else if attach == XdpAttach::Link {
+                // libxdp's dispatcher holds the hook through netlink, and a
+                // link cannot join it: run beside it through libxdp.
+                debug!(interface, other = %p.name, "other programs run through libxdp's dispatcher: attaching through it");
+                attach = XdpAttach::Netlink;
             }
         }
+        let mut program = Self::attach_with_fallbacks(interface, ifindex, mode, attach)?;
+        program.replaced = replaced;
+        // Attached: from here `program` detaches on every path (by its drop).
+        if let Some(owner) = ProgramOwner::current() {
+            for (key, value) in owner.to_settings() {
+                program.update(
+                    SETTINGS,
+                    &key.to_ne_bytes(),
+                    &value.to_ne_bytes(),
+                    "check `bpftool map`",
+                )?;
+            }
+        }
+        Ok(program)
+    }
+
+    fn attach_with_fallbacks(
+        interface: &str,
+        ifindex: u32,
+        mode: XdpMode,
+        attach: XdpAttach,
+    ) -> Result<Self> {
         // Device-bound native first (rx-hash kfunc), then plain native, then generic.
         let attempts: &[(XdpMode, bool)] = match mode {
             XdpMode::Auto => &[
@@ -144,7 +237,7 @@ impl SteerProgram {
         };
         let mut last = None;
         for &(m, dev_bound) in attempts {
-            match Self::try_attach(interface, ifindex, m, dev_bound) {
+            match Self::try_attach(interface, ifindex, m, dev_bound, attach) {
                 Ok(p) => {
                     if mode == XdpMode::Auto && m == XdpMode::Generic {
                         warn!(
@@ -196,7 +289,13 @@ impl SteerProgram {
         })
     }
 
-    fn try_attach(interface: &str, ifindex: u32, mode: XdpMode, dev_bound: bool) -> Result<Self> {
+    fn try_attach(
+        interface: &str,
+        ifindex: u32,
+        mode: XdpMode,
+        dev_bound: bool,
+        attach: XdpAttach,
+    ) -> Result<Self> {
         let image = if dev_bound { OBJECT_RXHASH } else { OBJECT };
         let mut obj =
             BpfObject::open_mem(image).map_err(program_err("opening the embedded object"))?;
@@ -204,21 +303,42 @@ impl SteerProgram {
             obj.bind_program(PROGRAM_NAME, ifindex, BPF_F_XDP_DEV_BOUND_ONLY)
                 .map_err(program_err("finding the program"))?;
         }
-        // From here the object is closed on every path (by XdpProgram's drop).
-        let mut prog = XdpProgram::from_object(obj, "xdp")
-            .map_err(program_err("creating the libxdp program"))?;
         let idx =
             i32::try_from(ifindex).map_err(|_| XdpError::Config("ifindex overflow".into()))?;
-        // Not attached on error: dropping `prog` closes it without a detach.
-        prog.attach(idx, attach_mode(mode))
-            .map_err(program_err("attaching"))?;
+        // Not attached on error: dropping `obj` or `prog` closes it without a detach.
+        let hook = match attach {
+            XdpAttach::Link => {
+                obj.load().map_err(program_err("loading"))?;
+                let fd = obj
+                    .program_fd(PROGRAM_NAME)
+                    .map_err(program_err("finding the program"))?;
+                let id = program_id(fd).map_err(program_err("reading the program's id"))?;
+                let link = XdpLink::create(fd, idx, attach_mode(mode))
+                    .map_err(program_err("attaching"))?;
+                Hook::Link {
+                    _link: link,
+                    obj,
+                    id,
+                }
+            }
+            XdpAttach::Netlink => {
+                // From here the object is closed on every path (by XdpProgram's drop).
+                let mut prog = XdpProgram::from_object(obj, "xdp")
+                    .map_err(program_err("creating the libxdp program"))?;
+                prog.attach(idx, attach_mode(mode))
+                    .map_err(program_err("attaching"))?;
+                let dispatched = attached_programs(ifindex).iter().any(|p| p.dispatched);
+                Hook::Netlink { prog, dispatched }
+            }
+        };
         let this = SteerProgram {
-            prog,
+            hook,
             ifindex,
             interface: interface.into(),
             mode,
             dev_bound,
             steering_calls: 0,
+            replaced: None,
         };
         // Attached: from here `this` detaches on every path (by its drop).
         for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS] {
@@ -229,7 +349,11 @@ impl SteerProgram {
 
     /// The program's map `name` (present since `try_attach` checked it).
     fn map(&self, name: &str) -> Result<Map<'_>> {
-        self.prog.map(name).map_err(program_err("finding a map"))
+        match &self.hook {
+            Hook::Link { obj, .. } => obj.map(name),
+            Hook::Netlink { prog, .. } => prog.map(name),
+        }
+        .map_err(program_err("finding a map"))
     }
 
     /// Sets `key` to `value` in map `name`.
@@ -383,7 +507,39 @@ impl SteerProgram {
 
     /// The kernel's id of the program.
     pub fn id(&self) -> u32 {
-        self.prog.id()
+        match &self.hook {
+            Hook::Link { id, .. } => *id,
+            Hook::Netlink { prog, .. } => prog.id(),
+        }
+    }
+
+    /// Whether the program runs as a component of libxdp's dispatcher
+    /// (netlink only): detaching it then goes through libxdp, which looks
+    /// programs up by id and so needs CAP_SYS_ADMIN (and CAP_BPF) besides
+    /// CAP_NET_ADMIN; alone on the hook, CAP_NET_ADMIN is enough, and a
+    /// link needs nothing.
+    pub fn dispatched(&self) -> bool {
+        matches!(
+            self.hook,
+            Hook::Netlink {
+                dispatched: true,
+                ..
+            }
+        )
+    }
+
+    /// How the program is held: through a bpf_link (detached when this
+    /// process ends, however it ends) or through netlink.
+    pub fn attach_kind(&self) -> XdpAttach {
+        match self.hook {
+            Hook::Link { .. } => XdpAttach::Link,
+            Hook::Netlink { .. } => XdpAttach::Netlink,
+        }
+    }
+
+    /// The program of an engine that is gone this one replaced, if any.
+    pub fn replaced(&self) -> Option<Replaced> {
+        self.replaced
     }
 
     /// The interface it is attached to.
@@ -395,11 +551,19 @@ impl SteerProgram {
 impl Drop for SteerProgram {
     fn drop(&mut self) {
         // A SteerProgram exists only attached; the libxdp/libbpf objects are
-        // freed right after, by `prog`'s drop.
-        match self
-            .prog
-            .detach(self.ifindex as i32, attach_mode(self.mode))
-        {
+        // freed right after, by the hook's drop (a link is closed first,
+        // which detaches the program).
+        let Hook::Netlink { prog, dispatched } = &mut self.hook else {
+            debug!(interface = %self.interface, "steer XDP program detached (link closed)");
+            return;
+        };
+        let (idx, mode) = (self.ifindex as i32, attach_mode(self.mode));
+        let detached = if *dispatched {
+            prog.detach(idx, mode)
+        } else {
+            detach_netlink(idx, mode, prog.fd())
+        };
+        match detached {
             Err(e) => {
                 warn!(interface = %self.interface, error = %e, "detaching the steer XDP program failed");
             }

@@ -6,13 +6,26 @@
 //!   owns: attaching loads the object; dropping closes the program, then the
 //!   object (libxdp keeps a reference to an external object and does not
 //!   close it).
-//! - [`Map`]: a map of a loaded object, borrowed from its program. Every
+//! - [`XdpLink`]: a bpf_link attaching a loaded program to an interface's
+//!   XDP hook; the kernel detaches the program when the last file
+//!   descriptor of the link closes, which includes the process exiting for
+//!   any reason (`SIGKILL` too).
+//! - [`Map`]: a map of a loaded object, borrowed from its object. Every
 //!   operation goes through libbpf's `bpf_map__{lookup,update,delete}_elem`,
 //!   which check the key and value lengths against the map's definition (for
 //!   per-CPU maps: one 8-byte slot per possible CPU) before the kernel reads
 //!   or writes the buffers, so byte slices of any length are safe to pass.
+//! - [`MapFd`]: a map's own file descriptor (a duplicate, so it outlives
+//!   nothing it should not and is `Send + Sync`) with the key and value
+//!   lengths the kernel expects, checked before every call: for maps shared
+//!   between threads (the RFS program's flow maps).
+//! - [`Link`]: a program attached to a raw tracepoint (`struct bpf_link`),
+//!   detached when dropped.
 //! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
 //!   [`ProgramRef`] is one of them, valid while the snapshot lives.
+//! - [`lookup_program_map`]: reads a map of a program another process
+//!   loaded, found by the program's id (what a new engine reads the owner
+//!   record of an attached steer program with).
 //!
 //! Invariants: an owner holds a non-null pointer that libbpf/libxdp returned
 //! as a success (error pointers are refused at construction) and frees it
@@ -22,7 +35,10 @@ use std::{
     ffi::{c_void, CStr, CString},
     io,
     marker::PhantomData,
-    os::raw::c_int,
+    os::{
+        fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
+        raw::c_int,
+    },
     ptr::{self, NonNull},
 };
 
@@ -107,6 +123,224 @@ impl BpfObject {
     }
 }
 
+// SAFETY: the object is owned exclusively by this value (maps borrowed from
+// it cannot outlive the borrow) and libbpf keeps no thread-affine state, so
+// moving the owner to another thread is sound.
+unsafe impl Send for BpfObject {}
+
+impl BpfObject {
+    /// Loads the object into the kernel: its maps are created and its
+    /// programs verified (`bpf_object__load`).
+    pub(crate) fn load(&mut self) -> io::Result<()> {
+        // SAFETY: the object is valid (owned by `self`); loading twice is
+        // refused by libbpf with an error, not undefined behaviour.
+        check_rc(unsafe { xdp::bpf_object__load(self.0.as_ptr()) })
+    }
+
+    /// The file descriptor of the loaded program `name`, owned by the
+    /// object (valid while `self` lives); ENOENT when there is no such
+    /// program or it is not loaded.
+    pub(crate) fn program_fd(&self, name: &str) -> io::Result<RawFd> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid; the name is NUL-terminated and
+        // outlives the call.
+        let prog = unsafe { xdp::bpf_object__find_program_by_name(self.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the object, valid while `self` lives.
+        let fd = unsafe { xdp::bpf_program__fd(prog) };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(fd)
+    }
+
+    /// The map `name` of the loaded object; ENOENT when there is no such map
+    /// or it has not been created in the kernel.
+    pub(crate) fn map(&self, name: &str) -> io::Result<Map<'_>> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let map = unsafe { xdp::bpf_object__find_map_by_name(self.0.as_ptr(), name.as_ptr()) };
+        let map = NonNull::new(map).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        // SAFETY: `map` belongs to the object, valid while `self` lives.
+        if unsafe { xdp::bpf_map__fd(map.as_ptr()) } < 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(Map {
+            map,
+            _object: PhantomData,
+        })
+    }
+}
+
+/// The kernel's id of the program behind `fd` (`bpf_prog_get_info_by_fd`).
+pub(crate) fn program_id(fd: RawFd) -> io::Result<u32> {
+    // SAFETY: an all-zero bpf_prog_info is a valid request (no arrays asked
+    // for); the kernel writes at most `len` bytes into it.
+    let mut info: xdp::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<xdp::bpf_prog_info>() as u32;
+    // SAFETY: `info` and `len` are valid for writes for the call; a bad fd
+    // is an error return.
+    check_rc(unsafe { xdp::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) })?;
+    Ok(info.id)
+}
+
+/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// A bpf_link attaching an XDP program to an interface. The program stays
+/// attached exactly as long as the link's file descriptor is open: closing
+/// it (dropping this value, or the process exiting however it exits)
+/// detaches the program, and no netlink call can replace or remove it
+/// meanwhile.
+#[derive(Debug)]
+pub(crate) struct XdpLink {
+    /// Held only to be closed when the link is dropped.
+    _fd: OwnedFd,
+}
+
+impl XdpLink {
+    /// Attaches the loaded program `prog_fd` to `ifindex` in `mode`
+    /// (`bpf_link_create` with `BPF_XDP`).
+    pub(crate) fn create(prog_fd: RawFd, ifindex: i32, mode: AttachMode) -> io::Result<Self> {
+        // SAFETY: an all-zero options struct is libbpf's "no options"; `sz`
+        // tells libbpf which fields this caller knows.
+        let mut opts: xdp::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<xdp::bpf_link_create_opts>();
+        opts.flags = if mode == AttachMode::SKB {
+            XDP_FLAGS_SKB_MODE
+        } else {
+            XDP_FLAGS_DRV_MODE
+        };
+        // SAFETY: `opts` is valid for the call; the kernel checks the fds.
+        let fd =
+            unsafe { xdp::bpf_link_create(prog_fd, ifindex, xdp::bpf_attach_type_BPF_XDP, &opts) };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(-fd));
+        }
+        // SAFETY: a non-negative return is a new file descriptor this
+        // process owns and nothing else closes.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(XdpLink { _fd: fd })
+    }
+}
+
+/// `XDP_FLAGS_REPLACE` (linux/if_link.h): act only if the attached program
+/// is the one named by `old_prog_fd`.
+const XDP_FLAGS_REPLACE: u32 = 1 << 4;
+
+/// Detaches the program `prog_fd` attached through netlink (without
+/// libxdp's dispatcher) from `ifindex` in `mode` (`bpf_xdp_detach`), only
+/// if it is still the one attached: needs CAP_NET_ADMIN alone, where
+/// libxdp's detach also looks the program up by id (CAP_SYS_ADMIN).
+pub(crate) fn detach_netlink(ifindex: i32, mode: AttachMode, prog_fd: RawFd) -> io::Result<()> {
+    // SAFETY: all-zero is libbpf's "no options"; zeroing also clears the
+    // padding after `old_prog_fd`, which libbpf checks is zero.
+    let mut opts: xdp::bpf_xdp_attach_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<xdp::bpf_xdp_attach_opts>();
+    opts.old_prog_fd = prog_fd;
+    let flags = XDP_FLAGS_REPLACE
+        | if mode == AttachMode::SKB {
+            XDP_FLAGS_SKB_MODE
+        } else {
+            XDP_FLAGS_DRV_MODE
+        };
+    // SAFETY: `opts` is valid for the call; the kernel checks the fd.
+    check_rc(unsafe { xdp::bpf_xdp_detach(ifindex, flags, &opts) })
+}
+
+/// An fd returned by a libbpf `*_get_fd_by_id` call, owned.
+fn owned_fd(rc: c_int) -> io::Result<OwnedFd> {
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    // SAFETY: a non-negative return is a new file descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc) })
+}
+
+/// Reads `key` of the map named `map_name` that the program with id
+/// `prog_id` uses (another process's program: found through
+/// `bpf_prog_get_fd_by_id`, its map ids and `bpf_map_get_fd_by_id`, which
+/// need CAP_SYS_ADMIN). ENOENT when the program or map is gone; EINVAL
+/// when the key or value length differs from the map's.
+pub(crate) fn lookup_program_map(
+    prog_id: u32,
+    map_name: &str,
+    key: &[u8],
+    value: &mut [u8],
+) -> io::Result<()> {
+    // SAFETY: a plain lookup by id; the result is checked.
+    let prog = owned_fd(unsafe { xdp::bpf_prog_get_fd_by_id(prog_id) })?;
+    let mut ids = [0u32; 16];
+    // SAFETY: all-zero is a valid request; then the map-id array is asked
+    // for, of `ids.len()` entries, which the kernel fills up to that count.
+    let mut info: xdp::bpf_prog_info = unsafe { std::mem::zeroed() };
+    info.nr_map_ids = ids.len() as u32;
+    info.map_ids = ids.as_mut_ptr() as u64;
+    let mut len = std::mem::size_of::<xdp::bpf_prog_info>() as u32;
+    // SAFETY: `info`, `len` and the array `info.map_ids` points to are valid
+    // for writes for the call (the kernel writes at most `nr_map_ids` ids).
+    check_rc(unsafe { xdp::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) })?;
+    let n = (info.nr_map_ids as usize).min(ids.len());
+    for &id in &ids[..n] {
+        // SAFETY: as above.
+        let Ok(map) = owned_fd(unsafe { xdp::bpf_map_get_fd_by_id(id) }) else {
+            continue;
+        };
+        // SAFETY: all-zero is a valid bpf_map_info request.
+        let mut minfo: xdp::bpf_map_info = unsafe { std::mem::zeroed() };
+        let mut mlen = std::mem::size_of::<xdp::bpf_map_info>() as u32;
+        // SAFETY: `minfo` and `mlen` are valid for writes for the call.
+        if unsafe { xdp::bpf_map_get_info_by_fd(map.as_raw_fd(), &mut minfo, &mut mlen) } < 0 {
+            continue;
+        }
+        let name: Vec<u8> = minfo
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        if name != map_name.as_bytes() {
+            continue;
+        }
+        if minfo.key_size as usize != key.len() || minfo.value_size as usize != value.len() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the key and value buffers are exactly as long as the map's
+        // key and value (checked just above; not a per-CPU map, whose values
+        // would be longer: the caller names an array or hash map) and valid
+        // for the call.
+        return check_rc(unsafe {
+            xdp::bpf_map_lookup_elem(
+                map.as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_mut_ptr().cast(),
+            )
+        });
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+impl BpfObject {
+    /// Sets the size of map `name` before the object is loaded
+    /// (`bpf_map__set_max_entries`); ENOENT when there is no such map.
+    pub(crate) fn set_max_entries(&mut self, name: &str, entries: u32) -> io::Result<()> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid (owned by `self`); the name is
+        // NUL-terminated and outlives the call.
+        let map = unsafe { xdp::bpf_object__find_map_by_name(self.0.as_ptr(), name.as_ptr()) };
+        if map.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `map` belongs to the object, which is not loaded yet (a
+        // BpfObject is loaded only through the XdpProgram that consumes it).
+        check_rc(unsafe { xdp::bpf_map__set_max_entries(map, entries) })
+    }
+}
+
 impl Drop for BpfObject {
     fn drop(&mut self) {
         // SAFETY: the object is owned by `self` and closed only here.
@@ -154,6 +388,13 @@ impl XdpProgram {
         check_rc(unsafe { xdp::xdp_program__detach(self.prog.as_ptr(), ifindex, mode.0, 0) })
     }
 
+    /// The program's file descriptor (negative before it is loaded), owned
+    /// by the program.
+    pub(crate) fn fd(&self) -> RawFd {
+        // SAFETY: the program is valid (owned by `self`).
+        unsafe { xdp::xdp_program__fd(self.prog.as_ptr()) }
+    }
+
     /// The kernel's id of the program (0 before it is loaded).
     pub(crate) fn id(&self) -> u32 {
         // SAFETY: the program is valid (owned by `self`).
@@ -175,18 +416,92 @@ impl XdpProgram {
     /// The map `name` of the loaded object; ENOENT when there is no such map
     /// or it has not been created in the kernel.
     pub(crate) fn map(&self, name: &str) -> io::Result<Map<'_>> {
+        self.obj.map(name)
+    }
+
+    /// The file descriptor of program `name` (the C function's name) of the
+    /// loaded object, borrowed from it: any program of the object, not only
+    /// the attached one (a cpumap entry's program, a socket filter).
+    pub(crate) fn program_fd(&self, name: &str) -> io::Result<BorrowedFd<'_>> {
         let name = c_string(name)?;
         // SAFETY: the object is valid while `self` lives; the name is
         // NUL-terminated and outlives the call.
-        let map = unsafe { xdp::bpf_object__find_map_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
-        let map = NonNull::new(map).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        // SAFETY: `map` belongs to the object, valid while `self` lives.
-        if unsafe { xdp::bpf_map__fd(map.as_ptr()) } < 0 {
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        Ok(Map {
-            map,
-            _program: PhantomData,
+        // SAFETY: `prog` belongs to the object, valid while `self` lives.
+        let fd = unsafe { xdp::bpf_program__fd(prog) };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: the fd is the object's, open until the object is closed,
+        // which happens only when `self` is dropped: the borrow cannot
+        // outlive it.
+        Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+
+    /// Attaches program `name` (the C function's name) of the loaded object
+    /// to the raw tracepoint `tracepoint`
+    /// (`bpf_program__attach_raw_tracepoint`).
+    pub(crate) fn attach_raw_tracepoint(&self, name: &str, tracepoint: &str) -> io::Result<Link> {
+        let name = c_string(name)?;
+        let tp = c_string(tracepoint)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the loaded object; the tracepoint name is
+        // NUL-terminated and outlives the call. The link holds its own
+        // reference to the program, so it may outlive the object.
+        let link = unsafe { xdp::bpf_program__attach_raw_tracepoint(prog, tp.as_ptr()) };
+        check_ptr(link).map(Link)
+    }
+
+    /// A [`MapFd`] for map `name` of the loaded object (a duplicate of its
+    /// descriptor, independent of `self`). `value_len` is what a lookup
+    /// writes: the value size, or for a per-CPU map one 8-byte-rounded value
+    /// per possible CPU (`possible_cpus`).
+    pub(crate) fn map_fd(&self, name: &str, possible_cpus: usize) -> io::Result<MapFd> {
+        let map = self.map(name)?;
+        // SAFETY: `map.map` is a created map of the loaded object (checked
+        // by `map`), valid while `self` lives.
+        let (fd, key, value, kind) = unsafe {
+            let m = map.map.as_ptr();
+            (
+                xdp::bpf_map__fd(m),
+                xdp::bpf_map__key_size(m),
+                xdp::bpf_map__value_size(m),
+                xdp::bpf_map__type(m),
+            )
+        };
+        let percpu = matches!(
+            kind,
+            xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_ARRAY
+                | xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_HASH
+                | xdp::bpf_map_type_BPF_MAP_TYPE_LRU_PERCPU_HASH
+        );
+        let value = value as usize;
+        let value_len = if percpu {
+            value.div_ceil(8) * 8 * possible_cpus
+        } else {
+            value
+        };
+        // SAFETY: `fd` is the map's open descriptor (checked by `map`);
+        // F_DUPFD_CLOEXEC makes a new one that the OwnedFd owns alone.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MapFd {
+            // SAFETY: `dup` was just returned by fcntl and is owned by nobody else.
+            fd: unsafe { OwnedFd::from_raw_fd(dup) },
+            key_len: key as usize,
+            value_len,
         })
     }
 }
@@ -201,18 +516,18 @@ impl Drop for XdpProgram {
 }
 
 /// A created map of a loaded object (`struct bpf_map`), borrowed from its
-/// program.
+/// object.
 #[derive(Debug)]
 pub(crate) struct Map<'a> {
     map: NonNull<xdp::bpf_map>,
-    _program: PhantomData<&'a XdpProgram>,
+    _object: PhantomData<&'a BpfObject>,
 }
 
 impl Map<'_> {
     /// Sets `key` to `value` (`BPF_ANY`). EINVAL when a length does not
     /// match the map's definition.
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        // SAFETY: the map is valid while its program is borrowed; libbpf
+        // SAFETY: the map is valid while its object is borrowed; libbpf
         // checks both lengths against the map's definition before the kernel
         // reads the buffers, which outlive the call.
         check_rc(unsafe {
@@ -252,6 +567,98 @@ impl Map<'_> {
                 0,
             )
         })
+    }
+}
+
+/// A map's own descriptor, with the key and value lengths the kernel reads
+/// and writes; every call checks the buffers against them first, so byte
+/// slices of any length are safe to pass. `Send + Sync` (a descriptor).
+#[derive(Debug)]
+pub(crate) struct MapFd {
+    fd: OwnedFd,
+    key_len: usize,
+    value_len: usize,
+}
+
+/// `BPF_NOEXIST`: create only.
+pub(crate) const BPF_NOEXIST: u64 = 1;
+
+impl MapFd {
+    fn check(&self, key: &[u8], value: Option<usize>) -> io::Result<()> {
+        if key.len() != self.key_len || value.is_some_and(|v| v != self.value_len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `value` with `flags` (`BPF_ANY` = 0, [`BPF_NOEXIST`]).
+    pub(crate) fn update(&self, key: &[u8], value: &[u8], flags: u64) -> io::Result<()> {
+        self.check(key, Some(value.len()))?;
+        // SAFETY: the descriptor is a map's; both buffers have exactly the
+        // lengths the kernel reads (checked above) and outlive the call.
+        check_rc(unsafe {
+            xdp::bpf_map_update_elem(
+                self.fd.as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_ptr().cast(),
+                flags,
+            )
+        })
+    }
+
+    /// Removes `key`; ENOENT when it is absent.
+    pub(crate) fn delete(&self, key: &[u8]) -> io::Result<()> {
+        self.check(key, None)?;
+        // SAFETY: as in `update`; only the key is read.
+        check_rc(unsafe { xdp::bpf_map_delete_elem(self.fd.as_raw_fd(), key.as_ptr().cast()) })
+    }
+
+    /// Reads the value of `key` into `value`; ENOENT when it is absent.
+    pub(crate) fn lookup(&self, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+        self.check(key, Some(value.len()))?;
+        // SAFETY: as in `update`; `value` is exactly as long as what the
+        // kernel writes and is borrowed mutably for the call.
+        check_rc(unsafe {
+            xdp::bpf_map_lookup_elem(
+                self.fd.as_raw_fd(),
+                key.as_ptr().cast(),
+                value.as_mut_ptr().cast(),
+            )
+        })
+    }
+
+    /// The length of a value as `lookup` writes it.
+    pub(crate) fn value_len(&self) -> usize {
+        self.value_len
+    }
+
+    /// The kernel's id of the map (`bpf_map_get_info_by_fd`).
+    pub(crate) fn id(&self) -> io::Result<u32> {
+        // SAFETY: bpf_map_info is plain data; all-zero is the documented
+        // initial value.
+        let mut info: xdp::bpf_map_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<xdp::bpf_map_info>() as u32;
+        // SAFETY: `info` and `len` are valid for writes and describe each
+        // other; the descriptor is a map's.
+        check_rc(unsafe { xdp::bpf_map_get_info_by_fd(self.fd.as_raw_fd(), &mut info, &mut len) })?;
+        Ok(info.id)
+    }
+}
+
+/// A program attached to a tracepoint; dropping it detaches the program.
+#[derive(Debug)]
+pub(crate) struct Link(NonNull<xdp::bpf_link>);
+
+// SAFETY: a bpf_link is a file descriptor and a small heap object owned
+// exclusively by this value; libbpf keeps no thread-affine state in it.
+unsafe impl Send for Link {}
+// SAFETY: no method takes `&self`; shared references can do nothing.
+unsafe impl Sync for Link {}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // SAFETY: the link is owned by `self` and destroyed only here.
+        unsafe { xdp::bpf_link__destroy(self.0.as_ptr()) };
     }
 }
 

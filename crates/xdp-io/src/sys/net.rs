@@ -49,15 +49,47 @@ pub fn rx_queue_count(name: &str) -> Result<u32> {
 
 /// `ETHTOOL_GCHANNELS`: rx + combined channel count, `None` when unsupported.
 fn ethtool_rx_channels(name: &str) -> Option<u32> {
+    let ch = ethtool_channels(name).ok()?;
+    Some(ch[5] + ch[8])
+}
+
+/// `ETHTOOL_GCHANNELS`: `struct ethtool_channels` as nine u32s: cmd,
+/// max_rx, max_tx, max_other, max_combined, rx_count, tx_count,
+/// other_count, combined_count.
+#[doc(alias = "ETHTOOL_GCHANNELS")]
+pub(crate) fn ethtool_channels(name: &str) -> io::Result<[u32; 9]> {
     const ETHTOOL_GCHANNELS: u32 = 0x3c;
-    // struct ethtool_channels: cmd, max_rx, max_tx, max_other, max_combined,
-    // rx_count, tx_count, other_count, combined_count.
     let mut ch = [0u32; 9];
     ch[0] = ETHTOOL_GCHANNELS;
     // SAFETY: `ch` is a whole struct ethtool_channels (nine u32s), all that
     // ETHTOOL_GCHANNELS reads and writes.
-    unsafe { ethtool(name, ch.as_mut_ptr().cast()) }.ok()?;
-    Some(ch[5] + ch[8])
+    unsafe { ethtool(name, ch.as_mut_ptr().cast()) }?;
+    Ok(ch)
+}
+
+/// `ETHTOOL_GRXFHINDIR`: the RSS indirection table (the rx queue of each
+/// entry), as `ethtool -x` shows it.
+#[doc(alias = "ETHTOOL_GRXFHINDIR")]
+pub(crate) fn ethtool_rxfh_indir(name: &str) -> io::Result<Vec<u32>> {
+    const ETHTOOL_GRXFHINDIR: u32 = 0x38;
+    // struct ethtool_rxfh_indir: cmd, size, then `size` ring indices. Asked
+    // with size 0, the kernel answers with the table's size.
+    let mut head = [ETHTOOL_GRXFHINDIR, 0u32];
+    // SAFETY: `head` is the struct's fixed part; with size 0 the kernel
+    // reads and writes only that.
+    unsafe { ethtool(name, head.as_mut_ptr().cast()) }?;
+    let size = head[1] as usize;
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    let mut buf = vec![0u32; 2 + size];
+    buf[0] = ETHTOOL_GRXFHINDIR;
+    buf[1] = head[1];
+    // SAFETY: `buf` holds the fixed part and `size` indices, as many as the
+    // size it names; the kernel writes no more.
+    unsafe { ethtool(name, buf.as_mut_ptr().cast()) }?;
+    buf.drain(..2);
+    Ok(buf)
 }
 
 /// The size of `struct ethtool_rxnfc` (with its `ethtool_rx_flow_spec`, no
@@ -121,6 +153,23 @@ pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
         len
     ))?;
     Ok(())
+}
+
+/// Attaches the socket-filter program `prog` to socket `sock`
+/// (`SO_ATTACH_BPF`), replacing any filter it had.
+pub(crate) fn attach_socket_filter(
+    sock: std::os::fd::BorrowedFd<'_>,
+    prog: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// asm-generic/socket.h (x86_64, aarch64); not in the libc crate.
+    const SO_ATTACH_BPF: i32 = 50;
+    setsockopt_int(
+        sock.as_raw_fd(),
+        libc::SOL_SOCKET,
+        SO_ATTACH_BPF,
+        prog.as_raw_fd(),
+    )
 }
 
 /// `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` and `SO_BUSY_POLL_BUDGET` on one socket.

@@ -1,4 +1,5 @@
-//! Test hosts: a network namespace and a 2-queue veth pair with unique names,
+//! Test hosts: a network namespace and a veth pair (2 queues, or as many as
+//! asked) with unique names,
 //! the peer inside the namespace, removed again by `Drop` (also on panic).
 //! Addresses come from the benchmarking range (198.18.10.0/30 to
 //! 198.18.72.0/30, one /30 per test) and 2001:db8::/32. Not TEST-NET-1:
@@ -64,7 +65,14 @@ pub struct TestNet {
 impl TestNet {
     /// Builds the namespace and the veth pair (2 queues each side).
     pub fn new() -> Self {
+        Self::with_queues(2)
+    }
+
+    /// Builds the namespace and a veth pair with `queues` rx and tx queues
+    /// on each side.
+    pub fn with_queues(queues: u32) -> Self {
         require_root();
+        let queues = queues.to_string();
         let pid = std::process::id();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}{}", pid % 100_000, n);
@@ -93,18 +101,18 @@ impl TestNet {
             "add",
             h,
             "numtxqueues",
-            "2",
+            &queues,
             "numrxqueues",
-            "2",
+            &queues,
             "type",
             "veth",
             "peer",
             "name",
             p,
             "numtxqueues",
-            "2",
+            &queues,
             "numrxqueues",
-            "2",
+            &queues,
         ]);
         must(&["ip", "link", "set", p, "netns", ns]);
         must(&[

@@ -58,6 +58,7 @@ pub use counters::{RxFlowCounters, RxFlowStats};
 pub use expiry::SweepReport;
 
 use crate::cpu::{CpuId, CpuLayout};
+use crate::flow::FlowKey;
 use crate::hook::{FilterId, FlowMove, NoopHook, SteerHook};
 use crate::table::desired::{TableError, MAX_ENTRIES};
 use counters::bump;
@@ -282,6 +283,22 @@ impl<H: SteerHook> RxFlowTable<H> {
         heads: &impl QueueHeads,
         now: Tick,
     ) -> Steered {
+        self.steer_keyed(hash, desired, layout, heads, now, || None)
+    }
+
+    /// [`RxFlowTable::steer`], with the flow's key for the hook: `key` is
+    /// called only when the flow moves (off the per-packet path), and its
+    /// answer goes to the hook in [`FlowMove::key`].
+    #[inline]
+    pub fn steer_keyed(
+        &mut self,
+        hash: u32,
+        desired: Option<CpuId>,
+        layout: &CpuLayout,
+        heads: &impl QueueHeads,
+        now: Tick,
+        key: impl FnOnce() -> Option<FlowKey>,
+    ) -> Steered {
         let bucket = self.bucket_of(hash);
         let Some(b) = self.buckets.get_mut(bucket) else {
             return Steered {
@@ -344,7 +361,7 @@ impl<H: SteerHook> RxFlowTable<H> {
                 action: SteerAction::HeldBack { desired: next },
             };
         }
-        self.move_flow(bucket, hash, current, next, heads)
+        self.move_flow(bucket, hash, current, next, heads, key())
     }
 
     #[cold]
@@ -355,12 +372,14 @@ impl<H: SteerHook> RxFlowTable<H> {
         from: Option<CpuId>,
         to: CpuId,
         heads: &impl QueueHeads,
+        key: Option<FlowKey>,
     ) -> Steered {
         let filter = self.filter_of(bucket);
         let mv = FlowMove {
             rxq: self.rxq,
             bucket,
             hash,
+            key,
             from,
             to,
             filter,

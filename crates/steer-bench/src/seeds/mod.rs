@@ -1,0 +1,303 @@
+//! The seed reproductions (`steer-bench seed ...`): one command per seed
+//! post of the kernel mailing list the product is built from, each printing
+//! one table and, with `--json FILE`, writing every number plus the final
+//! counters of the steer process it drove; and `steer-bench seed medians`,
+//! the medians over several runs' JSON as Markdown (the tables of
+//! benches/seeds/README.md).
+//!
+//! ```text
+//! steer-bench seed 000      steering-hook calls, policy always vs llc    (root)
+//! steer-bench seed 000-tcp  the same for kernel TCP sockets: map updates (root)
+//! steer-bench seed 001      pinned proxy, client on a worker's CPU       (root)
+//! steer-bench seed 002-004  false sharing: split vs packed counters
+//! steer-bench seed 003      same-CPU fast path on vs off                 (root)
+//! steer-bench seed medians FILE.json...
+//! ```
+//!
+//! Every seed takes `--quick` (the CI smoke: short windows, numbers not
+//! meaningful), `--runs N` (N runs one after the other, then their
+//! medians), `--json FILE`, `--keep-logs DIR`. Exit status: 0 ok, 1 setup
+//! error, 2 a run produced no numbers, 3 goal not met (with
+//! `--require-goal`, seeds 000, 000-tcp and 003), 130 interrupted.
+//!
+//! Invariants: one seed measurement at a time (the seeds lock); every
+//! namespace, veth pair, XDP program and process a run makes is removed on
+//! every exit path (their owners' `Drop`); the JSON keeps the fields (and
+//! `"format": 1`) of the earlier scripts' results, so old and new results
+//! read alike.
+
+pub mod criterion;
+pub mod false_sharing;
+pub mod harness;
+pub mod medians;
+pub mod num;
+pub mod procs;
+pub mod seed000;
+pub mod seed000_tcp;
+pub mod seed001;
+pub mod seed002_004;
+pub mod seed003;
+pub mod udp_flows;
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::atomic::AtomicBool,
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::netns::TestBed;
+use harness::Harness;
+use procs::{Proc, Spawn};
+use udp_flows::{FlowsConfig, FlowsResult};
+
+/// Options every seed takes.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// Also write every number (and the final counters of the steer
+    /// processes) as JSON; with `--runs N`: FILE-1.json ... FILE-N.json.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Keep every log in this directory (run-N/ with `--runs N`).
+    #[arg(long, value_name = "DIR")]
+    pub keep_logs: Option<PathBuf>,
+    /// Runs one after the other; with more than one, their medians follow.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=50))]
+    pub runs: u16,
+    /// steer's source tree: where the criterion benches build and run, and
+    /// whose commit the JSON records (default: the tree this binary was
+    /// built from).
+    #[arg(long, env = "STEER_SRC", value_name = "DIR")]
+    pub src: Option<PathBuf>,
+}
+
+/// What one run of a seed produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The table it prints.
+    pub table: String,
+    /// Its JSON document.
+    pub doc: Value,
+    /// Its exit status (0, 2 missing numbers, 3 goal not met).
+    pub status: u8,
+}
+
+/// `steer-bench seed ...`.
+#[derive(Debug, Subcommand)]
+pub enum SeedCmd {
+    /// Seed 000: steering-hook calls and proxy CPU, policy always vs llc,
+    /// under tokio work-stealing with many flows (root).
+    #[command(name = "000")]
+    S000(seed000::Seed000),
+    /// Seed 000 for kernel TCP sockets: XDP RFS map updates and their cost,
+    /// policy always vs llc, `steer tcp-echo` under tokio work-stealing
+    /// (root).
+    #[command(name = "000-tcp")]
+    S000Tcp(seed000_tcp::Seed000Tcp),
+    /// Seed 001: a proxy's forward rate when its client shares a worker's
+    /// CPU, workers pinned / unpinned / traffic on the other worker (root).
+    #[command(name = "001")]
+    S001(seed001::Seed001),
+    /// Seeds 002 and 004: lookups and counter increments under two threads,
+    /// counters split onto their own cache line vs packed (criterion and a
+    /// replica).
+    #[command(name = "002-004")]
+    S002004(seed002_004::Seed002004),
+    /// Seed 003: ring enqueues per packet with the same-CPU fast path on vs
+    /// off, end to end (root) and in criterion.
+    #[command(name = "003")]
+    S003(seed003::Seed003),
+    /// Medians over several `--json` outputs of one seed, as Markdown.
+    Medians {
+        /// The outputs (all of one seed).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Runs a `steer-bench seed` command.
+pub fn run(cmd: SeedCmd) -> Result<ExitCode> {
+    match cmd {
+        SeedCmd::S000(a) => repeat("seed000", &a.common.clone(), |h| seed000::run_once(&a, h)),
+        SeedCmd::S000Tcp(a) => repeat("seed000-tcp", &a.common.clone(), |h| {
+            seed000_tcp::run_once(&a, h)
+        }),
+        SeedCmd::S001(a) => repeat("seed001", &a.common.clone(), |h| seed001::run_once(&a, h)),
+        SeedCmd::S002004(a) => repeat("seed002-004", &a.common.clone(), |h| {
+            seed002_004::run_once(&a, h)
+        }),
+        SeedCmd::S003(a) => repeat("seed003", &a.common.clone(), |h| seed003::run_once(&a, h)),
+        SeedCmd::Medians { files } => {
+            let docs = files
+                .iter()
+                .map(|f| {
+                    let text = std::fs::read_to_string(f)
+                        .with_context(|| format!("{}: not readable", f.display()))?;
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("{}: not JSON", f.display()))
+                })
+                .collect::<Result<Vec<Value>>>()?;
+            print!("{}", medians::markdown(&docs)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// FILE for run `i` of `runs`: FILE itself for one run, else FILE-i.ext.
+pub fn json_path(file: &Path, i: u16, runs: u16) -> PathBuf {
+    if runs <= 1 {
+        return file.into();
+    }
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match file.extension() {
+        Some(e) => format!("{stem}-{i}.{}", e.to_string_lossy()),
+        None => format!("{stem}-{i}"),
+    };
+    file.with_file_name(name)
+}
+
+fn repeat(
+    name: &'static str,
+    c: &Common,
+    mut once: impl FnMut(&Harness) -> Result<Outcome>,
+) -> Result<ExitCode> {
+    let mut docs = Vec::new();
+    let mut status = 0u8;
+    for i in 1..=c.runs {
+        let keep = c.keep_logs.as_ref().map(|k| {
+            if c.runs > 1 {
+                k.join(format!("run-{i}"))
+            } else {
+                k.clone()
+            }
+        });
+        let h = Harness::new(name, keep)?;
+        if c.runs > 1 {
+            h.log(&format!("run {i} of {}", c.runs));
+        }
+        let out = once(&h)?;
+        print!("{}", out.table);
+        if let Some(f) = &c.json {
+            let path = json_path(f, i, c.runs);
+            std::fs::write(&path, serde_json::to_string_pretty(&out.doc)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+            h.log(&format!("JSON in {}", path.display()));
+        }
+        status = status.max(out.status);
+        docs.push(out.doc);
+    }
+    if docs.len() > 1 {
+        println!("{}", medians::markdown(&docs)?);
+    }
+    Ok(ExitCode::from(status))
+}
+
+/// The first run in `runs` (a JSON array) that `pick` accepts.
+pub fn find_run(runs: &Value, pick: impl Fn(&Value) -> bool) -> Option<&Value> {
+    runs.as_array()?.iter().find(|r| pick(r))
+}
+
+/// Starts the generator in a thread inside `bed`'s namespace, pinned to
+/// `pin` when given.
+pub fn spawn_generator(
+    bed: &TestBed,
+    cfg: FlowsConfig,
+    pin: Option<usize>,
+    stop: &'static AtomicBool,
+) -> JoinHandle<Result<FlowsResult>> {
+    let enter = TestBed::enter_fn(&bed.ns);
+    std::thread::spawn(move || {
+        enter()?;
+        if let Some(cpu) = pin {
+            crate::sys::pin(cpu).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+        }
+        udp_flows::run(&cfg, stop)
+    })
+}
+
+/// Waits for the generator; logs why when it failed. Its `key=value`
+/// summary goes to `<tag>-gen.kv` in the work directory.
+pub fn join_generator(
+    h: &Harness,
+    tag: &str,
+    g: JoinHandle<Result<FlowsResult>>,
+) -> Option<FlowsResult> {
+    match g.join() {
+        Ok(Ok(r)) => {
+            let _ = std::fs::write(h.path(&format!("{tag}-gen.kv")), r.to_kv());
+            Some(r)
+        }
+        Ok(Err(e)) => {
+            h.log(&format!("{tag}: the generator failed: {e:#}"));
+            None
+        }
+        Err(_) => {
+            h.log(&format!("{tag}: the generator panicked"));
+            None
+        }
+    }
+}
+
+/// `sockperf server` on 127.0.0.1:`port`, the proxies' backend.
+pub fn start_backend(h: &Harness, port: u16) -> Result<Proc> {
+    let argv = [
+        "sockperf",
+        "server",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+    ]
+    .map(String::from);
+    let mut p = Proc::spawn(
+        "the sockperf backend",
+        &argv,
+        &h.path("backend.log"),
+        &Spawn::default(),
+    )?;
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    if !harness::wait_udp_bound(lo, port, Duration::from_secs(10), || p.alive()) {
+        bail!(
+            "the sockperf backend did not bind 127.0.0.1:{port}: {}",
+            procs::tail(&p.log, 5)
+        );
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/seeds")
+    }
+
+    /// A captured output in benches/seeds/fixtures.
+    pub fn fixture(name: &str) -> String {
+        let p = dir().join("fixtures").join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// A committed result in benches/seeds/results.
+    pub fn result(name: &str) -> Value {
+        let p = dir().join("results").join(format!("{name}.json"));
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn json_paths_per_run() {
+        let f = Path::new("out/seed000.json");
+        assert_eq!(json_path(f, 1, 1), PathBuf::from("out/seed000.json"));
+        assert_eq!(json_path(f, 2, 3), PathBuf::from("out/seed000-2.json"));
+        assert_eq!(json_path(Path::new("x"), 3, 3), PathBuf::from("x-3"));
+    }
+}

@@ -1,0 +1,348 @@
+//! `steer tcp-echo`: a tokio TCP echo server on the kernel's sockets, with
+//! steer steering them (`--steer kernel-sockets`, the default) or not
+//! (`--steer none`, plain kernel RPS/RFS). Every read of a connection is
+//! recorded: the LLC rule decides whether the move is written, a write
+//! updates the XDP RFS program's map (the costly update). Once a second it
+//! prints the records, the updates and their cost, and where the steered
+//! frames landed (per CPU); at the end a summary, also as JSON. Stops at
+//! SIGINT/SIGTERM with the program detached.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use steer_core::cpu::CpuSet;
+use steer_core::policy::{Policy, WriteReason};
+use steer_kernel::{KernelStats, KernelSteering, Proto, XdpMode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::args::AttachMode;
+
+/// Who steers the connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SteerMode {
+    /// steer's flow table, through the XDP RFS program and a cpumap.
+    KernelSockets,
+    /// Nobody: the kernel's own path (its RPS/RFS if configured).
+    None,
+}
+
+/// `steer tcp-echo` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer tcp-echo -i eth1 -p 7000                   echo, connections steered to their reader's CPU\n  \
+    steer tcp-echo -i eth1 -p 7000 --policy always   every change of CPU updates the map\n  \
+    steer tcp-echo -p 7000 --steer none              the kernel alone, for comparison")]
+pub struct TcpEchoArgs {
+    /// The interface the connections arrive on (needed to steer them).
+    #[arg(long, short = 'i')]
+    pub interface: Option<String>,
+    /// TCP port to serve.
+    #[arg(long, short = 'p')]
+    pub port: u16,
+    /// Who steers the connections.
+    #[arg(long, value_enum, default_value = "kernel-sockets")]
+    pub steer: SteerMode,
+    /// Desired-table update policy: `llc` (rewrite only across LLCs) or `always`.
+    #[arg(long, default_value = "llc")]
+    pub policy: Policy,
+    /// Use this hwloc synthetic topology for the LLC rule instead of the
+    /// machine's (e.g. `pack:1 l3:2 core:1 pu:1`: two CPUs in two LLCs).
+    #[arg(long)]
+    pub topology: Option<String>,
+    /// tokio worker threads (default: one per CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// CPUs connections may be steered to, kernel list format (default: all
+    /// this process may run on).
+    #[arg(long)]
+    pub cpus: Option<CpuSet>,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: AttachMode,
+    /// Replace a steer RFS program left attached by a crashed run.
+    #[arg(long)]
+    pub replace_stale: bool,
+    /// Write the final counters here on exit.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Do not print the live table.
+    #[arg(long)]
+    pub no_table: bool,
+}
+
+/// What the connection tasks count.
+#[derive(Debug, Default)]
+struct Served {
+    connections: AtomicU64,
+    reads: AtomicU64,
+    bytes: AtomicU64,
+    record_errors: AtomicU64,
+}
+
+/// `processed` per CPU from /proc/net/softnet_stat (packets each CPU's
+/// network stack handled, whatever the namespace).
+fn softnet_processed() -> Vec<u64> {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+fn delta(a: &[u64], b: &[u64]) -> Vec<u64> {
+    a.iter()
+        .zip(b.iter().chain(std::iter::repeat(&0)))
+        .map(|(x, y)| x.saturating_sub(*y))
+        .collect()
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    steering: Option<Arc<KernelSteering>>,
+    served: Arc<Served>,
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            // Out of descriptors or similar: let connections close first.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        served.connections.fetch_add(1, Ordering::Relaxed);
+        let (steering, served) = (steering.clone(), served.clone());
+        tokio::spawn(async move {
+            let _ = stream.set_nodelay(true);
+            let mut steered = steering.as_ref().map(|s| (s.flow(&stream), s.recorder()));
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if let Some((Ok(flow), rec)) = steered.as_mut() {
+                    if rec.record_flow(flow).is_err() {
+                        served.record_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                served.reads.fetch_add(1, Ordering::Relaxed);
+                served.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                if stream.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn row(stats: &KernelStats, previous: &KernelStats, landed: &[u64], secs: f64) -> String {
+    let written = stats.records.updates() - previous.records.updates();
+    let suppressed = stats.records.suppressed - previous.records.suppressed;
+    let updates = stats.updates - previous.updates;
+    format!(
+        "records written {written} suppressed {suppressed} | map updates {updates} ({:.0}/s, p50 {} ns) | flows {} | landed per CPU {landed:?}",
+        updates as f64 / secs,
+        stats.update_times.p50_ns,
+        stats.flows,
+    )
+}
+
+fn summary(
+    args: &TcpEchoArgs,
+    elapsed: f64,
+    served: &Served,
+    stats: Option<&KernelStats>,
+    landed: &[u64],
+    softnet: &[u64],
+) -> serde_json::Value {
+    let mut v = json!({
+        "steer": match args.steer { SteerMode::KernelSockets => "kernel-sockets", SteerMode::None => "none" },
+        "policy": args.policy.name(),
+        "topology": args.topology.clone().unwrap_or_else(|| "live".into()),
+        "elapsed_s": elapsed,
+        "connections": served.connections.load(Ordering::Relaxed),
+        "reads": served.reads.load(Ordering::Relaxed),
+        "bytes": served.bytes.load(Ordering::Relaxed),
+        "softnet_processed_per_cpu": softnet,
+    });
+    if let Some(s) = stats {
+        let mut written = serde_json::Map::new();
+        for r in WriteReason::ALL {
+            written.insert(r.name().into(), json!(s.records.written(r)));
+        }
+        v["records"] = json!({
+            "written": s.records.updates(),
+            "written_by_reason": written,
+            "suppressed": s.records.suppressed,
+            "errors": served.record_errors.load(Ordering::Relaxed),
+        });
+        v["map_updates"] = json!(s.updates);
+        v["map_updates_per_s"] = json!(s.updates as f64 / elapsed.max(1e-9));
+        v["map_update_ns"] = json!({
+            "count": s.update_times.count,
+            "mean": s.update_times.mean_ns,
+            "p50": s.update_times.p50_ns,
+            "p99": s.update_times.p99_ns,
+            "max": s.update_times.max_ns,
+        });
+        v["map_update_errors"] = json!(s.update_errors);
+        v["flows_removed"] = json!(s.removed);
+        v["landed_per_cpu"] = json!(landed);
+        if let Some(p) = s.program {
+            v["program"] = json!({
+                "redirected": p.redirected,
+                "untracked": p.untracked,
+                "moves": p.moves,
+                "held_back": p.held_back,
+                "forced": p.forced,
+                "queue_drops": p.queue_drops,
+                "redirect_errors": p.redirect_errors,
+            });
+        }
+    }
+    v
+}
+
+pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
+    let stop = xdp_io::shutdown::install()?;
+    let steering = match args.steer {
+        SteerMode::None => None,
+        SteerMode::KernelSockets => {
+            let interface = args.interface.as_deref().context(
+                "--steer kernel-sockets needs the interface the connections arrive on: add -i IF",
+            )?;
+            let mut b = KernelSteering::builder(interface)
+                .own(Proto::Tcp, args.port)
+                .policy(args.policy)
+                .replace_stale(args.replace_stale)
+                .xdp_mode(match args.xdp_mode {
+                    AttachMode::Auto => XdpMode::Auto,
+                    AttachMode::Native => XdpMode::Native,
+                    AttachMode::Generic => XdpMode::Generic,
+                });
+            if let Some(spec) = &args.topology {
+                b = b.topology(topology::Topology::synthetic(spec)?.layout());
+            }
+            if let Some(cpus) = args.cpus {
+                b = b.cpus(cpus);
+            }
+            Some(Arc::new(b.start()?))
+        }
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
+    let served = Arc::new(Served::default());
+    let listener = runtime.block_on(async {
+        match tokio::net::TcpListener::bind(("::", args.port)).await {
+            Ok(l) => Ok(l),
+            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", args.port)).await,
+        }
+    });
+    let listener = listener.with_context(|| format!("binding TCP port {}", args.port))?;
+    runtime.spawn(serve(listener, steering.clone(), served.clone()));
+    println!(
+        "steer tcp-echo: ready on tcp port {}, steer {}, policy {}, {} tokio threads{}",
+        args.port,
+        if steering.is_some() {
+            "kernel-sockets"
+        } else {
+            "none"
+        },
+        args.policy,
+        threads,
+        steering
+            .as_ref()
+            .and_then(|s| s.program())
+            .map_or(String::new(), |p| format!(", xdp {:?}", p.mode())),
+    );
+
+    let landed = |s: &KernelSteering| {
+        s.program()
+            .and_then(|p| p.landed_per_cpu().ok())
+            .unwrap_or_default()
+    };
+    let started = Instant::now();
+    let softnet_start = softnet_processed();
+    let landed_start = steering.as_deref().map(landed).unwrap_or_default();
+    let deadline = args
+        .duration
+        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    let mut previous = steering.as_ref().map(|s| (s.stats(), landed(s)));
+    let mut next_table = started + Duration::from_secs(1);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next_table {
+            next_table += Duration::from_secs(1);
+            if let (Some(s), Some((prev, prev_landed))) = (&steering, &previous) {
+                let (stats, l) = (s.stats(), landed(s));
+                if !args.no_table {
+                    println!("{}", row(&stats, prev, &delta(&l, prev_landed), 1.0));
+                }
+                previous = Some((stats, l));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let stats = steering.as_ref().map(|s| s.stats());
+    let landed_total = steering
+        .as_deref()
+        .map(|s| delta(&landed(s), &landed_start))
+        .unwrap_or_default();
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    let softnet = delta(&softnet_processed(), &softnet_start);
+    if let Some(s) = steering {
+        match Arc::try_unwrap(s) {
+            Ok(s) => s.stop(),
+            Err(s) => drop(s),
+        }
+    }
+    let report = summary(
+        args,
+        elapsed,
+        &served,
+        stats.as_ref(),
+        &landed_total,
+        &softnet,
+    );
+    println!(
+        "steer tcp-echo: stopped after {elapsed:.1} s: {} connections, {} reads{}",
+        report["connections"],
+        report["reads"],
+        stats.map_or(String::new(), |s| format!(
+            ", records written {} suppressed {}, map updates {} ({:.0}/s, mean {} ns, p99 {} ns), landed per CPU {:?}",
+            s.records.updates(),
+            s.records.suppressed,
+            s.updates,
+            s.updates as f64 / elapsed.max(1e-9),
+            s.update_times.mean_ns,
+            s.update_times.p99_ns,
+            landed_total,
+        )),
+    );
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

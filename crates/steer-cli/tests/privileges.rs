@@ -1,0 +1,190 @@
+//! Least privilege: once set up, `steer echo` and `steer proxy` run without
+//! the capabilities they no longer need, every thread of them (checked in
+//! `/proc/<pid>/task/*/status`), and still serve, report and stop cleanly
+//! (the program detached). Needs root, as CI runs it.
+
+mod running;
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use running::{steer, Echo};
+use support::drive_flows;
+use support::net::TestNet;
+use support::PORT;
+
+const CAP_NET_ADMIN: u64 = 1 << 12;
+
+/// `field` (CapEff, CapPrm, CapBnd, ...) of every thread of `pid`.
+fn thread_caps(pid: i32, field: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let value = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        out.push((name, value));
+    }
+    out
+}
+
+/// Every thread of `pid` has exactly `want` in its effective, permitted
+/// and bounding sets, and more than one thread runs.
+fn assert_caps(pid: i32, want: u64) {
+    for field in ["CapEff", "CapPrm", "CapBnd"] {
+        let caps = thread_caps(pid, field);
+        assert!(caps.len() > 2, "{caps:?}");
+        assert!(
+            caps.iter().all(|(_, v)| *v == want),
+            "{field}: {caps:x?}, want {want:#x}"
+        );
+    }
+}
+
+#[test]
+fn a_running_echo_has_no_capabilities_and_still_serves_reports_and_stops() {
+    let net = TestNet::new();
+    let echo = Echo::start(&net, &[]);
+    assert_caps(echo.pid(), 0);
+    let got = drive_flows(&net, 4, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let out = steer(&["stats", &net.host, "--json"]);
+    assert!(out.status.success());
+    // Nothing failed after setup (worker pinning and slices, the stats
+    // socket, the report need no capability).
+    assert!(
+        !echo
+            .log()
+            .iter()
+            .any(|l| l.contains("ERROR") || l.contains("could not") || l.contains("failed")),
+        "{:?}",
+        echo.log()
+    );
+    assert!(echo.stop().success());
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}
+
+#[test]
+fn through_netlink_only_net_admin_stays_to_detach_at_stop() {
+    let net = TestNet::new();
+    let echo = Echo::start(&net, &["--xdp-attach", "netlink"]);
+    assert_caps(echo.pid(), CAP_NET_ADMIN);
+    let got = drive_flows(&net, 2, 10, 5);
+    assert!(got.iter().all(|g| g.len() == 10), "{got:?}");
+    assert!(net.link_show().contains("xdp"));
+    assert!(echo.stop().success());
+    // Detached with CAP_NET_ADMIN alone.
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}
+
+#[test]
+fn keep_capabilities_keeps_them() {
+    let net = TestNet::new();
+    let echo = Echo::start(&net, &["--keep-capabilities"]);
+    let caps = thread_caps(echo.pid(), "CapEff");
+    assert!(
+        caps.iter().all(|(_, v)| v & CAP_NET_ADMIN != 0),
+        "{caps:x?}"
+    );
+    assert!(echo.stop().success());
+}
+
+#[test]
+fn a_running_proxy_has_no_capabilities_in_any_thread() {
+    let net = TestNet::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args([
+            "proxy",
+            "--interface",
+            &net.host,
+            "--port",
+            &PORT.to_string(),
+        ])
+        .args([
+            "--backend",
+            "127.0.0.1:9",
+            "--frames",
+            "4096",
+            "--xsk-ring-size",
+            "512",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("ready")));
+    // The tokio runtimes and acceptors have started by now.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_caps(child.id() as i32, 0);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}
+
+/// `steer stats IFACE` as user nobody with `groups` (setpriv syntax) as
+/// its supplementary groups, without capabilities.
+fn stats_as_nobody(interface: &str, groups: &str) -> std::process::Output {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_owned()
+    } else {
+        format!("--groups={groups}")
+    };
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", &groups, "--inh-caps=-all"])
+        .args([env!("CARGO_BIN_EXE_steer"), "stats", interface])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stats_group_members_read_the_socket_and_nobody_else() {
+    use std::os::unix::fs::MetadataExt;
+    let net = TestNet::new();
+    let adm = nix::unistd::Group::from_name("adm")
+        .unwrap()
+        .expect("Debian's adm group");
+    let echo = Echo::start(&net, &["--stats-group", "adm"]);
+    let meta = std::fs::metadata(format!("/run/steer/{}.sock", net.host)).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, adm.gid.as_raw()));
+    let out = stats_as_nobody(&net.host, &adm.gid.to_string());
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("steer on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = running::one_line_error("stats", &stats_as_nobody(&net.host, ""));
+    assert!(line.contains("permission denied"), "{line}");
+    assert!(echo.stop().success());
+
+    // An unknown group: a one-line error, nothing left behind.
+    let out = steer(&[
+        "echo",
+        "-i",
+        &net.host,
+        "-p",
+        "7777",
+        "--stats-group",
+        "steer-no-such-group",
+    ]);
+    let line = running::one_line_error("echo", &out);
+    assert!(line.contains("no group \"steer-no-such-group\""), "{line}");
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}

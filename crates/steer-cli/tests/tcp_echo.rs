@@ -1,0 +1,104 @@
+//! `steer tcp-echo` as a user runs it: kernel sockets steered to their
+//! reader's CPU, a clean stop on SIGINT and SIGTERM (the program detached,
+//! the JSON report written), a one-line error that says what to do, and
+//! `steer tcp-load` against it. Needs root, as CI runs it.
+
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+
+use support::net::TestNet;
+
+const PORT: u16 = 7400;
+
+fn steer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_steer"))
+}
+
+#[test]
+fn tcp_echo_steers_and_stops_cleanly_on_sigint_and_sigterm() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let net = TestNet::new();
+        // A frame redirected through a cpumap loses the partial-checksum
+        // mark a local sender leaves: send full checksums.
+        let off = net.ns_cmd(&["ethtool", "-K", &net.peer, "tx", "off"]);
+        assert!(off.status.success(), "{off:?}");
+        let json = std::env::temp_dir().join(format!(
+            "steer-tcp-echo-{}-{signal}.json",
+            std::process::id()
+        ));
+        let mut child = steer()
+            .args(["tcp-echo", "-i", &net.host, "-p", &PORT.to_string()])
+            .args(["--policy", "always", "--no-table", "--stats-json"])
+            .arg(&json)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("ready"), "{line}");
+        assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+
+        let addr = SocketAddr::new(net.host_v4.into(), PORT);
+        net.in_ns(|| {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            let mut buf = [3u8; 64];
+            for _ in 0..200 {
+                c.write_all(&buf).unwrap();
+                c.read_exact(&mut buf).unwrap();
+            }
+        });
+        // The load client too, for a moment.
+        let load = net.ns_cmd(&[
+            env!("CARGO_BIN_EXE_steer"),
+            "tcp-load",
+            "--connect",
+            &addr.to_string(),
+            "--connections",
+            "4",
+            "--duration",
+            "0.5",
+        ]);
+        assert!(load.status.success(), "{load:?}");
+        let load: serde_json::Value = serde_json::from_slice(&load.stdout).unwrap();
+        assert!(load["messages"].as_u64().unwrap() > 0, "{load:#}");
+
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "signal {signal}: {status}");
+        assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["connections"], 5, "{report:#}");
+        assert!(report["map_updates"].as_u64().unwrap() >= 5, "{report:#}");
+        let landed: u64 = report["landed_per_cpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert!(landed >= 190, "steered frames: {report:#}");
+    }
+}
+
+#[test]
+fn tcp_echo_without_an_interface_says_what_to_do() {
+    let out = steer()
+        .args(["tcp-echo", "-p", &PORT.to_string()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("steer tcp-echo:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("add -i IF"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+}

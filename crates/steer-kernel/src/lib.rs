@@ -1,0 +1,67 @@
+//! steer's flow table steering **kernel sockets**: RFS done in XDP.
+//!
+//! The application records where it reads each connected TCP or UDP socket
+//! ([`KernelRecorder::record`], the `rps_record_sock_flow` analog); the
+//! record goes through steer's desired-CPU table and its update rule (`llc`
+//! or `always`, switchable at run time), exactly as for AF_XDP flows. A
+//! write that moves a flow calls the steering hook ([`MapHook`]), which
+//! writes the flow's CPU into the XDP RFS program's map (one `bpf(2)` call:
+//! the costly update, counted and timed). The program
+//! ([`xdp_io::rfs::RfsProgram`]) redirects the flow's frames into that CPU's
+//! cpumap entry, where the kernel stack handles them; it moves a flow only
+//! when nothing of it can be overtaken (TCP: the socket's `rcv_nxt` has
+//! reached the segment; UDP: the socket has seen every frame). Everything
+//! else takes the kernel's own path.
+//!
+//! Layering: `socket` (a socket's 4-tuple) and `hook` (the map backend and
+//! its shadow of placed flows) below `steering` (the owner: program, table,
+//! hook, sweeper), below `recorder` (one application thread's handle) and
+//! `flow` (one connection's handle). `unsafe` is denied: system calls go
+//! through socket2 and xdp-io.
+//!
+//! ```no_run
+//! use steer_kernel::{KernelSteering, Proto};
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let steering = KernelSteering::builder("eth1").own(Proto::Tcp, 7000).start()?;
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:7000").await?;
+//! loop {
+//!     let (stream, _) = listener.accept().await?;
+//!     let flow = steering.flow(&stream)?; // forgets the flow when dropped
+//!     let mut recorder = steering.recorder();
+//!     tokio::spawn(async move {
+//!         let mut buf = [0u8; 4096];
+//!         loop {
+//!             stream.readable().await.unwrap();
+//!             match stream.try_read(&mut buf) {
+//!                 Ok(0) => break,
+//!                 Ok(_n) => { let _ = recorder.record_flow(&flow); /* ... */ }
+//!                 Err(_) => continue,
+//!             }
+//!         }
+//!     });
+//! }
+//! # }
+//! ```
+#![deny(unsafe_code)]
+
+mod error;
+/// One connection's handle: its tuple and hash, forgotten when dropped.
+mod flow;
+/// The steering hook writing the RFS program's map, and its backend seam.
+pub mod hook;
+/// One application thread's recording handle.
+mod recorder;
+/// A socket's 4-tuple, as the XDP program sees its frames.
+pub mod socket;
+/// The owner: program, desired table, hook and sweeper.
+mod steering;
+
+pub use error::KernelError;
+pub use flow::SteeredFlow;
+pub use hook::{MapHook, RfsBackend, UpdateTimes};
+pub use recorder::{KernelRecorder, Recorded};
+pub use socket::SocketTuple;
+pub use steer_core::policy::Policy;
+pub use steering::{KernelStats, KernelSteering, KernelSteeringBuilder};
+pub use xdp_io::rfs::{RfsOrder, RfsStats};
+pub use xdp_io::{Proto, XdpMode};

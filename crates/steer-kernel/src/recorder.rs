@@ -1,0 +1,212 @@
+//! One application thread's recording handle ([`KernelRecorder`], the
+//! `rps_record_sock_flow` analog for kernel sockets): where the calling
+//! thread runs goes through steer-core's `Recorder` (the desired-CPU table
+//! and its update rule, `llc` or `always`), and a write places the flow in
+//! the RFS program's map through the hook.
+//!
+//! Invariants: a record the rule suppresses, or that finds the flow on the
+//! same CPU, makes no system call (the CPU comes from rseq/vDSO, the
+//! allowed set is cached); only a desired-table write reaches the hook.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use steer_core::cpu::CpuId;
+use steer_core::policy::RecordOutcome;
+use steer_core::record::{CpuProbe, Recorder};
+
+use crate::socket::SocketTuple;
+use crate::steering::Shared;
+use crate::{KernelError, SteeredFlow};
+
+/// What a record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The desired table kept the flow's CPU (the rule suppressed the
+    /// change, or nothing changed): no update.
+    Unchanged(RecordOutcome),
+    /// The table was written but the program's map already held that CPU.
+    Kept,
+    /// The flow was placed on `to` (from `from`): one map update.
+    Steered {
+        /// The CPU the map held before, if any.
+        from: Option<CpuId>,
+        /// The CPU it holds now.
+        to: CpuId,
+    },
+    /// The thread ran on a CPU flows are not steered to.
+    NotSteerable(CpuId),
+}
+
+impl Recorded {
+    /// Whether the record cost a map update.
+    pub fn updated(&self) -> bool {
+        matches!(self, Self::Steered { .. })
+    }
+}
+
+/// One thread's handle for recording the sockets it reads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use steer_core::cpu::{CpuLayout, CpuSet};
+/// use steer_core::record::CpuProbe;
+/// use steer_kernel::hook::tests_support::FakeBackend;
+/// use steer_kernel::{KernelSteering, Policy};
+///
+/// struct On(usize);
+/// impl CpuProbe for On {
+///     fn current_cpu(&self) -> usize { self.0 }
+///     fn allowed_cpus(&self) -> CpuSet { CpuSet::first(2) }
+/// }
+/// let backend = Arc::new(FakeBackend::default());
+/// let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap()); // two LLCs
+/// let steering = KernelSteering::with_backend(backend.clone(), layout, CpuSet::first(2), Policy::LlcAffinity, 256).unwrap();
+/// let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// a.connect("127.0.0.1:9").unwrap();
+/// let mut rec = steering.recorder_with(On(1));
+/// assert!(rec.record(&a).unwrap().updated()); // placed on CPU 1
+/// assert!(!rec.record(&a).unwrap().updated()); // same CPU: nothing
+/// assert_eq!(backend.writes(), 1);
+/// ```
+pub struct KernelRecorder<P: CpuProbe> {
+    shared: Arc<Shared>,
+    recorder: Recorder<P>,
+}
+
+impl<P: CpuProbe> std::fmt::Debug for KernelRecorder<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelRecorder")
+            .field("recorder", &self.recorder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: CpuProbe> KernelRecorder<P> {
+    pub(crate) fn new(shared: Arc<Shared>, probe: P) -> Self {
+        let recorder = Recorder::new(shared.table.clone(), shared.layout.clone(), probe);
+        Self { shared, recorder }
+    }
+
+    /// The calling thread read `flow`: record where it runs. Cheap unless
+    /// the record moves the flow (then one map update).
+    #[inline]
+    pub fn record_flow(&mut self, flow: &SteeredFlow) -> Result<Recorded, KernelError> {
+        let (cpu, outcome) = self.recorder.record_on(flow.hash());
+        let outcome = outcome?;
+        if !outcome.wrote() {
+            return Ok(Recorded::Unchanged(outcome));
+        }
+        self.shared.place(flow.tuple(), flow.hash(), cpu, None)
+    }
+
+    /// The calling thread read the connected TCP or UDP `socket` (a std,
+    /// tokio or mio stream or socket, or any fd): record where it runs.
+    /// Reads the socket's addresses each time (two system calls); keep a
+    /// [`SteeredFlow`] to record on every read instead. A UDP socket gets
+    /// the program's delivery counter when its flow is first placed.
+    pub fn record(&mut self, socket: &impl AsFd) -> Result<Recorded, KernelError> {
+        let tuple = SocketTuple::of(socket)?;
+        let hash = self.shared.hash(&tuple);
+        let (cpu, outcome) = self.recorder.record_on(hash);
+        let outcome = outcome?;
+        if !outcome.wrote() {
+            return Ok(Recorded::Unchanged(outcome));
+        }
+        self.shared.place(&tuple, hash, cpu, Some(socket.as_fd()))
+    }
+
+    /// Re-reads the thread's allowed CPUs (call it after changing the
+    /// thread's affinity).
+    pub fn refresh_affinity(&mut self) {
+        self.recorder.refresh_affinity();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    use steer_core::cpu::{CpuLayout, CpuSet};
+    use steer_core::policy::Policy;
+    use steer_core::record::CpuProbe;
+
+    use super::Recorded;
+    use crate::hook::tests_support::FakeBackend;
+    use crate::KernelSteering;
+
+    /// A thread that runs wherever the test says.
+    #[derive(Clone)]
+    struct On(Rc<Cell<usize>>);
+    impl CpuProbe for On {
+        fn current_cpu(&self) -> usize {
+            self.0.get()
+        }
+        fn allowed_cpus(&self) -> CpuSet {
+            CpuSet::first(2)
+        }
+    }
+
+    /// Map updates made while a connection's reader hops between CPU 0 and
+    /// CPU 1 `hops` times, on a layout of `cpus_per_llc`.
+    fn updates(cpus_per_llc: usize, policy: Policy, switch_to: Option<Policy>) -> (u64, u64) {
+        let backend = Arc::new(FakeBackend::default());
+        let layout = Arc::new(CpuLayout::uniform(2, cpus_per_llc).unwrap());
+        let steering =
+            KernelSteering::with_backend(backend.clone(), layout, CpuSet::first(2), policy, 1024)
+                .unwrap();
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect("127.0.0.1:9").unwrap();
+        let flow = steering.flow(&a).unwrap();
+        let cpu = Rc::new(Cell::new(0));
+        let mut rec = steering.recorder_with(On(cpu.clone()));
+        let mut before_switch = 0;
+        for hop in 0..10 {
+            if hop == 5 {
+                before_switch = backend.writes();
+                if let Some(p) = switch_to {
+                    steering.set_policy(p);
+                }
+            }
+            cpu.set(hop % 2);
+            for _ in 0..3 {
+                rec.record_flow(&flow).unwrap();
+            }
+        }
+        assert_eq!(steering.stats().updates, backend.writes());
+        (before_switch, backend.writes())
+    }
+
+    #[test]
+    fn the_llc_rule_avoids_updates_inside_an_llc_and_follows_across() {
+        // One LLC: `always` writes every hop, `llc` only the first placement.
+        assert_eq!(updates(2, Policy::Always, None), (5, 10));
+        assert_eq!(updates(2, Policy::LlcAffinity, None), (1, 1));
+        // Two LLCs: every hop crosses, both follow it.
+        assert_eq!(updates(1, Policy::LlcAffinity, None), (5, 10));
+        // Switched at run time.
+        assert_eq!(
+            updates(2, Policy::LlcAffinity, Some(Policy::Always)),
+            (1, 6)
+        );
+    }
+
+    #[test]
+    fn records_on_cpus_flows_cannot_go_to_are_counted_not_written() {
+        let backend = Arc::new(FakeBackend::default());
+        let layout = Arc::new(CpuLayout::uniform(2, 2).unwrap());
+        let only0: CpuSet = [0].into_iter().collect();
+        let steering =
+            KernelSteering::with_backend(backend.clone(), layout, only0, Policy::Always, 64)
+                .unwrap();
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect("127.0.0.1:9").unwrap();
+        let mut rec = steering.recorder_with(On(Rc::new(Cell::new(1))));
+        assert_eq!(rec.record(&a).unwrap(), Recorded::NotSteerable(1));
+        assert_eq!((backend.writes(), steering.stats().not_steerable), (0, 1));
+        // The UDP socket got no filter: its flow was never placed.
+        assert_eq!(*backend.attached.lock().unwrap(), 0);
+    }
+}

@@ -1,0 +1,542 @@
+//! The owner of kernel-socket steering ([`KernelSteering`]): the attached
+//! RFS program, steer's desired-CPU table with its update rule, the hook
+//! writing the program's map, and a sweeper thread expiring idle flows.
+//! Built by [`KernelSteeringBuilder`].
+//!
+//! Invariants: the program is attached, and every CPU flows may be steered
+//! to has a cpumap entry, from `start` until `stop` (or drop), which
+//! detaches the program and frees its maps (flows fall back to the kernel's
+//! own path at once). The hook is behind one mutex, taken only on desired
+//! table writes, forgets and sweeps: never on a record the rule suppresses.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
+use steer_core::flow::{FlowHasher, KeyedHasher};
+use steer_core::hook::{FlowMove, SteerHook};
+use steer_core::policy::Policy;
+use steer_core::record::CpuProbe;
+use steer_core::table::{DesiredCpuTable, RecordStats};
+use topology::thread::LiveProbe;
+use xdp_io::rfs::{RfsOrder, RfsProgram, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE};
+use xdp_io::{Proto, XdpMode};
+
+use crate::hook::{MapHook, RfsBackend, UpdateTimes};
+use crate::recorder::{KernelRecorder, Recorded};
+use crate::socket::SocketTuple;
+use crate::{KernelError, SteeredFlow};
+
+/// What the recorders, flows and the sweeper share.
+pub(crate) struct Shared {
+    pub(crate) table: Arc<DesiredCpuTable>,
+    pub(crate) layout: Arc<CpuLayout>,
+    hasher: KeyedHasher,
+    cpus: CpuSet,
+    hook: Mutex<MapHook>,
+    not_steerable: AtomicU64,
+}
+
+impl Shared {
+    fn hook(&self) -> MutexGuard<'_, MapHook> {
+        self.hook.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The flow hash the desired table uses for `tuple`.
+    pub(crate) fn hash(&self, tuple: &SocketTuple) -> u32 {
+        self.hasher.hash(&tuple.flow_key())
+    }
+
+    /// A desired-table write put `tuple`'s flow on `cpu`: place it in the
+    /// program's map (a no-op when it is there already). A new UDP flow
+    /// gets the delivery counter on `socket` first.
+    pub(crate) fn place(
+        &self,
+        tuple: &SocketTuple,
+        hash: u32,
+        cpu: CpuId,
+        socket: Option<BorrowedFd<'_>>,
+    ) -> Result<Recorded, KernelError> {
+        if !self.cpus.contains(cpu) {
+            self.not_steerable.fetch_add(1, Ordering::Relaxed);
+            return Ok(Recorded::NotSteerable(cpu));
+        }
+        let key = tuple.map_key();
+        let mut hook = self.hook();
+        let from = hook.cpu_of(&key);
+        if from == Some(cpu) {
+            return Ok(Recorded::Kept);
+        }
+        if from.is_none() && tuple.proto == Proto::Udp {
+            if let Some(fd) = socket {
+                hook.backend().attach_socket(fd)?;
+            }
+        }
+        let mv = FlowMove {
+            rxq: 0,
+            bucket: (hash as usize) & (self.table.len() - 1),
+            hash,
+            key: Some(tuple.flow_key()),
+            from,
+            to: cpu,
+            filter: None,
+        };
+        hook.steer(&mv)?;
+        Ok(Recorded::Steered { from, to: cpu })
+    }
+
+    pub(crate) fn attach_socket(&self, socket: BorrowedFd<'_>) -> Result<(), KernelError> {
+        Ok(self.hook().backend().attach_socket(socket)?)
+    }
+
+    pub(crate) fn forget(&self, tuple: &SocketTuple) {
+        self.hook().forget(&tuple.map_key());
+    }
+}
+
+/// The backend after `stop`: every update fails, recorders carry on.
+struct Stopped;
+
+impl RfsBackend for Stopped {
+    fn track(&self, _: &xdp_io::FlowMapKey) -> Result<(), xdp_io::XdpError> {
+        Err(stopped())
+    }
+    fn steer(&self, _: &xdp_io::FlowMapKey, _: u32) -> Result<(), xdp_io::XdpError> {
+        Err(stopped())
+    }
+    fn forget(&self, _: &xdp_io::FlowMapKey) -> Result<(), xdp_io::XdpError> {
+        Ok(())
+    }
+    fn seen(&self, _: &xdp_io::FlowMapKey) -> Result<Option<u64>, xdp_io::XdpError> {
+        Ok(None)
+    }
+    fn attach_socket(&self, _: BorrowedFd<'_>) -> Result<(), xdp_io::XdpError> {
+        Err(stopped())
+    }
+}
+
+fn stopped() -> xdp_io::XdpError {
+    xdp_io::XdpError::Config("kernel-socket steering was stopped".into())
+}
+
+/// Kernel-socket steering, running: see the crate docs.
+pub struct KernelSteering {
+    shared: Arc<Shared>,
+    program: Option<Arc<RfsProgram>>,
+    sweeper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+}
+
+impl std::fmt::Debug for KernelSteering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelSteering")
+            .field("cpus", &self.shared.cpus)
+            .field("policy", &self.shared.table.policy().get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters of kernel-socket steering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelStats {
+    /// What the records did to the desired table (writes by reason,
+    /// suppressions by the LLC rule).
+    pub records: RecordStats,
+    /// Map writes of a flow's CPU: the costly updates.
+    pub updates: u64,
+    /// Their latencies.
+    pub update_times: UpdateTimes,
+    /// Updates that failed (the flow kept its CPU).
+    pub update_errors: u64,
+    /// Flows placed now.
+    pub flows: usize,
+    /// Flows forgotten or expired.
+    pub removed: u64,
+    /// Records on a CPU flows cannot be steered to (no cpumap entry).
+    pub not_steerable: u64,
+    /// The XDP program's counters (`None` over a fake backend).
+    pub program: Option<RfsStats>,
+}
+
+impl KernelSteering {
+    /// A builder for steering on `interface`.
+    pub fn builder(interface: &str) -> KernelSteeringBuilder {
+        KernelSteeringBuilder::new(interface)
+    }
+
+    /// Steering over any backend (a fake, for tests and what-if runs): no
+    /// program, no sweeper thread.
+    pub fn with_backend(
+        backend: Arc<dyn RfsBackend>,
+        layout: Arc<CpuLayout>,
+        cpus: CpuSet,
+        policy: Policy,
+        table_entries: usize,
+    ) -> Result<Self, KernelError> {
+        let table = Arc::new(DesiredCpuTable::with_policy(
+            table_entries,
+            layout.nr_cpus(),
+            policy,
+        )?);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                table,
+                layout,
+                hasher: KeyedHasher::random(),
+                cpus,
+                hook: Mutex::new(MapHook::new(backend, 65_536)),
+                not_steerable: AtomicU64::new(0),
+            }),
+            program: None,
+            sweeper: None,
+        })
+    }
+
+    /// A recording handle for the calling thread (one per thread: it caches
+    /// the thread's allowed CPUs).
+    pub fn recorder(&self) -> KernelRecorder<LiveProbe> {
+        self.recorder_with(LiveProbe)
+    }
+
+    /// A recording handle asking `probe` where the thread runs.
+    pub fn recorder_with<P: CpuProbe>(&self, probe: P) -> KernelRecorder<P> {
+        KernelRecorder::new(self.shared.clone(), probe)
+    }
+
+    /// The flow of the connected socket `socket`, for recording it cheaply
+    /// on every read ([`KernelRecorder::record_flow`]). A UDP socket gets
+    /// the program's delivery counter (a socket filter) now. Dropping the
+    /// handle forgets the flow.
+    pub fn flow(&self, socket: &impl std::os::fd::AsFd) -> Result<SteeredFlow, KernelError> {
+        let tuple = SocketTuple::of(socket)?;
+        if tuple.proto == Proto::Udp {
+            self.shared.attach_socket(socket.as_fd())?;
+        }
+        Ok(SteeredFlow::new(
+            tuple,
+            self.shared.hash(&tuple),
+            Arc::downgrade(&self.shared),
+        ))
+    }
+
+    /// Steers `flow` to `cpu` now, bypassing the update rule (an explicit
+    /// pin; the desired table is not written).
+    pub fn pin(&self, flow: &SteeredFlow, cpu: CpuId) -> Result<Recorded, KernelError> {
+        self.shared.place(flow.tuple(), flow.hash(), cpu, None)
+    }
+
+    /// Forgets the flow of `tuple` (its frames take the kernel path again).
+    pub fn forget(&self, tuple: &SocketTuple) {
+        self.shared.forget(tuple);
+    }
+
+    /// The CPU the program's map holds for `tuple`'s flow.
+    pub fn placed_cpu(&self, tuple: &SocketTuple) -> Option<CpuId> {
+        self.shared.hook().cpu_of(&tuple.map_key())
+    }
+
+    /// Switches the update rule for later records.
+    pub fn set_policy(&self, policy: Policy) {
+        self.shared.table.policy().set(policy);
+    }
+
+    /// The update rule in force.
+    pub fn policy(&self) -> Policy {
+        self.shared.table.policy().get()
+    }
+
+    /// The CPUs flows may be steered to.
+    pub fn cpus(&self) -> CpuSet {
+        self.shared.cpus
+    }
+
+    /// The CPU model the LLC rule uses.
+    pub fn layout(&self) -> &Arc<CpuLayout> {
+        &self.shared.layout
+    }
+
+    /// The attached program (`None` over a fake backend).
+    pub fn program(&self) -> Option<&RfsProgram> {
+        self.program.as_deref()
+    }
+
+    /// Expires flows idle for `idle_sweeps` calls (the sweeper thread does
+    /// this every period); returns how many.
+    pub fn sweep(&self, idle_sweeps: u32) -> usize {
+        self.shared.hook().sweep(idle_sweeps)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> KernelStats {
+        let hook = self.shared.hook();
+        KernelStats {
+            records: self.shared.table.stats(),
+            updates: hook.updates(),
+            update_times: hook.times(),
+            update_errors: hook.errors(),
+            flows: hook.len(),
+            removed: hook.removes(),
+            not_steerable: self.shared.not_steerable.load(Ordering::Relaxed),
+            program: self.program.as_ref().and_then(|p| p.stats().ok()),
+        }
+    }
+
+    /// Stops: the sweeper ends, the program is detached and its maps freed;
+    /// every flow takes the kernel path again.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some((thread, stop)) = self.sweeper.take() {
+            stop.store(true, Ordering::Relaxed);
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+        // Recorders and flows may outlive this: take the program out of the
+        // hook too, so the last reference goes here and detaches it.
+        self.shared.hook().set_backend(Arc::new(Stopped));
+        self.program = None;
+    }
+}
+
+impl Drop for KernelSteering {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// How kernel-socket steering starts.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use steer_kernel::{KernelSteering, Policy, Proto};
+/// let steering = KernelSteering::builder("eth1")
+///     .own(Proto::Tcp, 443)
+///     .own(Proto::Udp, 443)
+///     .policy(Policy::LlcAffinity)
+///     .idle_timeout(Duration::from_secs(30))
+///     .start()?;
+/// # Ok::<(), steer_kernel::KernelError>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct KernelSteeringBuilder {
+    interface: String,
+    owned: Vec<(Proto, u16)>,
+    cpus: Option<CpuSet>,
+    policy: Policy,
+    layout: Option<Arc<CpuLayout>>,
+    table_entries: usize,
+    queue_size: u32,
+    xdp_mode: XdpMode,
+    replace_stale: bool,
+    order: RfsOrder,
+    max_hold: Duration,
+    idle_timeout: Duration,
+    sweep_every: Duration,
+    max_flows: usize,
+}
+
+impl KernelSteeringBuilder {
+    fn new(interface: &str) -> Self {
+        Self {
+            interface: interface.into(),
+            owned: Vec::new(),
+            cpus: None,
+            policy: Policy::LlcAffinity,
+            layout: None,
+            // Flows sharing an entry overwrite each other's CPU under any
+            // policy (each write then moves the other flow): keep it well
+            // above the flow count, as the engine does.
+            table_entries: 65_536,
+            queue_size: DEFAULT_QUEUE_SIZE,
+            xdp_mode: XdpMode::Auto,
+            replace_stale: false,
+            order: RfsOrder::Socket,
+            max_hold: DEFAULT_MAX_HOLD,
+            idle_timeout: Duration::from_secs(30),
+            sweep_every: Duration::from_secs(1),
+            max_flows: 65_536,
+        }
+    }
+
+    /// Steers the connections of `proto` on local `port` (repeatable);
+    /// other traffic takes the kernel path untouched.
+    pub fn own(mut self, proto: Proto, port: u16) -> Self {
+        self.owned.push((proto, port));
+        self
+    }
+
+    /// The CPUs flows may be steered to (default: the CPUs this process
+    /// may run on). A record on another CPU leaves its flow alone.
+    pub fn cpus(mut self, cpus: CpuSet) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// The update rule (default `llc`); switchable later with
+    /// [`KernelSteering::set_policy`].
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The CPU model the LLC rule uses (default: the live machine's, from
+    /// hwloc or sysfs); a synthetic one plans for another machine.
+    pub fn topology(mut self, layout: Arc<CpuLayout>) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// Desired-table entries (a power of two; default 65536). Flows sharing
+    /// an entry overwrite each other's CPU whatever the policy.
+    pub fn table_entries(mut self, entries: usize) -> Self {
+        self.table_entries = entries;
+        self
+    }
+
+    /// Frames each CPU's cpumap queue holds (default 2048, at most 16384).
+    pub fn queue_size(mut self, frames: u32) -> Self {
+        self.queue_size = frames;
+        self
+    }
+
+    /// How the program is attached (default: native, else generic).
+    pub fn xdp_mode(mut self, mode: XdpMode) -> Self {
+        self.xdp_mode = mode;
+        self
+    }
+
+    /// Replaces a program left attached by a crashed run (default: refuse).
+    pub fn replace_stale(mut self, yes: bool) -> Self {
+        self.replace_stale = yes;
+        self
+    }
+
+    /// The rule that lets a flow leave its CPU (default: the socket rule,
+    /// which never reorders); the others exist to measure what it prevents.
+    pub fn order(mut self, order: RfsOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// How long a UDP flow whose move waits for the old path must be quiet
+    /// before the move is forced and counted (default 100 ms): a frame lost
+    /// on the old path would hold it forever. TCP moves are never forced.
+    pub fn max_hold(mut self, hold: Duration) -> Self {
+        self.max_hold = hold;
+        self
+    }
+
+    /// A flow with no frame for this long is forgotten (default 30 s);
+    /// checked every `sweep_every` (default 1 s).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    /// How often the sweeper looks for idle flows (default 1 s).
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
+    /// At most this many flows are steered at once (default and largest:
+    /// 65536, the program's map size).
+    pub fn max_flows(mut self, flows: usize) -> Self {
+        self.max_flows = flows.min(65_536);
+        self
+    }
+
+    /// Attaches the program, creates the cpumap entries, starts the
+    /// sweeper. A bad start says what to do in one line (privileges,
+    /// interface, XDP mode, a program already attached).
+    pub fn start(self) -> Result<KernelSteering, KernelError> {
+        if self.owned.is_empty() {
+            return Err(KernelError::Config(
+                "no port to steer: call .own(Proto::Tcp, port) (or Udp) at least once".into(),
+            ));
+        }
+        if self.sweep_every.is_zero() {
+            return Err(KernelError::Config("sweep_every must be positive".into()));
+        }
+        let layout = match self.layout {
+            Some(l) => l,
+            None => topology::Topology::live()?.layout(),
+        };
+        let cpus = match self.cpus {
+            Some(c) => c,
+            None => {
+                topology::thread::allowed_cpus().map_err(|e| KernelError::Config(e.to_string()))?
+            }
+        };
+        let cpus: CpuSet = cpus.iter().filter(|&c| layout.is_valid(c)).collect();
+        if cpus.is_empty() {
+            return Err(KernelError::Config(
+                "no CPU to steer to: the CPU set and the topology share none".into(),
+            ));
+        }
+        let table = Arc::new(DesiredCpuTable::with_policy(
+            self.table_entries,
+            layout.nr_cpus(),
+            self.policy,
+        )?);
+        let program = Arc::new(RfsProgram::attach(
+            &self.interface,
+            self.xdp_mode,
+            self.replace_stale,
+        )?);
+        for &(proto, port) in &self.owned {
+            program.set_owned(proto, port, true)?;
+        }
+        for cpu in cpus.iter() {
+            let id = u32::try_from(cpu).map_err(|_| KernelError::Config("CPU id".into()))?;
+            program.enable_cpu(id, self.queue_size)?;
+        }
+        program.set_order(self.order)?;
+        program.set_max_hold(self.max_hold)?;
+        let backend: Arc<dyn RfsBackend> = program.clone();
+        let shared = Arc::new(Shared {
+            table,
+            layout,
+            hasher: KeyedHasher::random(),
+            cpus,
+            hook: Mutex::new(MapHook::new(backend, self.max_flows)),
+            not_steerable: AtomicU64::new(0),
+        });
+        let idle_sweeps =
+            u32::try_from(self.idle_timeout.as_nanos() / self.sweep_every.as_nanos().max(1))
+                .unwrap_or(u32::MAX)
+                .max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let sweeper = {
+            let (shared, stop, every) = (shared.clone(), stop.clone(), self.sweep_every);
+            std::thread::Builder::new()
+                .name("steer-sweep".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::park_timeout(every);
+                        if !stop.load(Ordering::Relaxed) {
+                            shared.hook().sweep(idle_sweeps);
+                        }
+                    }
+                })
+                .map_err(|e| KernelError::Config(format!("spawning the sweeper: {e}")))?
+        };
+        tracing::info!(
+            interface = %self.interface,
+            mode = ?program.mode(),
+            cpus = ?cpus,
+            policy = %self.policy,
+            "kernel-socket steering started"
+        );
+        Ok(KernelSteering {
+            shared,
+            program: Some(program),
+            sweeper: Some((sweeper, stop)),
+        })
+    }
+}

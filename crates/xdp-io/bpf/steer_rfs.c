@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: GPL-2.0
+/* steer's XDP RFS for kernel sockets: frames of the flows steer tracks are
+ * redirected into a CPUMAP entry, so the kernel stack of the CPU where the
+ * application reads the flow handles them (RFS done in XDP, steered by
+ * steer's flow table). Four programs share the maps:
+ *
+ * - steer_rfs (XDP, on the interface): owned protocol/port? a CPU in
+ *   `rfs_desired` for the flow's 4-tuple? then the move rule, then
+ *   bpf_redirect_map into `rfs_cpus`, with the rx CPU in the frame's
+ *   metadata. Everything else: XDP_PASS.
+ * - steer_rfs_cpu (XDP in each cpumap entry): runs on the entry's CPU as a
+ *   frame leaves its queue: counts the dequeue (per rx CPU: the queue's
+ *   head for RFS's last_qtail rule), the landing (per CPU) and, for UDP,
+ *   the flow's landed frames. Returns XDP_PASS: the frame goes on to GRO
+ *   and the stack on that CPU.
+ * - steer_rfs_drops (raw tracepoint xdp_cpumap_enqueue) and
+ *   steer_rfs_redirect_err (raw tracepoint xdp_redirect_err): frames a
+ *   cpumap queue dropped, or that failed to reach it, count as dequeued.
+ * - steer_rfs_sock (socket filter, attached by steer to tracked UDP
+ *   sockets): counts the frames that reached the socket.
+ *
+ * Ordering (RFS_ORDER_SOCKET, the default). A flow leaves the path serving
+ * it only when nothing of it sent there can be overtaken:
+ * - TCP: the socket's rcv_nxt has reached this segment's sequence number,
+ *   so every byte before it was processed in order (bpf_skc_lookup_tcp,
+ *   rcv_nxt read through BTF). A segment lost on the way is retransmitted
+ *   along the held path, so the rule cannot wedge and is never forced.
+ * - UDP: the old CPU's queue head has passed the flow's last frame (RFS's
+ *   last_qtail, per rx CPU so that the queue's order is the counters'
+ *   order), and every frame of the flow that left the queue has reached
+ *   the socket. Dequeue counts alone (RFS_ORDER_QTAIL) are not enough:
+ *   the cpumap thread runs its program, then hands frames to GRO, which
+ *   may hold them until its next flush (every 64 frames or an empty
+ *   queue). A frame lost between the queue and the socket would hold the
+ *   move forever: when the flow was quiet for RFS_SET_MAX_HOLD between two
+ *   held frames, the move is forced, and counted.
+ * Frames the queue dropped (steer_rfs_drops) or that never reached it
+ * (steer_rfs_redirect_err) count as dequeued, so the queue head passes
+ * them. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "steer_xdp.h"
+#include "steer_rfs.h"
+
+/* A load the compiler may neither merge nor tear (clang 14 has no BPF
+ * atomic loads). */
+#define READ_ONCE(x) (*(volatile typeof(x) *)&(x))
+
+/* The one field of the kernel's struct tcp_sock the TCP rule reads; libbpf
+ * relocates its offset against the running kernel's BTF. */
+struct tcp_sock {
+	__u32 rcv_nxt;
+} __attribute__((preserve_access_index));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct steer_port_key);
+	__type(value, __u32);
+} owned_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct steer_flow_key);
+	__type(value, struct steer_rfs_desired);
+} rfs_desired SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct steer_flow_key);
+	__type(value, struct steer_rfs_state);
+} rfs_state SEC(".maps");
+
+/* Sized to the possible CPUs by the loader (a cpumap may not exceed
+ * NR_CPUS). Values are struct bpf_cpumap_val: queue size + program fd. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} rfs_cpus SEC(".maps");
+
+/* (ncpus + 1) * ncpus entries each, sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rfs_enq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rfs_deq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RFS_SET_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} rfs_settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RFS_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} rfs_stats SEC(".maps");
+
+static __always_inline void count(__u32 stat, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&rfs_stats, &stat);
+	if (v)
+		*v += n;
+}
+
+static __always_inline __u64 setting(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&rfs_settings, &which);
+	return v ? *v : 0;
+}
+
+/* The index of the src -> dst queue counters. */
+static __always_inline __u32 queue_index(__u32 src, __u32 dst)
+{
+	return src * (__u32)setting(RFS_SET_NCPUS) + dst;
+}
+
+/* Parses an Ethernet frame into its flow key; the TCP sequence number goes
+ * to *seq. 0 on success. */
+static __always_inline int parse(void *data, void *data_end,
+				 struct steer_flow_key *flow, __be32 *seq)
+{
+	struct ethhdr *eth = data;
+	__u8 *l4;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > data_end || ip->ihl < 5)
+			return -1;
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return -1;
+		l4 = (__u8 *)ip + ip->ihl * 4;
+		flow->proto = ip->protocol;
+		flow->family = 4;
+		__builtin_memcpy(flow->saddr, &ip->saddr, 4);
+		__builtin_memcpy(flow->daddr, &ip->daddr, 4);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		l4 = (__u8 *)(ip6 + 1);
+		flow->proto = ip6->nexthdr;
+		flow->family = 6;
+		__builtin_memcpy(flow->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(flow->daddr, &ip6->daddr, 16);
+	} else {
+		return -1;
+	}
+	if (flow->proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = (void *)l4;
+		if ((void *)(tcp + 1) > data_end)
+			return -1;
+		*seq = tcp->seq;
+	} else if (flow->proto == IPPROTO_UDP) {
+		if ((void *)(l4 + 4) > data_end)
+			return -1;
+		*seq = 0;
+	} else {
+		return -1;
+	}
+	flow->sport = *(__be16 *)l4;
+	flow->dport = *(__be16 *)(l4 + 2);
+	return 0;
+}
+
+/* Whether every byte of the TCP flow before `seq` has been processed by its
+ * socket (or there is no full socket to reorder into). */
+static __always_inline int tcp_drained(struct xdp_md *ctx,
+				       const struct steer_flow_key *flow,
+				       __be32 seq)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	struct tcp_sock *tp;
+	__u32 size;
+	int drained = 1;
+
+	if (flow->family == 4) {
+		__builtin_memcpy(&tuple.ipv4.saddr, flow->saddr, 4);
+		__builtin_memcpy(&tuple.ipv4.daddr, flow->daddr, 4);
+		tuple.ipv4.sport = flow->sport;
+		tuple.ipv4.dport = flow->dport;
+		size = sizeof(tuple.ipv4);
+	} else {
+		__builtin_memcpy(tuple.ipv6.saddr, flow->saddr, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, flow->daddr, 16);
+		tuple.ipv6.sport = flow->sport;
+		tuple.ipv6.dport = flow->dport;
+		size = sizeof(tuple.ipv6);
+	}
+	sk = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 1;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (tp)
+		drained = (__s32)(tp->rcv_nxt - bpf_ntohl(seq)) >= 0;
+	bpf_sk_release(sk);
+	return drained;
+}
+
+/* Whether the serving CPU's queue has passed the flow's last frame. */
+static __always_inline int queue_drained(const struct steer_rfs_state *st)
+{
+	__u32 idx = queue_index(st->last_src, st->cpu);
+	__u64 *deq = bpf_map_lookup_elem(&rfs_deq, &idx);
+	return !deq || READ_ONCE(*deq) >= st->last_qtail;
+}
+
+/* Whether the flow may leave the path serving it now (the cpu differs from
+ * the desired one). */
+static __always_inline int may_move(struct xdp_md *ctx,
+				    const struct steer_flow_key *flow,
+				    const struct steer_rfs_state *st, __be32 seq,
+				    __u64 order)
+{
+	if (order == RFS_ORDER_NONE)
+		return 1;
+	if (order == RFS_ORDER_QTAIL)
+		return st->cpu == STEER_RFS_NO_CPU || queue_drained(st);
+	if (flow->proto == IPPROTO_TCP)
+		return tcp_drained(ctx, flow, seq);
+	if (st->cpu == STEER_RFS_NO_CPU) {
+		/* Leaving the kernel path: the frames that took it before steer
+		 * counted them get time to reach the socket, then every frame
+		 * seen must have. */
+		if (bpf_ktime_get_ns() - st->created < setting(RFS_SET_UDP_SETTLE))
+			return 0;
+		return READ_ONCE(st->delivered) >= st->seen;
+	}
+	return queue_drained(st) &&
+	       st->landed_base + READ_ONCE(st->landed) <= READ_ONCE(st->delivered);
+}
+
+SEC("xdp")
+int steer_rfs(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct steer_flow_key flow = {};
+	struct steer_port_key pk = {};
+	__be32 seq = 0;
+
+	if (parse(data, data_end, &flow, &seq)) {
+		count(RFS_STAT_PASSED, 1);
+		return XDP_PASS;
+	}
+	pk.proto = flow.proto;
+	pk.port = flow.dport;
+	if (!bpf_map_lookup_elem(&owned_ports, &pk)) {
+		count(RFS_STAT_PASSED, 1);
+		return XDP_PASS;
+	}
+	struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
+	struct steer_rfs_desired *want = bpf_map_lookup_elem(&rfs_desired, &flow);
+	if (!want || !st) {
+		if (st)
+			__sync_fetch_and_add(&st->seen, 1);
+		count(want ? RFS_STAT_NO_STATE : RFS_STAT_UNTRACKED, 1);
+		return XDP_PASS;
+	}
+
+	if (st->cpu != want->cpu) {
+		if (may_move(ctx, &flow, st, seq, setting(RFS_SET_ORDER))) {
+			if (st->cpu == STEER_RFS_NO_CPU)
+				st->landed_base = READ_ONCE(st->delivered);
+			st->cpu = want->cpu;
+			st->held_since = 0;
+			count(RFS_STAT_MOVES, 1);
+		} else {
+			/* A UDP frame lost between the queue and the socket would
+			 * hold the move forever: when the flow was quiet for
+			 * RFS_SET_MAX_HOLD (no frame between two held ones), what
+			 * is missing is taken as lost and the move is forced. A
+			 * busy flow waits, as under the kernel's RFS. */
+			__u64 now = bpf_ktime_get_ns();
+			__u64 last = st->held_since;
+			st->held_since = now;
+			if (last && flow.proto == IPPROTO_UDP &&
+			    now - last > setting(RFS_SET_MAX_HOLD)) {
+				if (st->cpu == STEER_RFS_NO_CPU)
+					st->landed_base = READ_ONCE(st->delivered);
+				st->cpu = want->cpu;
+				st->held_since = 0;
+				count(RFS_STAT_MOVES, 1);
+				count(RFS_STAT_FORCED, 1);
+			} else {
+				count(RFS_STAT_HELD_BACK, 1);
+			}
+		}
+	}
+	/* Counted after the decision: `seen` covers the frames before this one,
+	 * which is what the UDP rule compares `delivered` with. */
+	__sync_fetch_and_add(&st->seen, 1);
+	if (st->cpu == STEER_RFS_NO_CPU) {
+		/* Still on the kernel path, waiting for it to drain. */
+		return XDP_PASS;
+	}
+
+	/* The rx CPU rides in the metadata to the cpumap program (in native
+	 * mode; in generic mode it cannot see it, and row ncpus is used). */
+	__u32 ncpus = (__u32)setting(RFS_SET_NCPUS);
+	__u32 src = setting(RFS_SET_GENERIC) ? ncpus : bpf_get_smp_processor_id();
+	if (src != ncpus) {
+		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32)))
+			src = ncpus;
+		else {
+			__u32 *meta = (void *)(long)ctx->data_meta;
+			if ((void *)(meta + 1) > (void *)(long)ctx->data)
+				return XDP_PASS;
+			*meta = src + 1;
+		}
+	}
+
+	__u32 cpu = st->cpu;
+	int action = bpf_redirect_map(&rfs_cpus, cpu, XDP_PASS);
+	if (action != XDP_REDIRECT) {
+		count(RFS_STAT_REDIRECT_FAILED, 1);
+		return action;
+	}
+	__u32 idx = src * ncpus + cpu;
+	__u64 *enq = bpf_map_lookup_elem(&rfs_enq, &idx);
+	if (enq) {
+		st->last_qtail = __sync_fetch_and_add(enq, 1) + 1;
+		st->last_src = src;
+	}
+	count(RFS_STAT_REDIRECTED, 1);
+	return XDP_REDIRECT;
+}
+
+SEC("xdp/cpumap")
+int steer_rfs_cpu(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 *meta = (void *)(long)ctx->data_meta;
+	__u32 ncpus = (__u32)setting(RFS_SET_NCPUS);
+	__u32 src = ncpus;
+
+	if ((void *)(meta + 1) <= data && *meta && *meta <= ncpus)
+		src = *meta - 1;
+	__u32 idx = queue_index(src, bpf_get_smp_processor_id());
+	__u64 *deq = bpf_map_lookup_elem(&rfs_deq, &idx);
+	if (deq)
+		__sync_fetch_and_add(deq, 1);
+	count(RFS_STAT_LANDED, 1);
+
+	struct steer_flow_key flow = {};
+	__be32 seq;
+	if (!parse(data, data_end, &flow, &seq) && flow.proto == IPPROTO_UDP) {
+		struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
+		if (st)
+			__sync_fetch_and_add(&st->landed, 1);
+	}
+	return XDP_PASS;
+}
+
+SEC("raw_tp/xdp_cpumap_enqueue")
+int steer_rfs_drops(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* TP_PROTO(int map_id, unsigned int processed, unsigned int drops,
+	 * int to_cpu), on the CPU that flushed its queue: the frames' rx CPU. */
+	__u32 map_id = (__u32)ctx->args[0];
+	__u32 drops = (__u32)ctx->args[2];
+	__u32 dst = (__u32)ctx->args[3];
+
+	if (!drops || map_id != (__u32)setting(RFS_SET_CPUMAP_ID))
+		return 0;
+	__u32 ncpus = (__u32)setting(RFS_SET_NCPUS);
+	__u32 src = setting(RFS_SET_GENERIC) ? ncpus : bpf_get_smp_processor_id();
+	__u32 idx = queue_index(src, dst);
+	__u64 *deq = bpf_map_lookup_elem(&rfs_deq, &idx);
+	if (deq)
+		__sync_fetch_and_add(deq, drops);
+	count(RFS_STAT_QUEUE_DROPS, drops);
+	return 0;
+}
+
+SEC("raw_tp/xdp_redirect_err")
+int steer_rfs_redirect_err(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* TP_PROTO(dev, xdp_prog, tgt, int err, enum bpf_map_type map_type,
+	 * u32 map_id, u32 index), on the rx CPU right after the program. */
+	__u32 map_id = (__u32)ctx->args[5];
+	__u32 dst = (__u32)ctx->args[6];
+
+	if (map_id != (__u32)setting(RFS_SET_CPUMAP_ID))
+		return 0;
+	__u32 ncpus = (__u32)setting(RFS_SET_NCPUS);
+	__u32 src = setting(RFS_SET_GENERIC) ? ncpus : bpf_get_smp_processor_id();
+	__u32 idx = queue_index(src, dst);
+	__u64 *deq = bpf_map_lookup_elem(&rfs_deq, &idx);
+	if (deq)
+		__sync_fetch_and_add(deq, 1);
+	count(RFS_STAT_REDIRECT_ERRORS, 1);
+	return 0;
+}
+
+SEC("socket")
+int steer_rfs_sock(struct __sk_buff *skb)
+{
+	struct steer_flow_key flow = {};
+	__u16 ports[2];
+	__u32 l4off;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
+			return skb->len;
+		l4off = ip.ihl * 4;
+		flow.family = 4;
+		flow.proto = ip.protocol;
+		__builtin_memcpy(flow.saddr, &ip.saddr, 4);
+		__builtin_memcpy(flow.daddr, &ip.daddr, 4);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
+			return skb->len;
+		l4off = sizeof(ip6);
+		flow.family = 6;
+		flow.proto = ip6.nexthdr;
+		__builtin_memcpy(flow.saddr, &ip6.saddr, 16);
+		__builtin_memcpy(flow.daddr, &ip6.daddr, 16);
+	} else {
+		return skb->len;
+	}
+	if (flow.proto != IPPROTO_UDP)
+		return skb->len;
+	if (bpf_skb_load_bytes_relative(skb, l4off, ports, sizeof(ports), BPF_HDR_START_NET))
+		return skb->len;
+	flow.sport = ports[0];
+	flow.dport = ports[1];
+
+	struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
+	if (st) {
+		/* A GRO'd datagram train counts as its segments. */
+		__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
+		/* Never above `seen`: frames that took the kernel path before
+		 * steer counted them must not make later ones look delivered. */
+		for (int i = 0; i < 16; i++) {
+			__u64 have = READ_ONCE(st->delivered);
+			__u64 seen = READ_ONCE(st->seen);
+			__u64 want = have + segs > seen ? seen : have + segs;
+			if (want <= have ||
+			    __sync_val_compare_and_swap(&st->delivered, have, want) == have)
+				break;
+		}
+		count(RFS_STAT_DELIVERED, 1);
+	}
+	return skb->len;
+}
+
+char LICENSE[] SEC("license") = "GPL";
