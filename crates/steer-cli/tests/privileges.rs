@@ -18,6 +18,18 @@ use support::PORT;
 
 const CAP_NET_ADMIN: u64 = 1 << 12;
 
+/// A child process that is killed and reaped when dropped unfinished.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// `field` (CapEff, CapPrm, CapBnd, ...) of every thread of `pid`.
 fn thread_caps(pid: i32, field: &str) -> Vec<(String, u64)> {
     let mut out = Vec::new();
@@ -124,6 +136,10 @@ fn a_running_proxy_has_no_capabilities_in_any_thread() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed if an assertion fails first: an orphan would hold the test's
+    // output open and the veth's XDP program in place.
+    let mut child = KillOnDrop(child);
+    let child = &mut child.0;
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines
         .by_ref()

@@ -29,7 +29,7 @@ use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -236,7 +236,9 @@ type PerCoreInboxes = Arc<Mutex<HashMap<CpuId, mpsc::UnboundedSender<Flow>>>>;
 struct Relays {
     layout: Arc<AtomicU8>,
     relayed: Arc<Relayed>,
-    multi: tokio::runtime::Handle,
+    /// The multi-thread runtime, built once the engine has started: its
+    /// threads are then born without the capabilities the engine dropped.
+    multi: Arc<OnceLock<tokio::runtime::Handle>>,
     per_core: PerCoreInboxes,
     backend: SocketAddr,
     idle: Duration,
@@ -256,10 +258,22 @@ impl Relays {
         let (backend, idle) = (self.backend, self.idle);
         let layout = Layout::from_u8(self.layout.load(Ordering::Relaxed));
         match layout {
-            Layout::Multi => {
-                relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
-                self.multi.spawn(relay(flow, backend, idle, relayed));
-            }
+            Layout::Multi => match self.multi.get() {
+                Some(multi) => {
+                    relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
+                    multi.spawn(relay(flow, backend, idle, relayed));
+                }
+                // Accepted in the microseconds between the engine's start
+                // and the multi runtime's: relayed where it was accepted.
+                None => {
+                    match here {
+                        Layout::Worker => &relayed.flows_worker,
+                        _ => &relayed.flows_per_core,
+                    }
+                    .fetch_add(1, Ordering::Relaxed);
+                    self.run_here(flow);
+                }
+            },
             l if l == here => {
                 let counter = match l {
                     Layout::Worker => &relayed.flows_worker,
@@ -299,14 +313,10 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     }
     let stop = xdp_io::shutdown::install()?;
     let on_workers = args.runtime == Layout::Worker;
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("proxy-multi")
-        .build()?;
     let relays = Relays {
         layout: Arc::new(AtomicU8::new(args.runtime as u8)),
         relayed: Arc::new(Relayed::default()),
-        multi: multi.handle().clone(),
+        multi: Arc::default(),
         per_core: Arc::default(),
         backend: args.backend,
         idle: Duration::from_secs_f64(args.idle_timeout.max(0.001)),
@@ -330,6 +340,13 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         })
     }
     .start()?;
+    // Every thread from here on starts without the capabilities the engine
+    // dropped at start.
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("proxy-multi")
+        .build()?;
+    let _ = relays.multi.set(multi.handle().clone());
     let done = Arc::new(AtomicBool::new(false));
 
     // A current_thread runtime pinned to each worker CPU (the engine's
