@@ -120,7 +120,7 @@ struct Common {
     /// The task layout of the `steer-proxy` server (`steer proxy
     /// --runtime`): `worker` (the flows' tasks on steer's worker threads),
     /// `per-core` (a pinned current_thread runtime per CPU) or `multi`.
-    #[arg(long, default_value = "per-core", value_parser = ["worker", "per-core", "multi"])]
+    #[arg(long, default_value = "worker", value_parser = ["worker", "per-core", "multi"])]
     proxy_runtime: String,
     /// Sending before each measurement window, ms.
     #[arg(long, default_value_t = 1000)]

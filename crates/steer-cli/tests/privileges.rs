@@ -11,24 +11,12 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use running::{steer, Echo};
+use running::{steer, Echo, KillOnDrop};
 use support::drive_flows;
 use support::net::TestNet;
 use support::PORT;
 
 const CAP_NET_ADMIN: u64 = 1 << 12;
-
-/// A child process that is killed and reaped when dropped unfinished.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// `field` (CapEff, CapPrm, CapBnd, ...) of every thread of `pid`.
 fn thread_caps(pid: i32, field: &str) -> Vec<(String, u64)> {
@@ -116,7 +104,7 @@ fn keep_capabilities_keeps_them() {
 #[test]
 fn a_running_proxy_has_no_capabilities_in_any_thread() {
     let net = TestNet::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
+    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
         .args([
             "proxy",
             "--interface",

@@ -5,6 +5,7 @@
 //! a header naming the machine and the engine's settings; the replay takes
 //! them all and reproduces the engine's setup. Needs root, as CI runs it.
 
+mod running;
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
@@ -13,6 +14,7 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use running::KillOnDrop;
 use support::net::TestNet;
 use support::{drive_flows, PORT};
 
@@ -38,7 +40,7 @@ fn proxy_records_a_trace_that_replays() {
     let id = std::process::id();
     let trace = std::env::temp_dir().join(format!("steer-recorded-{id}.trace"));
     let json = std::env::temp_dir().join(format!("steer-recorded-{id}.json"));
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .arg("proxy")
         .args(["--interface", &net.host, "--port", &PORT.to_string()])
         .args(["--backend", &format!("127.0.0.1:{backend}")])
@@ -48,6 +50,8 @@ fn proxy_records_a_trace_that_replays() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("steer proxy starts");
+    let mut child = KillOnDrop(child);
+    let child = &mut child.0;
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = lines.next().unwrap().unwrap();

@@ -13,6 +13,20 @@ use std::time::Duration;
 use super::support::net::TestNet;
 use super::support::PORT;
 
+/// A child process that is killed and reaped when dropped unfinished: a
+/// test whose assertion fails first leaves no orphan holding its output
+/// open and its veth's XDP program in place.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A `steer echo` child, its stdout line by line, and what it logged.
 pub struct Echo {
     pub child: Child,
