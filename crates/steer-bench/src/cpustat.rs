@@ -284,11 +284,17 @@ mod tests {
         assert_eq!(parse_switches(status), (12, 3));
         let a = task_totals(std::process::id());
         std::thread::sleep(std::time::Duration::from_millis(2));
+        // Spin until the process's CPU time has grown by 4 ms (on a loaded
+        // machine that takes longer than 4 ms of wall time); if it never
+        // grows, the wall-clock bound ends the loop and the check fails.
         let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(5) {
-            std::hint::spin_loop();
+        let mut d = a.since(task_totals(std::process::id()));
+        while d.cpu_ns < 4_000_000 && spin.elapsed() < std::time::Duration::from_secs(10) {
+            for _ in 0..10_000 {
+                std::hint::spin_loop();
+            }
+            d = a.since(task_totals(std::process::id()));
         }
-        let d = a.since(task_totals(std::process::id()));
         assert!(d.voluntary >= 1, "{d:?}");
         assert!(d.cpu_ns >= 4_000_000, "{d:?}");
     }

@@ -108,12 +108,43 @@ fn assert_in_order(got: &[Vec<u32>], per_flow: usize, phase: &str) {
     }
 }
 
+/// A phase: its name, and the stdin command (with the line the proxy
+/// answers it with) that starts it.
+type Phase<'a> = (&'a str, Option<(&'a str, &'a str)>);
+
+/// Each phase's name and what its flows got back.
+type PhaseResults<'a> = Vec<(&'a str, Vec<Vec<u32>>)>;
+
+/// Runs each phase (its command, then `flows` flows of `per_flow`
+/// datagrams), quits the proxy and reads its JSON report: what each phase's
+/// flows got back, and the report.
+fn drive_phases<'a>(
+    mut proxy: Proxy,
+    net: &TestNet,
+    phases: &[Phase<'a>],
+    flows: usize,
+    per_flow: u32,
+    json: &std::path::Path,
+) -> (PhaseResults<'a>, serde_json::Value) {
+    let mut results = Vec::new();
+    for &(phase, switch) in phases {
+        if let Some((cmd, echo)) = switch {
+            proxy.command(cmd, echo);
+        }
+        results.push((phase, drive_flows(net, flows, per_flow, 15)));
+    }
+    proxy.quit();
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    (results, report)
+}
+
 #[test]
 fn every_datagram_is_answered_in_order_under_each_policy_and_layout() {
     let net = TestNet::new();
     let backend = kernel_backend();
     let json = std::env::temp_dir().join(format!("steer-proxy-{}.json", std::process::id()));
-    let mut proxy = Proxy::start(
+    let proxy = Proxy::start(
         &net,
         backend,
         &["--policy", "llc", "--runtime", "multi"],
@@ -129,17 +160,7 @@ fn every_datagram_is_answered_in_order_under_each_policy_and_layout() {
         ("always/multi", Some(("runtime multi", "runtime Multi"))),
     ];
     let (flows, per_flow) = (6, 150);
-    let mut results = Vec::new();
-    for (phase, switch) in phases {
-        if let Some((cmd, echo)) = switch {
-            proxy.command(cmd, echo);
-        }
-        results.push((phase, drive_flows(&net, flows, per_flow, 15)));
-    }
-    proxy.quit();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let (results, report) = drive_phases(proxy, &net, &phases, flows, per_flow, &json);
     for (phase, got) in &results {
         let lost: Vec<usize> = got.iter().map(|g| per_flow as usize - g.len()).collect();
         assert!(
@@ -166,7 +187,7 @@ fn the_worker_layout_answers_every_datagram_in_order_and_switches_at_run_time() 
     let net = TestNet::new();
     let backend = kernel_backend();
     let json = std::env::temp_dir().join(format!("steer-proxy-worker-{}.json", std::process::id()));
-    let mut proxy = Proxy::start(&net, backend, &["--runtime", "worker"], &json);
+    let proxy = Proxy::start(&net, backend, &["--runtime", "worker"], &json);
     let phases = [
         ("llc/worker", None),
         (
@@ -181,17 +202,7 @@ fn the_worker_layout_answers_every_datagram_in_order_and_switches_at_run_time() 
         ("always/worker", Some(("policy always", "policy always"))),
     ];
     let (flows, per_flow) = (6, 150);
-    let mut results = Vec::new();
-    for (phase, switch) in phases {
-        if let Some((cmd, echo)) = switch {
-            proxy.command(cmd, echo);
-        }
-        results.push((phase, drive_flows(&net, flows, per_flow, 15)));
-    }
-    proxy.quit();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let (results, report) = drive_phases(proxy, &net, &phases, flows, per_flow, &json);
     for (phase, got) in &results {
         assert_in_order(got, per_flow as usize, phase);
     }
