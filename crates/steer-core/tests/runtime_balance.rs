@@ -4,13 +4,13 @@
 //! recorded flow, and switches off (and on) at run time; without it nothing
 //! moves. Workers count their busy time.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::rig::{Feed, Frames, PoolHandle};
 use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
@@ -24,43 +24,6 @@ const PINNED: u32 = 3;
 const RECORDED: u32 = 5;
 /// CPU time each packet costs the handler.
 const COST: Duration = Duration::from_micros(20);
-
-struct Frames {
-    bytes: Vec<[u8; 8]>,
-    released: AtomicUsize,
-}
-
-struct PoolHandle(Arc<Frames>);
-impl FramePool<usize> for PoolHandle {
-    fn frame(&self, d: &usize) -> &[u8] {
-        &self.0.bytes[*d]
-    }
-    fn release(&mut self, _d: usize) {
-        self.0.released.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-#[derive(Clone, Default)]
-struct Feed(Arc<Mutex<VecDeque<usize>>>);
-impl RxSource<usize> for Feed {
-    fn poll(&mut self, out: &mut [usize]) -> usize {
-        let mut q = self.0.lock().unwrap();
-        let n = q.len().min(out.len());
-        for slot in out.iter_mut().take(n) {
-            *slot = q.pop_front().unwrap();
-        }
-        n
-    }
-    fn give_back(&mut self, descs: &[usize]) {
-        let mut q = self.0.lock().unwrap();
-        for &d in descs.iter().rev() {
-            q.push_front(d);
-        }
-    }
-    fn has_pending(&self) -> bool {
-        !self.0.lock().unwrap().is_empty()
-    }
-}
 
 /// What the handlers saw: per flow the last sequence number and a bit per
 /// CPU that handled it; packets out of order.

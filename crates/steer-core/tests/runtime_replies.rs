@@ -5,7 +5,6 @@
 //! takes a while) exactly when the flow moves, so without the rule the next
 //! packet's reply would leave first, every time.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -13,6 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::rig::{Feed, Frames, PoolHandle};
 use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::{FramePool, Handler, Shared};
@@ -23,45 +23,6 @@ use steer_core::runtime::{RpsMode, Runtime, RuntimeConfig, RxSource, Setup};
 /// How long the slow flush takes: far longer than a round of the other
 /// worker, so without the rule the reorder is certain.
 const SLOW_FLUSH: Duration = Duration::from_millis(30);
-
-/// Test frames: packet `seq` of flow [`FLOW`] is descriptor `seq`.
-struct Frames {
-    bytes: Vec<[u8; 8]>,
-    released: AtomicUsize,
-}
-
-struct PoolHandle(Arc<Frames>);
-impl FramePool<usize> for PoolHandle {
-    fn frame(&self, d: &usize) -> &[u8] {
-        &self.0.bytes[*d]
-    }
-    fn release(&mut self, _d: usize) {
-        self.0.released.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// An rx queue fed by the test.
-#[derive(Clone, Default)]
-struct Feed(Arc<Mutex<VecDeque<usize>>>);
-impl RxSource<usize> for Feed {
-    fn poll(&mut self, out: &mut [usize]) -> usize {
-        let mut q = self.0.lock().unwrap();
-        let n = q.len().min(out.len());
-        for slot in out.iter_mut().take(n) {
-            *slot = q.pop_front().unwrap();
-        }
-        n
-    }
-    fn give_back(&mut self, descs: &[usize]) {
-        let mut q = self.0.lock().unwrap();
-        for &d in descs.iter().rev() {
-            q.push_front(d);
-        }
-    }
-    fn has_pending(&self) -> bool {
-        !self.0.lock().unwrap().is_empty()
-    }
-}
 
 /// What the handlers do beyond staging and sending.
 #[derive(Clone, Copy)]

@@ -2,13 +2,14 @@
 //! consumers migrate concurrently; a worker whose handler panics is routed
 //! around and loses no frame; idle workers sleep and are woken.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::rig::{Feed, Frames, PoolHandle};
 use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
@@ -38,45 +39,6 @@ impl Sleeper for SharedSleeper {
     fn wake(&self) {
         *self.0.woken.lock().unwrap() = true;
         self.0.cv.notify_all();
-    }
-}
-
-/// Frame `i` holds flow id (u32 LE) and sequence number (u32 LE).
-struct Frames {
-    bytes: Vec<[u8; 8]>,
-    released: AtomicUsize,
-}
-
-struct PoolHandle(Arc<Frames>);
-impl FramePool<usize> for PoolHandle {
-    fn frame(&self, d: &usize) -> &[u8] {
-        &self.0.bytes[*d]
-    }
-    fn release(&mut self, _d: usize) {
-        self.0.released.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// An rx queue fed by the test.
-#[derive(Clone, Default)]
-struct Feed(Arc<Mutex<VecDeque<usize>>>);
-impl RxSource<usize> for Feed {
-    fn poll(&mut self, out: &mut [usize]) -> usize {
-        let mut q = self.0.lock().unwrap();
-        let n = q.len().min(out.len());
-        for slot in out.iter_mut().take(n) {
-            *slot = q.pop_front().unwrap();
-        }
-        n
-    }
-    fn give_back(&mut self, descs: &[usize]) {
-        let mut q = self.0.lock().unwrap();
-        for &d in descs.iter().rev() {
-            q.push_front(d);
-        }
-    }
-    fn has_pending(&self) -> bool {
-        !self.0.lock().unwrap().is_empty()
     }
 }
 

@@ -1,13 +1,15 @@
 //! Test frames shared by the dispatcher and runtime tests: 8 bytes holding a
 //! flow id and a sequence number (both u32 LE), and a classifier that hashes
 //! the flow id, so tests check per-flow order without building real packets;
-//! the dispatcher state those tests share ([`shared`]); and the reference
+//! the dispatcher state those tests share ([`shared`]); the runtime tests'
+//! frame pool and rx queue ([`rig`]); and the reference
 //! for the flow classifier ([`classify`]).
 
 // Each test binary uses its own part of these helpers.
 #![allow(dead_code)]
 
 pub mod classify;
+pub mod rig;
 
 use std::sync::Arc;
 
