@@ -276,6 +276,12 @@ pub trait Application: Send + Sync + 'static {
     /// nothing). Whatever the application sends must stop here.
     fn stop(&self) {}
 
+    /// Flow-delivery counters, for the stats socket and metrics (default:
+    /// none: the application delivers no flows).
+    fn flow_stats(&self) -> Option<crate::flows::HubStats> {
+        None
+    }
+
     /// Whether each worker thread also runs the application's async tasks
     /// (default: no). If so, each worker owns a tokio current_thread
     /// runtime with a `LocalSet`: it sleeps in that runtime's event loop

@@ -773,6 +773,7 @@ impl EngineBuilder {
             total_frames: total as u32,
             modes: port.modes(),
             started: Instant::now(),
+            app: Arc::clone(&app),
         });
         let runtime = Runtime::start(cfg, shared, setup, sources)?;
         let hotplug = match self.hotplug_watch {

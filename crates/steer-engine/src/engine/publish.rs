@@ -33,6 +33,8 @@ pub(super) struct Publisher {
     pub(super) total_frames: u32,
     pub(super) modes: ActiveModes,
     pub(super) started: Instant,
+    /// The application (its flow counters, if it delivers flows).
+    pub(super) app: Arc<dyn super::Application>,
 }
 
 impl Publisher {
@@ -127,6 +129,7 @@ impl Publisher {
             sockets,
             frames: FrameCensus::new(self.total_frames, ledgers, rings).into(),
             balance: self.shared.balance.stats(),
+            flows: self.app.flow_stats(),
         }
     }
 }

@@ -9,8 +9,10 @@
 //! the ready tasks run before the round ends (`crate::tasks::tick`).
 //!
 //! Invariant: the frame is never kept: every packet ends as `Consume`
-//! (delivered) or `Drop` (not a UDP datagram, backlog full, queue full), so
-//! readers cannot hold UMEM frames.
+//! (delivered) or `Drop` (not a UDP datagram, refused by the flow budget,
+//! backlog full, queue full), so readers cannot hold UMEM frames. The cache
+//! holds open flows plus closed ones not yet swept, at most about twice the
+//! open ones plus a constant.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -25,6 +27,9 @@ use crate::engine::{PacketContext, PacketHandler, Verdict};
 
 /// Flushes between sweeps of closed flows out of the worker's cache.
 const CACHE_SWEEP_EVERY: u32 = 1024;
+/// Entries the cache may grow by past twice its last swept size before it
+/// is swept early.
+const SWEEP_SLACK: usize = 1024;
 
 /// One worker's demultiplexer.
 pub(crate) struct FlowDemux {
@@ -32,6 +37,8 @@ pub(crate) struct FlowDemux {
     cache: HashMap<FlowKey, Arc<FlowShared>>,
     touched: Vec<Arc<FlowShared>>,
     flushes: u32,
+    /// The cache size that triggers an early sweep.
+    sweep_at: usize,
     /// The flows' tasks run on this worker's thread.
     tasks_here: bool,
 }
@@ -43,6 +50,7 @@ impl FlowDemux {
             cache: HashMap::new(),
             touched: Vec::new(),
             flushes: 0,
+            sweep_at: SWEEP_SLACK,
             tasks_here,
         }
     }
@@ -110,8 +118,12 @@ impl PacketHandler for FlowDemux {
             wake();
         }
         self.flushes = self.flushes.wrapping_add(1);
-        if self.flushes % CACHE_SWEEP_EVERY == 0 {
+        // Closed flows leave the cache every so many rounds, or sooner when
+        // it has doubled since the last sweep (a spray of new flows evicts
+        // them faster than rounds go by).
+        if self.flushes % CACHE_SWEEP_EVERY == 0 || self.cache.len() > self.sweep_at {
             self.cache.retain(|_, f| !f.closed.load(Ordering::Relaxed));
+            self.sweep_at = 2 * self.cache.len() + SWEEP_SLACK;
         }
     }
 }

@@ -15,11 +15,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::SegQueue;
 use steer_core::cpu::CpuId;
 use steer_core::flow::FlowKey;
 
@@ -27,7 +28,8 @@ use super::notify::{MioNotifier, Readiness};
 use super::reply::ReplyTemplate;
 use super::{Hub, SendError};
 
-/// State shared by a flow's reader, writers and the worker delivering it.
+/// State shared by a flow's reader, writers, the worker delivering it and
+/// the flow table.
 #[derive(Debug)]
 pub(crate) struct FlowShared {
     pub(crate) key: FlowKey,
@@ -35,43 +37,118 @@ pub(crate) struct FlowShared {
     /// the engine's hasher, as its packets were tagged); consumption is
     /// recorded under it.
     pub(crate) hash: AtomicU32,
-    pub(crate) queue: ArrayQueue<Vec<u8>>,
+    /// Datagrams for the reader: segments allocated as they fill (a flow
+    /// that sent one datagram costs one small segment, not `depth` slots).
+    queue: SegQueue<Vec<u8>>,
+    queued: AtomicUsize,
+    depth: usize,
     pub(crate) readiness: Readiness,
     pub(crate) template: ReplyTemplate,
-    /// The reader is gone: deliver no more (a later packet starts a new flow).
+    /// The worker (index) that received the flow's first packet: whose
+    /// budget it counts against.
+    pub(crate) home: usize,
+    /// The reader is gone, or the flow was evicted: deliver no more (a
+    /// later packet starts a new flow).
     pub(crate) closed: AtomicBool,
+    /// The flow table evicted it (its reader's `recv` ends).
+    evicted: AtomicBool,
+    /// A reply was sent on the flow.
+    has_replied: AtomicBool,
+    /// A datagram arrived after a reply: two-way traffic (conntrack's
+    /// ASSURED); evicted only after every unassured flow.
+    pub(crate) assured: AtomicBool,
+    /// A datagram arrived since the eviction clock last passed the flow.
+    pub(crate) referenced: AtomicBool,
     pub(crate) delivered: AtomicU64,
     pub(crate) queue_drops: AtomicU64,
     pub(crate) sent: AtomicU64,
 }
 
 impl FlowShared {
-    pub(crate) fn new(key: FlowKey, hash: u32, depth: usize, template: ReplyTemplate) -> Self {
+    pub(crate) fn new(
+        key: FlowKey,
+        hash: u32,
+        depth: usize,
+        template: ReplyTemplate,
+        home: usize,
+    ) -> Self {
         Self {
             key,
             hash: AtomicU32::new(hash),
-            queue: ArrayQueue::new(depth.max(1)),
+            queue: SegQueue::new(),
+            queued: AtomicUsize::new(0),
+            depth: depth.max(1),
             readiness: Readiness::default(),
             template,
+            home,
             closed: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            has_replied: AtomicBool::new(false),
+            assured: AtomicBool::new(false),
+            referenced: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             queue_drops: AtomicU64::new(0),
             sent: AtomicU64::new(0),
         }
     }
 
-    /// Called by the delivering worker. `false`: the queue was full.
+    /// Called by the delivering worker. `false`: the queue was full (counted)
+    /// or the flow is closed.
     pub(crate) fn deliver(&self, payload: Vec<u8>) -> bool {
-        match self.queue.push(payload) {
-            Ok(()) => {
-                self.delivered.fetch_add(1, Relaxed);
-                true
-            }
-            Err(_) => {
-                self.queue_drops.fetch_add(1, Relaxed);
-                false
-            }
+        if self.closed.load(Relaxed) {
+            return false;
         }
+        // One worker delivers a flow at a time: the check and the push
+        // cannot race another push.
+        if self.queued.load(Acquire) >= self.depth {
+            self.queue_drops.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.queue.push(payload);
+        self.queued.fetch_add(1, Release);
+        self.delivered.fetch_add(1, Relaxed);
+        if !self.referenced.load(Relaxed) {
+            self.referenced.store(true, Relaxed);
+        }
+        if !self.assured.load(Relaxed) && self.has_replied.load(Relaxed) {
+            self.assured.store(true, Relaxed);
+        }
+        true
+    }
+
+    /// The oldest queued datagram.
+    pub(crate) fn pop(&self) -> Option<Vec<u8>> {
+        let d = self.queue.pop()?;
+        self.queued.fetch_sub(1, Release);
+        Some(d)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queued.load(Acquire) == 0
+    }
+
+    /// A reply went out on the flow.
+    pub(crate) fn replied(&self) {
+        if !self.has_replied.load(Relaxed) {
+            self.has_replied.store(true, Relaxed);
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Relaxed)
+    }
+
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.evicted.load(Acquire)
+    }
+
+    /// Evicted by the flow table: closed, its queued datagrams freed, its
+    /// reader woken to see the end.
+    pub(crate) fn evict(&self) {
+        self.closed.store(true, Relaxed);
+        self.evicted.store(true, Release);
+        while self.pop().is_some() {}
+        self.readiness.notify();
     }
 }
 
@@ -125,19 +202,40 @@ impl Flow {
         self.shared.hash.load(Relaxed)
     }
 
-    /// The next datagram's payload; `None` once the engine has stopped.
-    /// Reading records the calling thread's CPU for the flow.
+    /// The next datagram's payload; `None` once the engine has stopped or
+    /// the flow was evicted to make room for new flows (drop the flow then:
+    /// it is closed). Reading records the calling thread's CPU for the flow.
     pub fn recv(&mut self) -> Recv<'_> {
         Recv { flow: self }
     }
 
     /// The next datagram's payload if one is queued (records like `recv`).
     pub fn try_recv(&mut self) -> Option<Vec<u8>> {
-        let d = self.shared.queue.pop()?;
+        let d = self.shared.pop()?;
         if !self.pinned {
             self.hub.record(self.hash());
         }
         Some(d)
+    }
+
+    /// Whether the flow table evicted this flow to make room under its
+    /// budget (its unanswered or least recently active flows go first):
+    /// no more datagrams come, and a later datagram of the same 5-tuple is
+    /// a new flow. A mio loop checks it when `try_recv` finds nothing.
+    pub fn is_evicted(&self) -> bool {
+        self.shared.is_evicted()
+    }
+
+    /// No more datagrams will come: evicted, or the engine stopped.
+    fn is_ended(&self) -> bool {
+        self.shared.is_evicted() || self.hub.is_stopped()
+    }
+
+    /// Counts a failure of the application's own resources for this flow
+    /// (a proxy's backend socket that could not be opened or written):
+    /// `backend_errors` in the engine's flow counters, stats and metrics.
+    pub fn count_backend_error(&self) {
+        self.hub.count_backend_error();
     }
 
     /// A handle to send replies on this flow, usable from any thread.
@@ -172,7 +270,7 @@ impl Flow {
     /// Returns `false` if the flow already had a mio notifier.
     pub fn notify_mio(&self, notifier: &Arc<MioNotifier>, token: usize) -> bool {
         let set = self.shared.readiness.set_mio(notifier, token);
-        if !self.shared.queue.is_empty() {
+        if !self.shared.is_empty() || self.shared.is_evicted() {
             self.shared.readiness.notify();
         }
         set
@@ -211,7 +309,7 @@ impl Future for Recv<'_> {
         if let Some(d) = flow.try_recv() {
             return Poll::Ready(Some(d));
         }
-        if flow.hub.is_stopped() {
+        if flow.is_ended() {
             return Poll::Ready(None);
         }
         flow.shared.readiness.register(cx.waker());
@@ -219,7 +317,7 @@ impl Future for Recv<'_> {
         // notified before the waker was there.
         match flow.try_recv() {
             Some(d) => Poll::Ready(Some(d)),
-            None if flow.hub.is_stopped() => Poll::Ready(None),
+            None if flow.is_ended() => Poll::Ready(None),
             None => Poll::Pending,
         }
     }

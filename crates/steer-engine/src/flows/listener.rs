@@ -59,9 +59,15 @@ impl FlowListener {
         Accept { listener: self }
     }
 
-    /// A new flow if one is waiting.
+    /// A new flow if one is waiting (flows evicted while they waited are
+    /// skipped).
     pub fn try_accept(&self) -> Option<Flow> {
-        self.queue().flows.pop()
+        loop {
+            let f = self.queue().flows.pop()?;
+            if !f.is_evicted() {
+                return Some(f);
+            }
+        }
     }
 
     /// Wake `notifier` with `token` when flows arrive (mio loops). Returns

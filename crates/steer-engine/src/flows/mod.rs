@@ -25,6 +25,15 @@
 //! worker wakes the reader and runs it at the end of the round, and sleeps
 //! in the tasks' event loop, so no thread is woken in between.
 //!
+//! Flow state is bounded ([`FlowBudget`], in [`FlowOptions::budget`]):
+//! the most open flows in all and per worker, derived at start from the
+//! descriptors and memory the process has, and a new-flow rate per source
+//! address. At the budget the flow table evicts unassured flows first
+//! (no datagram after a reply: probes, spoofed sprays), then the least
+//! recently active, or refuses the new flow; an evicted flow's `recv` ends.
+//! A spray of new flows therefore costs the sprayer, not the established
+//! flows (see `table`).
+//!
 //! ```no_run
 //! use steer_engine::engine::Engine;
 //! use steer_engine::flows::FlowOptions;
@@ -45,18 +54,20 @@
 //! # Ok(()) }
 //! ```
 
+mod budget;
 mod deliver;
 mod flow;
 mod listener;
 mod notify;
 mod reply;
+mod table;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::time::Instant;
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
@@ -69,12 +80,14 @@ use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandl
 use crate::frames::{lock, send_or_recycle, TxResources};
 use crate::probe::LiveProbe;
 
+pub use budget::{FlowBudget, FlowLimits, HostResources, FLOW_BYTES, RESERVED_FDS};
 pub(crate) use deliver::FlowDemux;
 use flow::FlowShared;
 pub use flow::{Flow, FlowStats, FlowWriter, Recv};
 pub use listener::{Accept, FlowListener};
 pub use notify::MioNotifier;
 use reply::ReplyTemplate;
+use table::{FlowTable, Refusal, TableCounts};
 
 /// Where new flows are offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,6 +101,15 @@ pub enum AcceptMode {
 }
 
 /// Settings of flow delivery.
+///
+/// ```
+/// use steer_engine::flows::{FlowBudget, FlowOptions};
+/// let options = FlowOptions {
+///     budget: FlowBudget { max_flows: 50_000, new_flows_per_source: 500, ..FlowBudget::default() },
+///     ..FlowOptions::default()
+/// };
+/// assert_eq!(options.queue_depth, 256);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowOptions {
     /// Datagrams queued per flow before its own datagrams are dropped.
@@ -96,6 +118,8 @@ pub struct FlowOptions {
     pub backlog: usize,
     /// One listener, or one per CPU.
     pub accept: AcceptMode,
+    /// How many flows may be open, and how fast one source may open them.
+    pub budget: FlowBudget,
 }
 
 impl Default for FlowOptions {
@@ -104,6 +128,7 @@ impl Default for FlowOptions {
             queue_depth: 256,
             backlog: 1024,
             accept: AcceptMode::Single,
+            budget: FlowBudget::default(),
         }
     }
 }
@@ -125,15 +150,50 @@ pub enum SendError {
     TxFull,
 }
 
-/// Flow-delivery counters of the whole engine.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Flow-delivery counters of the whole engine: what the budget admitted,
+/// refused and evicted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct HubStats {
     /// Flows offered to a listener.
     pub accepted: u64,
     /// New flows dropped because the listener's backlog was full.
     pub accept_drops: u64,
-    /// Flows open now (not yet dropped by the application).
+    /// Flows open now (not yet dropped by the application nor evicted).
     pub open: u64,
+    /// The most flows open at once (the resolved budget).
+    pub max_flows: u64,
+    /// New flows refused: the budget was full of recently active flows.
+    pub refused: u64,
+    /// New flows refused: their source was over its new-flow rate.
+    pub rate_limited: u64,
+    /// Flows evicted for room that had no two-way traffic.
+    pub evicted_unassured: u64,
+    /// Assured flows evicted for room, the least recently active.
+    pub evicted_idle: u64,
+    /// Failures of the application's per-flow resources it reported
+    /// ([`Flow::count_backend_error`]).
+    pub backend_errors: u64,
+}
+
+impl HubStats {
+    /// Flows evicted for room, for any reason.
+    pub fn evicted(&self) -> u64 {
+        self.evicted_unassured + self.evicted_idle
+    }
+}
+
+/// Monotonic nanoseconds since the first call (the per-source buckets' clock).
+fn mono_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The flow table and when refusals were last logged.
+struct Admissions {
+    table: FlowTable,
+    logged_ns: u64,
+    logged: TableCounts,
 }
 
 static NEXT_HUB_ID: AtomicUsize = AtomicUsize::new(1);
@@ -154,7 +214,7 @@ pub(crate) struct Hub {
     on_workers: bool,
     hasher: AnyHasher,
     cpus: Vec<CpuId>,
-    flows: Mutex<HashMap<FlowKey, Arc<FlowShared>>>,
+    flows: Mutex<Admissions>,
     accept: Vec<listener::AcceptQueue>,
     shared: Shared,
     /// Where consumption is recorded for a trace, when recording.
@@ -164,6 +224,7 @@ pub(crate) struct Hub {
     stopped: AtomicBool,
     accepted: AtomicU64,
     accept_drops: AtomicU64,
+    backend_errors: AtomicU64,
 }
 
 impl std::fmt::Debug for Hub {
@@ -181,13 +242,26 @@ impl Hub {
             AcceptMode::Single => 1,
             AcceptMode::PerCpu => parts.cpus.len().max(1),
         };
+        let limits = options
+            .budget
+            .resolve(parts.cpus.len(), &HostResources::measure(true));
+        tracing::info!(
+            max_flows = limits.max_flows,
+            per_worker = limits.max_flows_per_worker,
+            new_flows_per_source = limits.new_flows_per_source,
+            "flow budget"
+        );
         Self {
             id: NEXT_HUB_ID.fetch_add(1, Ordering::Relaxed),
             options,
             on_workers,
             hasher: parts.hasher.clone(),
             cpus: parts.cpus.clone(),
-            flows: Mutex::new(HashMap::new()),
+            flows: Mutex::new(Admissions {
+                table: FlowTable::new(limits, parts.cpus.len()),
+                logged_ns: 0,
+                logged: TableCounts::default(),
+            }),
             accept: (0..listeners)
                 .map(|_| listener::AcceptQueue::new(options.backlog))
                 .collect(),
@@ -197,7 +271,21 @@ impl Hub {
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             accept_drops: AtomicU64::new(0),
+            backend_errors: AtomicU64::new(0),
         }
+    }
+
+    fn admissions(&self) -> MutexGuard<'_, Admissions> {
+        self.flows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The limits the budget resolved to at start.
+    pub(crate) fn limits(&self) -> FlowLimits {
+        *self.admissions().table.limits()
+    }
+
+    pub(crate) fn count_backend_error(&self) {
+        self.backend_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn listener(self: &Arc<Self>, cpu: Option<CpuId>) -> Option<FlowListener> {
@@ -230,8 +318,9 @@ impl Hub {
 
     /// The open flow of `key`, or a new one offered to the listener of
     /// `cpu` (built from `frame`, its first packet, dispatched under flow
-    /// hash `hash`; 0: hash it with the engine's hasher). `None`: not a UDP
-    /// datagram, or the backlog is full (counted).
+    /// hash `hash`; 0: hash it with the engine's hasher) if the budget
+    /// admits it. `None`: not a UDP datagram, refused by the budget, or the
+    /// backlog is full (counted).
     pub(crate) fn flow_for(
         self: &Arc<Self>,
         key: FlowKey,
@@ -239,34 +328,66 @@ impl Hub {
         frame: &[u8],
         cpu: CpuId,
     ) -> Option<Arc<FlowShared>> {
-        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(f) = flows.get(&key) {
+        let mut guard = self.admissions();
+        let admissions = &mut *guard;
+        if let Some(f) = admissions.table.get(&key) {
             return Some(Arc::clone(f));
         }
         let template = ReplyTemplate::from_request(frame)?;
+        let home = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
+        let now = mono_ns();
+        if let Err(refusal) = admissions.table.admit(&key, home, now) {
+            Self::log_refusals(admissions, refusal, now);
+            return None;
+        }
         let hash = if hash != 0 { hash } else { self.hash(&key) };
         let shared = Arc::new(FlowShared::new(
             key,
             hash,
             self.options.queue_depth,
             template,
+            home,
         ));
         let queue = &self.accept[self.accept_index(cpu)];
         if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self))) {
             self.accept_drops.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        flows.insert(key, Arc::clone(&shared));
+        admissions.table.insert(Arc::clone(&shared));
         self.accepted.fetch_add(1, Ordering::Relaxed);
         Some(shared)
     }
 
-    /// A flow's reader was dropped.
-    pub(crate) fn forget(&self, flow: &Arc<FlowShared>) {
-        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
-        if flows.get(&flow.key).is_some_and(|f| Arc::ptr_eq(f, flow)) {
-            flows.remove(&flow.key);
+    /// At most one line a second while new flows are refused, with what
+    /// was refused since the last.
+    fn log_refusals(a: &mut Admissions, refusal: Refusal, now: u64) {
+        if now.saturating_sub(a.logged_ns) < 1_000_000_000 && a.logged_ns != 0 {
+            return;
         }
+        let c = a.table.counts;
+        warn!(
+            open = a.table.open(),
+            max_flows = a.table.limits().max_flows,
+            refused = c.refused - a.logged.refused,
+            rate_limited = c.rate_limited - a.logged.rate_limited,
+            evicted = c.evicted_unassured + c.evicted_idle
+                - a.logged.evicted_unassured
+                - a.logged.evicted_idle,
+            "new flows refused ({}): the flow budget is full of active flows or a source is over \
+             its new-flow rate; raise --max-flows / --new-flows-per-source if this is real traffic",
+            match refusal {
+                Refusal::Full => "budget full",
+                Refusal::RateLimited => "rate limited",
+            }
+        );
+        a.logged_ns = now;
+        a.logged = c;
+    }
+
+    /// A flow's reader was dropped: its place in the budget is free.
+    pub(crate) fn forget(&self, flow: &Arc<FlowShared>) {
+        self.admissions().table.remove(flow);
+        while flow.pop().is_some() {}
     }
 
     /// Records the calling thread's CPU for flow `hash` (the RFS step).
@@ -315,21 +436,25 @@ impl Hub {
         for q in &self.accept {
             q.readiness.notify();
         }
-        let flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
-        for f in flows.values() {
+        let admissions = self.admissions();
+        for f in admissions.table.flows() {
             f.readiness.notify();
         }
     }
 
     pub(crate) fn stats(&self) -> HubStats {
+        let a = self.admissions();
+        let c = a.table.counts;
         HubStats {
             accepted: self.accepted.load(Ordering::Relaxed),
             accept_drops: self.accept_drops.load(Ordering::Relaxed),
-            open: self
-                .flows
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len() as u64,
+            open: a.table.open() as u64,
+            max_flows: a.table.limits().max_flows as u64,
+            refused: c.refused,
+            rate_limited: c.rate_limited,
+            evicted_unassured: c.evicted_unassured,
+            evicted_idle: c.evicted_idle,
+            backend_errors: self.backend_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -364,6 +489,7 @@ impl Hub {
             return Err(SendError::TxFull);
         }
         flow.sent.fetch_add(1, Ordering::Relaxed);
+        flow.replied();
         Ok(())
     }
 }
@@ -408,6 +534,10 @@ impl Application for HubHandle {
 
     fn tasks_on_workers(&self) -> bool {
         self.acceptor.is_some()
+    }
+
+    fn flow_stats(&self) -> Option<HubStats> {
+        Some(self.hub.stats())
     }
 }
 
@@ -499,5 +629,11 @@ impl Engine {
     /// Flow-delivery counters (`None` without flow delivery).
     pub fn flow_stats(&self) -> Option<HubStats> {
         Some(self.hub()?.stats())
+    }
+
+    /// The limits the flow budget resolved to at start (`None` without
+    /// flow delivery): a proxy sizes its own per-flow resources by them.
+    pub fn flow_limits(&self) -> Option<FlowLimits> {
+        Some(self.hub()?.limits())
     }
 }

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use steer_core::balance::BalanceStats;
 use steer_core::stats::LocalStats;
 
+use crate::flows::HubStats;
+
 /// The version of the JSON a stats socket speaks.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -61,6 +63,10 @@ pub struct LiveStats {
     /// The load balancer's counters (all 0 from an engine without one).
     #[serde(default)]
     pub balance: BalanceStats,
+    /// Flow delivery's budget counters (`None`: the engine delivers no
+    /// flows).
+    #[serde(default)]
+    pub flows: Option<HubStats>,
 }
 
 impl LiveStats {
@@ -80,6 +86,7 @@ impl LiveStats {
             sockets: Vec::new(),
             frames: FrameCounters::default(),
             balance: BalanceStats::default(),
+            flows: None,
         }
     }
 

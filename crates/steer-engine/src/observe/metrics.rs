@@ -254,6 +254,9 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
             .inc_by(row.core.busy_ns as f64 / 1e9);
     }
     balancer(&f, &live.balance)?;
+    if let Some(flows) = &live.flows {
+        flow_budget(&f, flows)?;
+    }
     let updates = f.counters(
         "steer_desired_table_updates_total",
         "Desired-CPU table writes by reason (rps_record_sock_flow analog); each may move a flow and call the steering hook.",
@@ -310,6 +313,53 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
     f.registry.register(Box::new(uptime.clone()))?;
     uptime.set(live.uptime_s);
     Ok(f.registry)
+}
+
+/// Flow delivery's budget families (engines that deliver flows).
+fn flow_budget(f: &Families, h: &crate::flows::HubStats) -> prometheus::Result<()> {
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    f.gauge(
+        "steer_flows_open",
+        "Flows open now (delivered to the application, not yet closed or evicted).",
+    )?
+    .set(gauge(h.open));
+    f.gauge(
+        "steer_flows_max",
+        "The flow budget: the most flows open at once.",
+    )?
+    .set(gauge(h.max_flows));
+    f.counter(
+        "steer_flows_accepted_total",
+        "New flows admitted and offered to a listener.",
+    )?
+    .inc_by(h.accepted);
+    let refused = f.counters(
+        "steer_flows_refused_total",
+        "New flows refused, by reason: budget (full of recently active flows), rate_limit (the source was over its new-flow rate), backlog (the listener's backlog was full).",
+        "reason",
+    )?;
+    refused.with_label_values(&["budget"]).inc_by(h.refused);
+    refused
+        .with_label_values(&["rate_limit"])
+        .inc_by(h.rate_limited);
+    refused
+        .with_label_values(&["backlog"])
+        .inc_by(h.accept_drops);
+    let evicted = f.counters(
+        "steer_flows_evicted_total",
+        "Flows evicted to make room for new ones, by reason: unassured (no datagram after a reply: probes, sprays) or idle (the least recently active assured flow).",
+        "reason",
+    )?;
+    evicted
+        .with_label_values(&["unassured"])
+        .inc_by(h.evicted_unassured);
+    evicted.with_label_values(&["idle"]).inc_by(h.evicted_idle);
+    f.counter(
+        "steer_flows_backend_errors_total",
+        "Per-flow resources the application could not get or use (a proxy's backend socket).",
+    )?
+    .inc_by(h.backend_errors);
+    Ok(())
 }
 
 /// The load balancer's families.
@@ -525,6 +575,15 @@ mod tests {
         live.balance.on = true;
         live.balance.moves_same_llc = 6;
         live.balance.elephants = 1;
+        live.flows = Some(crate::flows::HubStats {
+            open: 900,
+            max_flows: 920,
+            refused: 2,
+            rate_limited: 40,
+            evicted_unassured: 7000,
+            backend_errors: 1,
+            ..Default::default()
+        });
         live
     }
 
@@ -547,6 +606,13 @@ mod tests {
             "steer_balancer_moves_total{reason=\"same_llc\"} 6",
             "steer_balancer_moves_total{reason=\"cross_llc\"} 0",
             "steer_balancer_elephants 1",
+            "steer_flows_open 900",
+            "steer_flows_max 920",
+            "steer_flows_refused_total{reason=\"rate_limit\"} 40",
+            "steer_flows_refused_total{reason=\"budget\"} 2",
+            "steer_flows_evicted_total{reason=\"unassured\"} 7000",
+            "steer_flows_evicted_total{reason=\"idle\"} 0",
+            "steer_flows_backend_errors_total 1",
             "# TYPE steer_balancer_rounds_total counter",
             "# TYPE steer_softnet_dropped_total counter",
             "# TYPE steer_umem_frames gauge",

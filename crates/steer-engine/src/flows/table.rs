@@ -1,0 +1,404 @@
+//! The engine's open flows and who leaves when the budget is full: the
+//! conntrack of flow delivery.
+//!
+//! [`FlowTable`] maps each open flow's 5-tuple to its state and admits new
+//! flows against the [`FlowLimits`]: a per-source token bucket first
+//! (refused: `rate_limited`), then the total and the receiving worker's
+//! budget. At the budget it evicts, in this order:
+//! 1. an *unassured* flow, oldest first: one that has not sent a datagram
+//!    after a reply was sent on it (a one-shot probe, a spoofed source that
+//!    never saw the reply, a flow whose exchange is over). Like conntrack's
+//!    ASSURED bit, only real two-way traffic makes a flow worth keeping;
+//! 2. else an assured flow not touched since the eviction clock last passed
+//!    it (CLOCK, the usual approximation of least recently used);
+//! 3. else nobody: the new flow is refused (`refused`).
+//!
+//! Invariants:
+//! - `open` (total and per worker) counts exactly the flows in the map, and
+//!   never exceeds the limits after an admission.
+//! - No assured flow is evicted while the worker's queues hold an
+//!   unassured one; an evicted flow is marked closed and its reader woken
+//!   (its `recv` ends), its queued datagrams freed.
+//! - The eviction queues hold each open flow once, plus closed flows not
+//!   yet skipped; they are compacted when the dead outnumber the live, so
+//!   their size stays within twice the open flows (plus a constant).
+//! - Eviction work per new flow is bounded ([`CLOCK_SCAN`] assured flows at
+//!   most; unassured ones are each looked at once in their life).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use steer_core::flow::{FlowAddrs, FlowKey};
+
+use super::budget::{FlowLimits, SourceLimiter};
+use super::flow::FlowShared;
+
+/// Assured flows the eviction clock looks at, at most, for one new flow.
+pub(crate) const CLOCK_SCAN: usize = 64;
+
+/// Why a new flow was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Its source is over its new-flow rate.
+    RateLimited,
+    /// The budget is full of recently active assured flows.
+    Full,
+}
+
+/// Why a flow was evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Eviction {
+    /// It had no two-way traffic.
+    Unassured,
+    /// The least recently active of the assured flows.
+    Idle,
+}
+
+/// The flows one worker received first.
+#[derive(Debug, Default)]
+struct Home {
+    open: usize,
+    unassured: VecDeque<Arc<FlowShared>>,
+    assured: VecDeque<Arc<FlowShared>>,
+}
+
+impl Home {
+    fn queued(&self) -> usize {
+        self.unassured.len() + self.assured.len()
+    }
+
+    /// Drops closed flows from the queues when they outnumber the open.
+    fn compact(&mut self) {
+        if self.queued() > 2 * self.open + 64 {
+            self.unassured.retain(|f| !f.is_closed());
+            self.assured.retain(|f| !f.is_closed());
+        }
+    }
+
+    /// The flow to evict, taken off the queues; `None`: every flow here is
+    /// assured and was active since the clock last passed it.
+    fn victim(&mut self) -> Option<(Arc<FlowShared>, Eviction)> {
+        while let Some(f) = self.unassured.pop_front() {
+            if f.is_closed() {
+                continue;
+            }
+            if f.assured.load(Relaxed) {
+                self.assured.push_back(f);
+                continue;
+            }
+            return Some((f, Eviction::Unassured));
+        }
+        for _ in 0..self.assured.len().min(CLOCK_SCAN) {
+            let f = self.assured.pop_front()?;
+            if f.is_closed() {
+                continue;
+            }
+            if f.referenced.swap(false, Relaxed) {
+                self.assured.push_back(f);
+                continue;
+            }
+            return Some((f, Eviction::Idle));
+        }
+        None
+    }
+}
+
+/// Counters of the table's decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TableCounts {
+    pub(crate) refused: u64,
+    pub(crate) rate_limited: u64,
+    pub(crate) evicted_unassured: u64,
+    pub(crate) evicted_idle: u64,
+}
+
+/// The open flows of an engine and their budget.
+#[derive(Debug)]
+pub(crate) struct FlowTable {
+    map: HashMap<FlowKey, Arc<FlowShared>>,
+    homes: Vec<Home>,
+    open: usize,
+    limits: FlowLimits,
+    sources: SourceLimiter,
+    pub(crate) counts: TableCounts,
+}
+
+/// The source address of a flow as received.
+pub(crate) fn source_of(key: &FlowKey) -> IpAddr {
+    match key.addrs {
+        FlowAddrs::V4 { src, .. } => IpAddr::V4(src),
+        FlowAddrs::V6 { src, .. } => IpAddr::V6(src),
+    }
+}
+
+impl FlowTable {
+    pub(crate) fn new(limits: FlowLimits, workers: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            homes: (0..workers.max(1)).map(|_| Home::default()).collect(),
+            open: 0,
+            sources: SourceLimiter::new(&limits),
+            limits,
+            counts: TableCounts::default(),
+        }
+    }
+
+    pub(crate) fn limits(&self) -> &FlowLimits {
+        &self.limits
+    }
+
+    pub(crate) fn open(&self) -> usize {
+        self.open
+    }
+
+    pub(crate) fn get(&self, key: &FlowKey) -> Option<&Arc<FlowShared>> {
+        self.map.get(key)
+    }
+
+    /// Makes room for a new flow of `key` received by worker `home` at
+    /// `now_ns`: takes the source's token, evicts what the budget requires
+    /// (closing each evicted flow and waking its reader). `Err`: refused
+    /// (counted), nothing evicted.
+    pub(crate) fn admit(&mut self, key: &FlowKey, home: usize, now_ns: u64) -> Result<(), Refusal> {
+        let home = home.min(self.homes.len() - 1);
+        if !self.sources.allow(source_of(key), now_ns) {
+            self.counts.rate_limited += 1;
+            return Err(Refusal::RateLimited);
+        }
+        while self.homes[home].open >= self.limits.max_flows_per_worker
+            || self.open >= self.limits.max_flows
+        {
+            // Room is made among the flows of the receiving worker; when it
+            // has none (the total is what binds), among the largest's.
+            let from = if self.homes[home].open > 0 {
+                home
+            } else {
+                (0..self.homes.len())
+                    .max_by_key(|&h| self.homes[h].open)
+                    .unwrap_or(home)
+            };
+            let Some((victim, why)) = self.homes[from].victim() else {
+                self.counts.refused += 1;
+                return Err(Refusal::Full);
+            };
+            self.remove(&victim);
+            victim.evict();
+            match why {
+                Eviction::Unassured => self.counts.evicted_unassured += 1,
+                Eviction::Idle => self.counts.evicted_idle += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds an admitted flow.
+    pub(crate) fn insert(&mut self, flow: Arc<FlowShared>) {
+        let home = flow.home.min(self.homes.len() - 1);
+        if let Some(old) = self.map.insert(flow.key, Arc::clone(&flow)) {
+            // Not expected (a key is looked up before admission): keep the
+            // count true anyway.
+            let last = self.homes.len() - 1;
+            self.homes[old.home.min(last)].open -= 1;
+            self.open -= 1;
+        }
+        let h = &mut self.homes[home];
+        h.open += 1;
+        h.unassured.push_back(flow);
+        h.compact();
+        self.open += 1;
+    }
+
+    /// Removes `flow` if it is the open flow of its key (its reader went
+    /// away); `false` if it was not (evicted before, or never admitted).
+    pub(crate) fn remove(&mut self, flow: &Arc<FlowShared>) -> bool {
+        if !self
+            .map
+            .get(&flow.key)
+            .is_some_and(|f| Arc::ptr_eq(f, flow))
+        {
+            return false;
+        }
+        self.map.remove(&flow.key);
+        let last = self.homes.len() - 1;
+        let h = &mut self.homes[flow.home.min(last)];
+        h.open -= 1;
+        // The flow stays queued until skipped or compacted away.
+        if flow.is_closed() {
+            h.compact();
+        }
+        self.open -= 1;
+        true
+    }
+
+    /// Every open flow (at stop).
+    pub(crate) fn flows(&self) -> impl Iterator<Item = &Arc<FlowShared>> {
+        self.map.values()
+    }
+
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.homes.iter().map(Home::queued).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows::budget::{FlowBudget, HostResources};
+    use crate::flows::reply::ReplyTemplate;
+    use steer_core::flow::flow_key;
+    use steer_core::packet::build::FrameBuilder;
+
+    const HOST: HostResources = HostResources {
+        nofile: 1 << 20,
+        fds_open: 0,
+        mem_available: 1 << 34,
+    };
+
+    fn table(max: usize, per_source: u32, workers: usize) -> FlowTable {
+        let limits = FlowBudget {
+            max_flows: max,
+            max_flows_per_worker: max,
+            new_flows_per_source: per_source,
+            fds_per_flow: 1,
+        }
+        .resolve(workers, &HOST);
+        FlowTable::new(limits, workers)
+    }
+
+    fn frame(src: &str, sport: u16) -> Vec<u8> {
+        let src: IpAddr = src.parse().unwrap();
+        FrameBuilder::udp(src, "192.0.2.1".parse().unwrap(), sport, 7000)
+            .payload(b"x")
+            .build()
+    }
+
+    /// Admits and inserts the flow of `src:sport` on worker `home`.
+    fn open(t: &mut FlowTable, src: &str, sport: u16, home: usize) -> Option<Arc<FlowShared>> {
+        let f = frame(src, sport);
+        let key = flow_key(&f).unwrap().unwrap();
+        t.admit(&key, home, 0).ok()?;
+        let shared = Arc::new(FlowShared::new(
+            key,
+            1,
+            4,
+            ReplyTemplate::from_request(&f).unwrap(),
+            home,
+        ));
+        t.insert(Arc::clone(&shared));
+        Some(shared)
+    }
+
+    /// A request, a reply, another request: two-way traffic.
+    fn assure(f: &FlowShared) {
+        assert!(f.deliver(b"q1".to_vec()));
+        f.replied();
+        assert!(f.deliver(b"q2".to_vec()));
+        assert!(f.assured.load(Relaxed));
+    }
+
+    #[test]
+    fn a_spray_evicts_unassured_flows_oldest_first_and_never_the_assured() {
+        let mut t = table(8, u32::MAX, 1);
+        let client = open(&mut t, "198.51.100.7", 5000, 0).unwrap();
+        assure(&client);
+        let mut spray = Vec::new();
+        for i in 0..1000u16 {
+            let f = open(&mut t, "198.18.0.1", 10_000 + i, 0).expect("room is made");
+            spray.push(f);
+            // The client keeps talking.
+            client.deliver(b"q".to_vec());
+            assert!(t.open() <= 8);
+        }
+        assert!(!client.is_closed(), "the assured client was evicted");
+        assert!(t.get(&client.key).is_some());
+        assert_eq!(t.counts.evicted_unassured, 1000 - 7);
+        assert_eq!(t.counts.evicted_idle, 0);
+        // The oldest spray flows went first; the last seven are open.
+        assert!(spray[..993].iter().all(|f| f.is_closed()));
+        assert!(spray[993..].iter().all(|f| !f.is_closed()));
+        assert!(t.queued() <= 2 * t.open() + 64 + 1);
+    }
+
+    #[test]
+    fn without_unassured_flows_the_idle_assured_go_and_then_new_flows_are_refused() {
+        let mut t = table(4, u32::MAX, 1);
+        let flows: Vec<_> = (0..4)
+            .map(|i| open(&mut t, "198.51.100.1", 100 + i, 0).unwrap())
+            .collect();
+        for f in &flows {
+            assure(f);
+        }
+        // Flows 1..4 keep talking; flow 0 goes quiet after one clock pass.
+        let newcomer = open(&mut t, "198.51.100.2", 1, 0);
+        // The first pass clears every referenced bit and finds none idle.
+        assert!(newcomer.is_none());
+        assert_eq!(t.counts.refused, 1);
+        for f in &flows[1..] {
+            f.deliver(b"again".to_vec());
+        }
+        let newcomer = open(&mut t, "198.51.100.2", 1, 0).expect("the idle one makes room");
+        assert!(flows[0].is_closed());
+        assert!(flows[1..].iter().all(|f| !f.is_closed()));
+        assert_eq!(t.counts.evicted_idle, 1);
+        assert!(!newcomer.is_closed());
+    }
+
+    #[test]
+    fn one_source_is_held_to_its_rate_and_others_still_get_in() {
+        let mut t = table(10_000, 50, 1);
+        let admitted = (0..1000u16)
+            .filter(|&i| open(&mut t, "198.18.0.9", i, 0).is_some())
+            .count();
+        assert_eq!(admitted, 100, "the burst: twice the rate");
+        assert_eq!(t.counts.rate_limited, 900);
+        assert!(open(&mut t, "198.51.100.3", 1, 0).is_some());
+    }
+
+    #[test]
+    fn the_per_worker_budget_binds_before_the_total() {
+        let limits = FlowBudget {
+            max_flows: 10,
+            max_flows_per_worker: 3,
+            new_flows_per_source: u32::MAX,
+            fds_per_flow: 1,
+        }
+        .resolve(2, &HOST);
+        let mut t = FlowTable::new(limits, 2);
+        for i in 0..10 {
+            open(&mut t, "198.18.0.1", i, 0).unwrap();
+        }
+        assert_eq!(t.open(), 3);
+        for i in 0..10 {
+            open(&mut t, "198.18.0.1", 100 + i, 1).unwrap();
+        }
+        assert_eq!(t.open(), 6);
+    }
+
+    #[test]
+    fn closed_flows_leave_the_count_and_the_queues_stay_bounded() {
+        let mut t = table(100_000, u32::MAX, 1);
+        for i in 0..5000u16 {
+            let f = open(&mut t, "198.18.0.1", i, 0).unwrap();
+            // The reader goes away at once.
+            f.closed.store(true, Relaxed);
+            assert!(t.remove(&f));
+            assert!(!t.remove(&f));
+        }
+        assert_eq!(t.open(), 0);
+        assert!(t.queued() <= 64 + 1, "queues hold {}", t.queued());
+    }
+
+    #[test]
+    fn an_evicted_flow_is_closed_and_its_datagrams_freed() {
+        let mut t = table(1, u32::MAX, 1);
+        let first = open(&mut t, "198.18.0.1", 1, 0).unwrap();
+        assert!(first.deliver(b"queued".to_vec()));
+        let _second = open(&mut t, "198.18.0.1", 2, 0).unwrap();
+        assert!(first.is_closed() && first.is_evicted());
+        assert!(first.pop().is_none());
+        assert!(!first.deliver(b"late".to_vec()));
+    }
+}
