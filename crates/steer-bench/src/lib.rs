@@ -22,6 +22,8 @@ pub mod cpustat;
 pub mod flows;
 /// The AF_XDP generator and checker.
 pub mod gen;
+/// A proxy in front of a spray of new flows (`steer-bench hostile`).
+pub mod hostile;
 /// The kernel socket echo (`kernel-echo`).
 pub mod kernel_echo;
 /// Threaded NAPI pinned to the receiver's CPUs (`--rx-on receiver`).

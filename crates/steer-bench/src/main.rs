@@ -8,6 +8,7 @@
 //! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
 //! steer-bench seed 000|000-tcp|001|002-004|003 [--quick] [--runs N] [--json FILE]
 //! steer-bench seed medians FILE.json...
+//! steer-bench hostile [--quick] [--rates 5000,20000] [--nofile 1024,20000] [--runs 3] [--json FILE]
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
 //! steer-bench afxdp-echo --interface IF --port P --cpu 1  (helper: raw AF_XDP turnaround)
 //! ```
@@ -54,6 +55,10 @@ enum Cmd {
     /// The sockperf comparison: sockperf clients against `sockperf server`
     /// (RPS/RFS) and steer's echo server.
     CompareKernel(steer_bench::compare_kernel::CompareKernel),
+    /// A proxy in front of a spray of new flows: a well-behaved client's
+    /// answers and latency, the proxy's descriptors and memory, for steer's
+    /// proxy and the plain tokio one.
+    Hostile(HostileArgs),
     /// The seed reproductions (benches/seeds/README.md) and their medians.
     #[command(subcommand)]
     Seed(steer_bench::seeds::SeedCmd),
@@ -80,6 +85,103 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         cpu: usize,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+struct HostileArgs {
+    /// Short phases (2 s) and one run: a smoke test.
+    #[arg(long)]
+    quick: bool,
+    /// Spray rates, new flows per second, paired with --nofile.
+    #[arg(long, value_delimiter = ',', default_value = "5000,20000")]
+    rates: Vec<u32>,
+    /// The proxy's `ulimit -n` for each rate.
+    #[arg(long, value_delimiter = ',', default_value = "1024,20000")]
+    nofile: Vec<u64>,
+    /// Seconds of spray (and of the client's baseline, at most 5).
+    #[arg(long, default_value_t = 10.0)]
+    secs: f64,
+    /// Requests the well-behaved client sends in each phase.
+    #[arg(long, default_value_t = 50)]
+    requests: u32,
+    /// Distinct spray sources (0: a random address per datagram).
+    #[arg(long, default_value_t = 0)]
+    sources: u32,
+    /// Runs of each (proxy, rate), interleaved.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Proxies: steer, kernel (the plain tokio proxy).
+    #[arg(long, value_delimiter = ',', default_value = "steer,kernel")]
+    proxies: Vec<String>,
+    /// Write every result here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn run_hostile(a: &HostileArgs) -> Result<()> {
+    use steer_bench::hostile::{self, HostileConfig, ProxyKind};
+    if a.rates.len() != a.nofile.len() {
+        bail!("--rates and --nofile pair up: give as many of each");
+    }
+    let exe = std::env::current_exe().context("finding this binary")?;
+    let steer_bin = exe
+        .parent()
+        .context("this binary has no directory")?
+        .join("steer");
+    if !steer_bin.exists() {
+        bail!(
+            "{} not found: build it (cargo build --release -p steer-cli)",
+            steer_bin.display()
+        );
+    }
+    let proxies = a
+        .proxies
+        .iter()
+        .map(|p| match p.as_str() {
+            "steer" => Ok(ProxyKind::Steer),
+            "kernel" | "tokio" => Ok(ProxyKind::Kernel),
+            other => bail!("--proxies: unknown proxy {other:?} (steer, kernel)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (secs, runs) = if a.quick {
+        (2.0, 1)
+    } else {
+        (a.secs, a.runs.max(1))
+    };
+    let log_dir = std::env::temp_dir().join(format!("steer-bench-hostile-{}", std::process::id()));
+    let mut results = Vec::new();
+    for run in 0..runs {
+        for (&rate, &nofile) in a.rates.iter().zip(&a.nofile) {
+            for &proxy in &proxies {
+                eprintln!(
+                    "run {}/{runs}: {} proxy, ulimit -n {nofile}, {rate} new flows/s for {secs} s",
+                    run + 1,
+                    proxy.name()
+                );
+                let r = hostile::run(&HostileConfig {
+                    steer_bin: steer_bin.clone(),
+                    proxy,
+                    nofile,
+                    spray_rate: rate,
+                    spray_sources: a.sources,
+                    secs,
+                    requests: a.requests,
+                    proxy_args: Vec::new(),
+                    log_dir: log_dir.clone(),
+                })?;
+                if !r.alive {
+                    eprintln!("  the {} proxy died: {}", proxy.name(), r.log_tail);
+                }
+                results.push(r);
+            }
+        }
+    }
+    print!("{}", hostile::table(&results));
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args, Clone)]
@@ -306,6 +408,7 @@ fn main() -> ExitCode {
         Cmd::Sockperf(c) => cmd_sockperf(c),
         Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
         Cmd::Seed(c) => steer_bench::seeds::run(c),
+        Cmd::Hostile(a) => run_hostile(&a).map(|()| ExitCode::SUCCESS),
         Cmd::KernelEcho { addr, cpus } => {
             steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }

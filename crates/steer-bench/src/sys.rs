@@ -3,7 +3,8 @@
 //! allowed): CLOCK_MONOTONIC in nanoseconds (the clock `bpf_ktime_get_ns`
 //! reads, so send times taken here and arrival times stamped in XDP
 //! compare), absolute sleeps on it, pinning threads and children, the
-//! current CPU, the clock tick, root, a file lock, `setns` and `kill`.
+//! current CPU, the clock tick, root, a file lock, `setns`, `kill` and an
+//! AF_PACKET sender for frames no UDP socket would send (spoofed sources).
 
 #![allow(unsafe_code)]
 
@@ -165,6 +166,58 @@ pub fn terminate(pid: u32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// An AF_PACKET socket that sends whole Ethernet frames out of one
+/// interface (of the calling thread's network namespace).
+#[derive(Debug)]
+pub struct PacketSender {
+    fd: std::os::fd::OwnedFd,
+    ifindex: i32,
+}
+
+impl PacketSender {
+    /// A sender on interface `ifindex`.
+    pub fn open(ifindex: u32) -> io::Result<Self> {
+        // SAFETY: plain socket(2) call; the descriptor is owned below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let ifindex =
+            i32::try_from(ifindex).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(Self { fd, ifindex })
+    }
+
+    /// Sends `frame` (Ethernet header included) as it is.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        if frame.len() < 14 {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = self.ifindex;
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(&frame[..6]);
+        // SAFETY: `frame` and `addr` outlive the call and the lengths are theirs.
+        let rc = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

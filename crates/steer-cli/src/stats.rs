@@ -144,6 +144,9 @@ pub fn report(live: &LiveStats) -> String {
     if let Some(line) = balancer_line(live) {
         let _ = writeln!(out, "{line}");
     }
+    if let Some(line) = flows_line(live) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push('\n');
     let _ = writeln!(
         out,
@@ -228,6 +231,26 @@ pub fn balancer_line(live: &LiveStats) -> Option<String> {
             b.rounds,
         )
     })
+}
+
+/// Flow delivery's budget, when the engine delivers flows: open of the
+/// most, and what was refused and evicted to stay within it.
+pub fn flows_line(live: &LiveStats) -> Option<String> {
+    let f = live.flows.as_ref()?;
+    Some(format!(
+        "flows: {} open of {}, {} accepted; refused {} (budget {}, rate limit {}, backlog {}); evicted {} (unassured {}, idle {}); backend errors {}",
+        f.open,
+        f.max_flows,
+        f.accepted,
+        f.refused + f.rate_limited + f.accept_drops,
+        f.refused,
+        f.rate_limited,
+        f.accept_drops,
+        f.evicted(),
+        f.evicted_unassured,
+        f.evicted_idle,
+        f.backend_errors,
+    ))
 }
 
 /// Where the UMEM frames are.

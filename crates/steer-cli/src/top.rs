@@ -21,7 +21,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
-use crate::stats::{frames_line, headline, steering_line, EngineRef};
+use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef};
 
 /// `steer top` arguments.
 #[derive(Debug, Args)]
@@ -146,23 +146,26 @@ impl TopView {
     pub fn height(&self) -> u16 {
         let cpus = self.now.per_cpu.len() as u16 + 2; // header + all
         let sockets = self.now.sockets.len() as u16 + 1;
-        1 + (cpus + 2) + 1 + (sockets + 2) + 1 + 1
+        1 + (cpus + 2) + 1 + (sockets + 2) + 1 + 1 + u16::from(self.now.flows.is_some())
     }
 
     /// Draws the screen into `area` of `buf`.
     pub fn render(&self, area: Rect, buf: &mut Buffer) {
         let cpus = self.now.per_cpu.len() as u16 + 2 + 2;
         let sockets = self.now.sockets.len() as u16 + 1 + 2;
-        let [head, cpu_area, steering, socket_area, frames, _, foot] = Layout::vertical([
-            Constraint::Length(1),
-            Constraint::Length(cpus),
-            Constraint::Length(1),
-            Constraint::Length(sockets),
-            Constraint::Length(1),
-            Constraint::Min(0),
-            Constraint::Length(1),
-        ])
-        .areas(area);
+        let flows = u16::from(self.now.flows.is_some());
+        let [head, cpu_area, steering, socket_area, frames, flow_area, _, foot] =
+            Layout::vertical([
+                Constraint::Length(1),
+                Constraint::Length(cpus),
+                Constraint::Length(1),
+                Constraint::Length(sockets),
+                Constraint::Length(1),
+                Constraint::Length(flows),
+                Constraint::Min(0),
+                Constraint::Length(1),
+            ])
+            .areas(area);
         Paragraph::new(headline(&self.now))
             .style(Style::new().add_modifier(Modifier::BOLD))
             .render(head, buf);
@@ -170,6 +173,9 @@ impl TopView {
         Paragraph::new(steering_line(&self.now)).render(steering, buf);
         self.socket_table().render(socket_area, buf);
         Paragraph::new(frames_line(&self.now)).render(frames, buf);
+        if let Some(line) = flows_line(&self.now) {
+            Paragraph::new(line).render(flow_area, buf);
+        }
         match &self.status {
             Some(e) => Paragraph::new(format!("not refreshed: {e}"))
                 .style(Style::new().fg(Color::Red))
@@ -347,6 +353,27 @@ mod tests {
         assert!(text.contains("per CPU"), "{text}");
         assert!(text.contains("AF_XDP sockets"), "{text}");
         assert!(text.contains("rates over 2.0 s"), "{text}");
+        assert_eq!(text.lines().count(), view.height() as usize);
+    }
+
+    #[test]
+    fn a_proxy_engine_shows_its_flow_budget() {
+        let mut live = sample(1.0, 100);
+        live.flows = Some(steer_engine::flows::HubStats {
+            open: 917,
+            max_flows: 920,
+            rate_limited: 4000,
+            evicted_unassured: 12_000,
+            ..Default::default()
+        });
+        let view = TopView::new(live);
+        let text = view.to_text(200);
+        assert!(
+            text.contains("flows: 917 open of 920")
+                && text.contains("rate limit 4000")
+                && text.contains("unassured 12000"),
+            "{text}"
+        );
         assert_eq!(text.lines().count(), view.height() as usize);
     }
 

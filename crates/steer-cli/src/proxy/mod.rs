@@ -19,11 +19,22 @@
 //! to the layout of the moment; started as `multi` or `per-core`, the
 //! engine has no tasks on its workers and `runtime worker` is refused.
 //!
+//! Flow state is bounded: the engine's flow budget (`--max-flows`,
+//! `--max-flows-per-worker`, `--new-flows-per-source`; derived from
+//! `RLIMIT_NOFILE`, raised to its hard limit at start, and from memory)
+//! admits, evicts and refuses flows, and each flow's backend socket takes a
+//! permit from a pool of that size, so a spray of new flows can exhaust
+//! neither descriptors nor memory. A flow costs a task, a socket and the
+//! datagrams it queues: the backend's replies are read into one buffer per
+//! thread, not one per flow.
+//!
 //! `--io kernel` runs the same forwarder on plain tokio sockets instead
-//! ([`kernel`]): the baseline a proxy author would write without steer.
+//! ([`kernel`]): the baseline a proxy author would write without steer
+//! (unbounded, as such a proxy usually is).
 
 mod kernel;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -35,9 +46,11 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuId;
 use steer_core::policy::Policy;
-use steer_engine::flows::{AcceptMode, Flow, FlowListener, FlowOptions};
+use steer_engine::flows::{
+    AcceptMode, Flow, FlowBudget, FlowListener, FlowOptions, HostResources, RESERVED_FDS,
+};
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use xdp_io::Proto;
 
 use crate::args::EngineArgs;
@@ -99,12 +112,46 @@ pub struct ProxyArgs {
     /// Close a flow idle this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub idle_timeout: f64,
+    /// Most client flows open at once, each with its backend socket
+    /// (default: what RLIMIT_NOFILE, raised to its hard limit, and memory
+    /// allow). At the limit, flows with no two-way traffic are evicted
+    /// first, then the least recently active, else new flows are refused.
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<usize>,
+    /// Most flows open at once among those one worker received first
+    /// (default: 1.5 even shares of --max-flows).
+    #[arg(long, value_name = "N")]
+    pub max_flows_per_worker: Option<usize>,
+    /// New flows one source address (an IPv6 /64) may open per second,
+    /// with a burst of twice that; 0: no limit (default: a sixteenth of
+    /// --max-flows, at least 100).
+    #[arg(long, value_name = "PER_SECOND")]
+    pub new_flows_per_source: Option<u32>,
     /// Stop after this many seconds (default: SIGINT/SIGTERM or `quit`).
     #[arg(long)]
     pub duration: Option<f64>,
     /// Write the final counters here on exit.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+}
+
+impl ProxyArgs {
+    /// The flow budget the flags ask for (unset: derived at start).
+    fn budget(&self) -> anyhow::Result<FlowBudget> {
+        if self.max_flows == Some(0) || self.max_flows_per_worker == Some(0) {
+            anyhow::bail!("--max-flows and --max-flows-per-worker take at least 1");
+        }
+        Ok(FlowBudget {
+            max_flows: self.max_flows.unwrap_or(0),
+            max_flows_per_worker: self.max_flows_per_worker.unwrap_or(0),
+            new_flows_per_source: match self.new_flows_per_source {
+                None => 0,
+                Some(0) => u32::MAX,
+                Some(n) => n,
+            },
+            fds_per_flow: 1,
+        })
+    }
 }
 
 /// Forwarding counters.
@@ -242,26 +289,38 @@ struct Relays {
     per_core: PerCoreInboxes,
     backend: SocketAddr,
     idle: Duration,
+    /// One permit per backend socket (set once the engine has started).
+    permits: Arc<OnceLock<Arc<Semaphore>>>,
 }
 
 impl Relays {
+    /// What a relay needs.
+    fn relay(&self, flow: Flow) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let permits = self.permits.get().cloned();
+        relay(
+            flow,
+            self.backend,
+            self.idle,
+            Arc::clone(&self.relayed),
+            permits,
+        )
+    }
+
     /// Runs `flow`'s relay on the calling thread's `LocalSet`.
     fn run_here(&self, flow: Flow) {
-        let relayed = Arc::clone(&self.relayed);
-        tokio::task::spawn_local(relay(flow, self.backend, self.idle, relayed));
+        tokio::task::spawn_local(self.relay(flow));
     }
 
     /// Starts `flow`'s relay, accepted on `cpu`; `here` spawns on the
     /// calling thread's `LocalSet` (a per-core runtime or a worker).
     fn start(&self, cpu: CpuId, flow: Flow, here: Layout) {
         let relayed = Arc::clone(&self.relayed);
-        let (backend, idle) = (self.backend, self.idle);
         let layout = Layout::from_u8(self.layout.load(Ordering::Relaxed));
         match layout {
             Layout::Multi => match self.multi.get() {
                 Some(multi) => {
                     relayed.flows_multi.fetch_add(1, Ordering::Relaxed);
-                    multi.spawn(relay(flow, backend, idle, relayed));
+                    multi.spawn(self.relay(flow));
                 }
                 // Accepted in the microseconds between the engine's start
                 // and the multi runtime's: relayed where it was accepted.
@@ -320,12 +379,17 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         per_core: Arc::default(),
         backend: args.backend,
         idle: Duration::from_secs_f64(args.idle_timeout.max(0.001)),
+        permits: Arc::default(),
+    };
+    let options = FlowOptions {
+        budget: args.budget()?,
+        ..FlowOptions::default()
     };
     let builder = args.engine.builder()?.own(Proto::Udp, args.port);
     let engine = if on_workers {
         // Each worker accepts the flows its CPU receives, on its own thread.
         let relays = relays.clone();
-        builder.deliver_flows_on_workers(FlowOptions::default(), move |cpu, listener| {
+        builder.deliver_flows_on_workers(options, move |cpu, listener| {
             let relays = relays.clone();
             async move {
                 while let Some(flow) = listener.accept().await {
@@ -336,10 +400,25 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     } else {
         builder.deliver_flows(FlowOptions {
             accept: AcceptMode::PerCpu,
-            ..FlowOptions::default()
+            ..options
         })
     }
     .start()?;
+    // Backend sockets: one per open flow, never more than the descriptors
+    // left once the engine is up (less the engine's reserve).
+    let limits = engine
+        .flow_limits()
+        .ok_or_else(|| anyhow::anyhow!("flow delivery is not on"))?;
+    let host = HostResources::measure(false);
+    let fds_left = host
+        .nofile
+        .saturating_sub(host.fds_open)
+        .saturating_sub(RESERVED_FDS);
+    let sockets = limits
+        .max_flows
+        .min(usize::try_from(fds_left).unwrap_or(usize::MAX))
+        .max(1);
+    let _ = relays.permits.set(Arc::new(Semaphore::new(sockets)));
     // Every thread from here on starts without the capabilities the engine
     // dropped at start.
     let multi = tokio::runtime::Builder::new_multi_thread()
@@ -398,8 +477,21 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}",
-        args.engine.interface, args.port, args.backend, args.engine.policy, args.runtime
+        "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}, max flows {} \
+         ({} per worker, {} backend sockets), new flows per source {}/s",
+        args.engine.interface,
+        args.port,
+        args.backend,
+        args.engine.policy,
+        args.runtime,
+        limits.max_flows,
+        limits.max_flows_per_worker,
+        sockets,
+        if limits.new_flows_per_source.is_finite() {
+            format!("{:.0}", limits.new_flows_per_source)
+        } else {
+            "unlimited".into()
+        },
     );
     crate::args::print_endpoints("proxy", &engine, &args.engine.interface);
 
@@ -501,6 +593,10 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                 p["accept_drops"] = flow_stats.accept_drops.into();
                 p
             });
+            m.insert(
+                "flows".into(),
+                serde_json::to_value(flow_stats).unwrap_or_default(),
+            );
         }
         std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")?;
     }
@@ -510,25 +606,73 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+thread_local! {
+    /// Where a thread reads backend replies: one buffer per thread, not per
+    /// flow (a flow that never hears back costs no 64 KiB).
+    static REPLY_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0u8; 65536]);
+}
+
+/// How long a new flow waits for a backend socket permit (held by flows
+/// evicted a moment ago whose tasks have not ended yet) before giving up.
+const PERMIT_WAIT: Duration = Duration::from_millis(500);
+
 /// Forwards one flow to the backend and its replies back, until the flow
-/// is idle for `idle` or the engine stops.
-async fn relay(mut flow: Flow, backend: SocketAddr, idle: Duration, relayed: Arc<Relayed>) {
+/// is idle for `idle`, evicted, or the engine stops. Its backend socket
+/// takes one of `permits` for its life.
+async fn relay(
+    mut flow: Flow,
+    backend: SocketAddr,
+    idle: Duration,
+    relayed: Arc<Relayed>,
+    permits: Option<Arc<Semaphore>>,
+) {
+    let _permit: Option<OwnedSemaphorePermit> = match permits {
+        Some(p) => match tokio::time::timeout(PERMIT_WAIT, p.acquire_owned()).await {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                flow.count_backend_error();
+                relayed.send_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        },
+        None => None,
+    };
     let Ok(socket) = backend_socket(backend).await else {
+        flow.count_backend_error();
         relayed.send_errors.fetch_add(1, Ordering::Relaxed);
         return;
     };
     let writer = flow.writer();
-    let mut buf = vec![0u8; 65536];
     loop {
         tokio::select! {
             d = tokio::time::timeout(idle, flow.recv()) => match d {
                 Ok(Some(d)) => relayed.count(socket.send(&d).await.is_ok(), &relayed.to_backend),
-                // Idle, or the engine stopped: dropping the flow closes it.
+                // Idle, evicted, or the engine stopped: dropping the flow
+                // closes it.
                 Ok(None) | Err(_) => break,
             },
-            n = socket.recv(&mut buf) => match n {
-                Ok(n) => relayed.count(writer.send(&buf[..n]).is_ok(), &relayed.to_client),
-                Err(_) => relayed.count(false, &relayed.to_client),
+            ready = socket.readable() => {
+                if ready.is_err() {
+                    relayed.count(false, &relayed.to_client);
+                    continue;
+                }
+                // Everything the backend has sent, through this thread's buffer.
+                loop {
+                    let got = REPLY_BUF.with(|buf| {
+                        let mut buf = buf.borrow_mut();
+                        socket
+                            .try_recv(&mut buf)
+                            .map(|n| writer.send(&buf[..n]).is_ok())
+                    });
+                    match got {
+                        Ok(sent) => relayed.count(sent, &relayed.to_client),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            relayed.count(false, &relayed.to_client);
+                            break;
+                        }
+                    }
+                }
             },
         }
     }

@@ -1,0 +1,484 @@
+//! `steer-bench hostile`: a UDP proxy in front of hostile traffic. One
+//! well-behaved client sends numbered requests through the proxy to a UDP
+//! echo backend, first alone (its baseline), then while a sprayer opens new
+//! flows at a set rate: one datagram from each of many random source
+//! addresses and ports, as any host on the internet can send. Reported: the
+//! client's answered share and latency in both phases, and the proxy's
+//! open flows, descriptors and RSS over time, its budget counters, and
+//! whether it is still alive; for `steer proxy` (AF_XDP) and the plain
+//! tokio proxy (`steer proxy --io kernel`).
+//!
+//! The proxy runs under `prlimit --nofile=N:N`, as under `ulimit -n N`.
+//! Everything stays on the tool's own veth pair: the spray's sources are in
+//! 198.19.0.0/16 (the benchmarking range), routed back into the namespace,
+//! which drops what it is sent; the backend is on loopback.
+
+use std::fs;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use steer_core::packet::build::FrameBuilder;
+
+use crate::netns::TestBed;
+use crate::seeds::procs::{tail, Proc, Spawn};
+use crate::sys::{mono_ns, sleep_until, PacketSender};
+
+/// The proxy's UDP port.
+const PORT: u16 = 7300;
+/// How long the client waits for each answer.
+const ANSWER_WAIT: Duration = Duration::from_millis(1000);
+
+/// Which proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProxyKind {
+    /// `steer proxy`: AF_XDP, flows on steer's workers, the flow budget.
+    Steer,
+    /// `steer proxy --io kernel`: plain tokio sockets (SO_REUSEPORT).
+    Kernel,
+}
+
+impl ProxyKind {
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyKind::Steer => "steer",
+            ProxyKind::Kernel => "tokio",
+        }
+    }
+}
+
+/// One hostile run's settings.
+#[derive(Debug, Clone)]
+pub struct HostileConfig {
+    /// The `steer` binary.
+    pub steer_bin: PathBuf,
+    /// Which proxy.
+    pub proxy: ProxyKind,
+    /// `RLIMIT_NOFILE` the proxy starts with (soft and hard).
+    pub nofile: u64,
+    /// New flows sprayed per second.
+    pub spray_rate: u32,
+    /// Distinct spray source addresses (0: a random address per datagram).
+    pub spray_sources: u32,
+    /// Seconds of each phase (baseline, then spray).
+    pub secs: f64,
+    /// Requests the client sends in each phase, evenly spread.
+    pub requests: u32,
+    /// Extra `steer proxy` flags.
+    pub proxy_args: Vec<String>,
+    /// Where the proxy's log and report go.
+    pub log_dir: PathBuf,
+}
+
+/// The client's view of one phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClientPhase {
+    /// Requests sent.
+    pub sent: u32,
+    /// Requests answered within the wait.
+    pub answered: u32,
+    /// Median round trip of the answered, microseconds.
+    pub p50_us: f64,
+    /// 99th percentile round trip of the answered, microseconds.
+    pub p99_us: f64,
+}
+
+/// The proxy at one moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// Seconds since the spray began.
+    pub t: f64,
+    /// Resident memory, MiB.
+    pub rss_mib: f64,
+    /// Open descriptors.
+    pub fds: u64,
+}
+
+/// One hostile run's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostileResult {
+    /// Which proxy.
+    pub proxy: ProxyKind,
+    /// Its `RLIMIT_NOFILE`.
+    pub nofile: u64,
+    /// New flows sprayed per second (asked).
+    pub spray_rate: u32,
+    /// Datagrams the sprayer sent.
+    pub sprayed: u64,
+    /// Seconds of spray.
+    pub secs: f64,
+    /// The client alone.
+    pub baseline: ClientPhase,
+    /// The client during the spray.
+    pub spray: ClientPhase,
+    /// The proxy over the spray.
+    pub samples: Vec<Sample>,
+    /// The most descriptors seen.
+    pub max_fds: u64,
+    /// The most resident memory seen, MiB.
+    pub max_rss_mib: f64,
+    /// Whether the proxy was still running at the end of the spray.
+    pub alive: bool,
+    /// Its exit status after `quit` (-1: it had died).
+    pub exit_code: i32,
+    /// The proxy's own final counters (its `--stats-json`), when it wrote them.
+    pub report: Option<serde_json::Value>,
+    /// The last lines of its log.
+    pub log_tail: String,
+}
+
+impl HostileResult {
+    /// A counter of the steer proxy's flow budget (`flows.NAME`), 0 when absent.
+    pub fn flows(&self, name: &str) -> u64 {
+        self.report
+            .as_ref()
+            .and_then(|r| r["flows"][name].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Refused plus evicted flows.
+    pub fn shed(&self) -> u64 {
+        [
+            "refused",
+            "rate_limited",
+            "accept_drops",
+            "evicted_unassured",
+            "evicted_idle",
+        ]
+        .iter()
+        .map(|n| self.flows(n))
+        .sum()
+    }
+}
+
+/// A UDP echo on loopback until `stop`; its address.
+fn echo_backend(stop: Arc<AtomicBool>) -> Result<SocketAddr> {
+    let s = UdpSocket::bind("127.0.0.1:0").context("binding the echo backend")?;
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let addr = s.local_addr()?;
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(&buf[..n], from);
+            }
+        }
+    });
+    Ok(addr)
+}
+
+/// `q` of sorted `v`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// The well-behaved client: `n` numbered requests from one socket, evenly
+/// over `secs`, each waited for up to [`ANSWER_WAIT`].
+fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
+    let enter = TestBed::enter_fn(&bed.ns);
+    let (local, remote) = (bed.peer_v4, bed.host_v4);
+    std::thread::spawn(move || -> Result<ClientPhase> {
+        enter()?;
+        let s = UdpSocket::bind((local, 0))?;
+        s.connect((remote, PORT))?;
+        let gap = Duration::from_secs_f64(secs / f64::from(n.max(1)));
+        let start = Instant::now();
+        let mut rtts = Vec::new();
+        let mut buf = [0u8; 512];
+        for i in 0..n {
+            let due = start + gap * i;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let msg = format!("request {i:08} from the well-behaved client");
+            let sent = Instant::now();
+            s.send(msg.as_bytes())?;
+            loop {
+                let left = ANSWER_WAIT.saturating_sub(sent.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                s.set_read_timeout(Some(left))?;
+                match s.recv(&mut buf) {
+                    // A late answer to an earlier request is skipped.
+                    Ok(len) if buf[..len] == *msg.as_bytes() => {
+                        rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        rtts.sort_by(f64::total_cmp);
+        Ok(ClientPhase {
+            sent: n,
+            answered: rtts.len() as u32,
+            p50_us: quantile(&rtts, 0.5),
+            p99_us: quantile(&rtts, 0.99),
+        })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
+}
+
+/// The sprayer: `rate` new flows a second for `secs`, one datagram each,
+/// from random 198.19.x.y sources (or `sources` of them) and random ports.
+/// Returns the datagrams sent.
+fn spray(
+    bed: &TestBed,
+    rate: u32,
+    sources: u32,
+    secs: f64,
+) -> std::thread::JoinHandle<Result<u64>> {
+    let enter = TestBed::enter_fn(&bed.ns);
+    let (peer_if, dst, host_mac, peer_mac) =
+        (bed.peer_if.clone(), bed.host_v4, bed.host_mac, bed.peer_mac);
+    std::thread::spawn(move || -> Result<u64> {
+        enter()?;
+        // In this namespace (sysfs would show the root namespace's).
+        let ifindex = xdp_io::ifindex(&peer_if)
+            .with_context(|| format!("the sprayer's interface {peer_if}"))?;
+        let tx = PacketSender::open(ifindex).context("AF_PACKET socket for the sprayer")?;
+        // xorshift: cheap, and the same spray every run.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let total = (f64::from(rate) * secs) as u64;
+        let start = mono_ns();
+        let per_ns = 1e9 / f64::from(rate.max(1));
+        let mut sent = 0u64;
+        for i in 0..total {
+            // Batches of 1 ms: the sender sleeps between them.
+            if i % u64::from((rate / 1000).max(1)) == 0 {
+                sleep_until(start + (i as f64 * per_ns) as u64);
+            }
+            let r = next();
+            let host = if sources == 0 {
+                (r >> 16) as u16
+            } else {
+                ((r >> 16) % u64::from(sources)) as u16
+            };
+            let src = Ipv4Addr::new(198, 19, (host >> 8) as u8, host as u8);
+            let sport = 1024 + (r as u16 % 60000);
+            let mut frame = FrameBuilder::udp(src.into(), dst.into(), sport, PORT)
+                .payload(b"spray: a new flow of one datagram")
+                .build();
+            frame[..6].copy_from_slice(&host_mac);
+            frame[6..12].copy_from_slice(&peer_mac);
+            if tx.send(&frame).is_ok() {
+                sent += 1;
+            }
+        }
+        Ok(sent)
+    })
+}
+
+/// Resident MiB and open descriptors of `pid`.
+fn sample(pid: u32) -> Option<(f64, u64)> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some((rss_kib / 1024.0, fds))
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new("ip").args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Starts the proxy on `bed` under its descriptor limit.
+fn start_proxy(
+    cfg: &HostileConfig,
+    bed: &TestBed,
+    backend: SocketAddr,
+    json: &Path,
+) -> Result<Proc> {
+    let mut argv = vec![
+        "prlimit".to_string(),
+        format!("--nofile={}:{}", cfg.nofile, cfg.nofile),
+        "--".into(),
+        cfg.steer_bin.to_string_lossy().into_owned(),
+        "proxy".into(),
+        "--interface".into(),
+        bed.host_if.clone(),
+        "--port".into(),
+        PORT.to_string(),
+        "--backend".into(),
+        backend.to_string(),
+        "--stats-json".into(),
+        json.to_string_lossy().into_owned(),
+    ];
+    if cfg.proxy == ProxyKind::Kernel {
+        argv.extend(["--io".into(), "kernel".into()]);
+    }
+    argv.extend(cfg.proxy_args.iter().cloned());
+    let log = cfg.log_dir.join(format!(
+        "hostile-{}-{}.log",
+        cfg.proxy.name(),
+        cfg.spray_rate
+    ));
+    let mut p = Proc::spawn(
+        &format!("{} proxy", cfg.proxy.name()),
+        &argv,
+        &log,
+        &Spawn {
+            stdin: true,
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            ..Spawn::default()
+        },
+    )?;
+    p.wait_ready(Duration::from_secs(30))?;
+    Ok(p)
+}
+
+/// One run: build the bed, start the proxy, the baseline, the spray.
+pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
+    if cfg.spray_rate == 0 || cfg.requests == 0 || !(0.5..=600.0).contains(&cfg.secs) {
+        bail!("hostile: the spray rate and requests must be above 0, and secs 0.5..600");
+    }
+    fs::create_dir_all(&cfg.log_dir)?;
+    let bed = TestBed::create(2)?;
+    // Replies to the spray's sources go back into the namespace (which
+    // drops them), never anywhere else.
+    ip(&[
+        "route",
+        "replace",
+        "198.19.0.0/16",
+        "via",
+        &bed.peer_v4.to_string(),
+        "dev",
+        &bed.host_if,
+    ])?;
+    let stop_backend = Arc::new(AtomicBool::new(false));
+    let backend = echo_backend(Arc::clone(&stop_backend))?;
+    let json = cfg.log_dir.join(format!(
+        "hostile-{}-{}.json",
+        cfg.proxy.name(),
+        cfg.spray_rate
+    ));
+    let _ = fs::remove_file(&json);
+    let result = (|| -> Result<HostileResult> {
+        let mut proxy = start_proxy(cfg, &bed, backend, &json)?;
+        let pid = proxy.pid();
+        let baseline = client(&bed, cfg.requests, cfg.secs.min(5.0))?;
+        // The spray, the client and the sampler together.
+        let sprayer = spray(&bed, cfg.spray_rate, cfg.spray_sources, cfg.secs);
+        let sampling = Arc::new(AtomicBool::new(true));
+        let samples = {
+            let sampling = Arc::clone(&sampling);
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let mut out = Vec::new();
+                while sampling.load(Ordering::Relaxed) {
+                    if let Some((rss_mib, fds)) = sample(pid) {
+                        out.push(Sample {
+                            t: start.elapsed().as_secs_f64(),
+                            rss_mib,
+                            fds,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                out
+            })
+        };
+        let under_spray = client(&bed, cfg.requests, cfg.secs)?;
+        let sprayed = sprayer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sprayer panicked"))??;
+        sampling.store(false, Ordering::Relaxed);
+        let samples = samples.join().unwrap_or_default();
+        let alive = proxy.alive();
+        let exit_code = if alive {
+            proxy.send_line("quit");
+            proxy.wait_exit(Duration::from_secs(20))?.0
+        } else {
+            -1
+        };
+        let report = fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        Ok(HostileResult {
+            proxy: cfg.proxy,
+            nofile: cfg.nofile,
+            spray_rate: cfg.spray_rate,
+            sprayed,
+            secs: cfg.secs,
+            baseline,
+            spray: under_spray,
+            max_fds: samples.iter().map(|s| s.fds).max().unwrap_or(0),
+            max_rss_mib: samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max),
+            samples,
+            alive,
+            exit_code,
+            report,
+            log_tail: tail(&proxy.log, 6),
+        })
+    })();
+    stop_backend.store(true, Ordering::Relaxed);
+    result
+}
+
+/// The table of results, one row per run.
+pub fn table(results: &[HostileResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| proxy | ulimit -n | spray/s | answered alone | answered in spray | p99 alone | p99 in spray | max fds | max RSS | open at end | refused | evicted | alive |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let steer = r.proxy == ProxyKind::Steer;
+        let dash = |v: u64| if steer { v.to_string() } else { "-".into() };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {}/{} | {}/{} | {:.0} us | {:.0} us | {} | {:.0} MiB | {} | {} | {} | {} |",
+            r.proxy.name(),
+            r.nofile,
+            r.spray_rate,
+            r.baseline.answered,
+            r.baseline.sent,
+            r.spray.answered,
+            r.spray.sent,
+            r.baseline.p99_us,
+            r.spray.p99_us,
+            r.max_fds,
+            r.max_rss_mib,
+            dash(r.flows("open")),
+            dash(r.flows("refused") + r.flows("rate_limited") + r.flows("accept_drops")),
+            dash(r.flows("evicted_unassured") + r.flows("evicted_idle")),
+            if r.alive { "yes" } else { "no" },
+        );
+    }
+    out
+}
