@@ -87,6 +87,9 @@ pub struct ClientPhase {
     pub p50_us: f64,
     /// 99th percentile round trip of the answered, microseconds.
     pub p99_us: f64,
+    /// Each request's round trip in the order sent, microseconds (-1:
+    /// unanswered).
+    pub rtt_us: Vec<f64>,
 }
 
 /// The proxy at one moment.
@@ -194,6 +197,7 @@ fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
         let gap = Duration::from_secs_f64(secs / f64::from(n.max(1)));
         let start = Instant::now();
         let mut rtts = Vec::new();
+        let mut series = Vec::new();
         let mut buf = [0u8; 512];
         for i in 0..n {
             let due = start + gap * i;
@@ -203,6 +207,7 @@ fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
             let msg = format!("request {i:08} from the well-behaved client");
             let sent = Instant::now();
             s.send(msg.as_bytes())?;
+            series.push(-1.0);
             loop {
                 let left = ANSWER_WAIT.saturating_sub(sent.elapsed());
                 if left.is_zero() {
@@ -212,7 +217,9 @@ fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
                 match s.recv(&mut buf) {
                     // A late answer to an earlier request is skipped.
                     Ok(len) if buf[..len] == *msg.as_bytes() => {
-                        rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+                        let rtt = sent.elapsed().as_secs_f64() * 1e6;
+                        rtts.push(rtt);
+                        series[i as usize] = rtt;
                         break;
                     }
                     Ok(_) => {}
@@ -226,6 +233,7 @@ fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
             answered: rtts.len() as u32,
             p50_us: quantile(&rtts, 0.5),
             p99_us: quantile(&rtts, 0.99),
+            rtt_us: series,
         })
     })
     .join()
@@ -475,7 +483,7 @@ pub fn table(results: &[HostileResult]) -> String {
             r.max_fds,
             r.max_rss_mib,
             dash(r.flows("open")),
-            dash(r.flows("refused") + r.flows("rate_limited") + r.flows("accept_drops")),
+            dash(r.flows("refused") + r.flows("rate_limited") + r.flows("overload") + r.flows("accept_drops")),
             dash(r.flows("evicted_unassured") + r.flows("evicted_idle")),
             if r.alive { "yes" } else { "no" },
         );

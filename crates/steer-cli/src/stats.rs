@@ -238,13 +238,14 @@ pub fn balancer_line(live: &LiveStats) -> Option<String> {
 pub fn flows_line(live: &LiveStats) -> Option<String> {
     let f = live.flows.as_ref()?;
     Some(format!(
-        "flows: {} open of {}, {} accepted; refused {} (budget {}, rate limit {}, backlog {}); evicted {} (unassured {}, idle {}); backend errors {}",
+        "flows: {} open of {}, {} accepted; refused {} (budget {}, rate limit {}, overload {}, backlog {}); evicted {} (unassured {}, idle {}); backend errors {}",
         f.open,
         f.max_flows,
         f.accepted,
-        f.refused + f.rate_limited + f.accept_drops,
+        f.refused + f.rate_limited + f.overload + f.accept_drops,
         f.refused,
         f.rate_limited,
+        f.overload,
         f.accept_drops,
         f.evicted(),
         f.evicted_unassured,

@@ -9,6 +9,9 @@
 //! - The queue is bounded: a slow reader loses its own datagrams (counted in
 //!   `queue_drops`), never another flow's, and holds no UMEM frame (payloads
 //!   are copied out, so the frame pool cannot be exhausted by readers).
+//! - A flow's state is small until used: its queue grows in segments as
+//!   datagrams wait. The flow table may evict it (see `table`): it is then
+//!   closed, its queued datagrams freed, and `recv` gives `None`.
 //! - Every datagram returned to the application records the reading
 //!   thread's CPU for the flow through the update rule (the
 //!   `rps_record_sock_flow` step), so the next packets are steered there.
@@ -47,6 +50,9 @@ pub(crate) struct FlowShared {
     /// The worker (index) that received the flow's first packet: whose
     /// budget it counts against.
     pub(crate) home: usize,
+    /// When the worker offered the flow (monotonic ns): its first read
+    /// tells how long new flows wait (overload).
+    pub(crate) born_ns: u64,
     /// The reader is gone, or the flow was evicted: deliver no more (a
     /// later packet starts a new flow).
     pub(crate) closed: AtomicBool,
@@ -71,6 +77,7 @@ impl FlowShared {
         depth: usize,
         template: ReplyTemplate,
         home: usize,
+        born_ns: u64,
     ) -> Self {
         Self {
             key,
@@ -81,6 +88,7 @@ impl FlowShared {
             readiness: Readiness::default(),
             template,
             home,
+            born_ns,
             closed: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             has_replied: AtomicBool::new(false),
@@ -170,6 +178,8 @@ pub struct Flow {
     pub(crate) shared: Arc<FlowShared>,
     pub(crate) hub: Arc<Hub>,
     pinned: bool,
+    /// A datagram was read already.
+    read_once: bool,
 }
 
 impl std::fmt::Debug for Flow {
@@ -187,6 +197,7 @@ impl Flow {
             shared,
             hub,
             pinned: false,
+            read_once: false,
         }
     }
 
@@ -212,6 +223,10 @@ impl Flow {
     /// The next datagram's payload if one is queued (records like `recv`).
     pub fn try_recv(&mut self) -> Option<Vec<u8>> {
         let d = self.shared.pop()?;
+        if !self.read_once {
+            self.read_once = true;
+            self.hub.first_read(&self.shared);
+        }
         if !self.pinned {
             self.hub.record(self.hash());
         }

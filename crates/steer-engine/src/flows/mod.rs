@@ -59,6 +59,7 @@ mod deliver;
 mod flow;
 mod listener;
 mod notify;
+mod overload;
 mod reply;
 mod table;
 
@@ -86,6 +87,7 @@ use flow::FlowShared;
 pub use flow::{Flow, FlowStats, FlowWriter, Recv};
 pub use listener::{Accept, FlowListener};
 pub use notify::MioNotifier;
+use overload::Overload;
 use reply::ReplyTemplate;
 use table::{FlowTable, Refusal, TableCounts};
 
@@ -167,6 +169,9 @@ pub struct HubStats {
     pub refused: u64,
     /// New flows refused: their source was over its new-flow rate.
     pub rate_limited: u64,
+    /// New flows refused: the application was falling behind (new flows
+    /// waited too long to be read; see `overload`).
+    pub overload: u64,
     /// Flows evicted for room that had no two-way traffic.
     pub evicted_unassured: u64,
     /// Assured flows evicted for room, the least recently active.
@@ -225,6 +230,8 @@ pub(crate) struct Hub {
     accepted: AtomicU64,
     accept_drops: AtomicU64,
     backend_errors: AtomicU64,
+    overload: Overload,
+    overload_refused: AtomicU64,
 }
 
 impl std::fmt::Debug for Hub {
@@ -272,7 +279,15 @@ impl Hub {
             accepted: AtomicU64::new(0),
             accept_drops: AtomicU64::new(0),
             backend_errors: AtomicU64::new(0),
+            overload: Overload::default(),
+            overload_refused: AtomicU64::new(0),
         }
+    }
+
+    /// A flow's first datagram was read: how long its start waited.
+    pub(crate) fn first_read(&self, flow: &FlowShared) {
+        let now = mono_ns();
+        self.overload.sample(now.saturating_sub(flow.born_ns), now);
     }
 
     fn admissions(&self) -> MutexGuard<'_, Admissions> {
@@ -336,8 +351,17 @@ impl Hub {
         let template = ReplyTemplate::from_request(frame)?;
         let home = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
         let now = mono_ns();
+        if !self.overload.admit(now) {
+            self.overload_refused.fetch_add(1, Ordering::Relaxed);
+            Self::log_refusals(admissions, "overload", now);
+            return None;
+        }
         if let Err(refusal) = admissions.table.admit(&key, home, now) {
-            Self::log_refusals(admissions, refusal, now);
+            let why = match refusal {
+                Refusal::Full => "budget full",
+                Refusal::RateLimited => "rate limited",
+            };
+            Self::log_refusals(admissions, why, now);
             return None;
         }
         let hash = if hash != 0 { hash } else { self.hash(&key) };
@@ -347,6 +371,7 @@ impl Hub {
             self.options.queue_depth,
             template,
             home,
+            now,
         ));
         let queue = &self.accept[self.accept_index(cpu)];
         if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self))) {
@@ -360,7 +385,7 @@ impl Hub {
 
     /// At most one line a second while new flows are refused, with what
     /// was refused since the last.
-    fn log_refusals(a: &mut Admissions, refusal: Refusal, now: u64) {
+    fn log_refusals(a: &mut Admissions, why: &str, now: u64) {
         if now.saturating_sub(a.logged_ns) < 1_000_000_000 && a.logged_ns != 0 {
             return;
         }
@@ -373,12 +398,9 @@ impl Hub {
             evicted = c.evicted_unassured + c.evicted_idle
                 - a.logged.evicted_unassured
                 - a.logged.evicted_idle,
-            "new flows refused ({}): the flow budget is full of active flows or a source is over \
-             its new-flow rate; raise --max-flows / --new-flows-per-source if this is real traffic",
-            match refusal {
-                Refusal::Full => "budget full",
-                Refusal::RateLimited => "rate limited",
-            }
+            "new flows refused ({why}): the flow budget is full of active flows, a source is over \
+             its new-flow rate, or the application is falling behind; raise --max-flows / \
+             --new-flows-per-source if this is real traffic"
         );
         a.logged_ns = now;
         a.logged = c;
@@ -452,6 +474,7 @@ impl Hub {
             max_flows: a.table.limits().max_flows as u64,
             refused: c.refused,
             rate_limited: c.rate_limited,
+            overload: self.overload_refused.load(Ordering::Relaxed),
             evicted_unassured: c.evicted_unassured,
             evicted_idle: c.evicted_idle,
             backend_errors: self.backend_errors.load(Ordering::Relaxed),

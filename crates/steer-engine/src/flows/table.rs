@@ -286,6 +286,7 @@ mod tests {
             4,
             ReplyTemplate::from_request(&f).unwrap(),
             home,
+            0,
         ));
         t.insert(Arc::clone(&shared));
         Some(shared)
