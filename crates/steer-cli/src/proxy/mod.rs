@@ -116,6 +116,7 @@ pub struct ProxyArgs {
     /// (default: what RLIMIT_NOFILE, raised to its hard limit, and memory
     /// allow). At the limit, flows with no two-way traffic are evicted
     /// first, then the least recently active, else new flows are refused.
+    /// `--io steer` only.
     #[arg(long, value_name = "N")]
     pub max_flows: Option<usize>,
     /// Most flows open at once among those one worker received first
