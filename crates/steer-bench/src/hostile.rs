@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use steer_core::packet::build::FrameBuilder;
 
-use crate::netns::TestBed;
+use crate::netns::{ip, TestBed};
 use crate::seeds::procs::{tail, Proc, Spawn};
 use crate::sys::{mono_ns, sleep_until, PacketSender};
 
@@ -309,18 +309,6 @@ fn sample(pid: u32) -> Option<(f64, u64)> {
         .ok()?;
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
     Some((rss_kib / 1024.0, fds))
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip").args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// Starts the proxy on `bed` under its descriptor limit.

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use tracing::{debug, warn};
 
 /// Runs `ip ARGS`, failing with its stderr.
-fn ip(args: &[&str]) -> Result<String> {
+pub(crate) fn ip(args: &[&str]) -> Result<String> {
     let out = Command::new("ip")
         .args(args)
         .output()
