@@ -151,11 +151,16 @@ fn row(stats: &KernelStats, previous: &KernelStats, landed: &[u64], secs: f64) -
     let written = stats.records.updates() - previous.records.updates();
     let suppressed = stats.records.suppressed - previous.records.suppressed;
     let updates = stats.updates - previous.updates;
+    let csum = stats.csum_errors.since(previous.csum_errors);
+    let completed = stats.program.map_or(0, |p| p.csum_completed)
+        - previous.program.map_or(0, |p| p.csum_completed);
     format!(
-        "records written {written} suppressed {suppressed} | map updates {updates} ({:.0}/s, p50 {} ns) | flows {} | landed per CPU {landed:?}",
+        "records written {written} suppressed {suppressed} | map updates {updates} ({:.0}/s, p50 {} ns) | flows {} | landed per CPU {landed:?} | csum completed {completed}, errors tcp {} udp {}",
         updates as f64 / secs,
         stats.update_times.p50_ns,
         stats.flows,
+        csum.tcp,
+        csum.udp,
     )
 }
 
@@ -200,6 +205,7 @@ fn summary(
         v["map_update_errors"] = json!(s.update_errors);
         v["flows_removed"] = json!(s.removed);
         v["landed_per_cpu"] = json!(landed);
+        v["csum_errors"] = json!({ "tcp": s.csum_errors.tcp, "udp": s.csum_errors.udp });
         if let Some(p) = s.program {
             v["program"] = json!({
                 "redirected": p.redirected,
@@ -209,6 +215,8 @@ fn summary(
                 "forced": p.forced,
                 "queue_drops": p.queue_drops,
                 "redirect_errors": p.redirect_errors,
+                "csum_completed": p.csum_completed,
+                "csum_passed": p.csum_passed,
             });
         }
     }
@@ -216,6 +224,12 @@ fn summary(
 }
 
 pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
+    if let Some(d) = args.duration {
+        anyhow::ensure!(
+            (0.0..1e9).contains(&d),
+            "--duration must be a number of seconds (e.g. 10), not {d}"
+        );
+    }
     let stop = xdp_io::shutdown::install()?;
     let steering = match args.steer {
         SteerMode::None => None,
@@ -330,7 +344,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
         report["connections"],
         report["reads"],
         stats.map_or(String::new(), |s| format!(
-            ", records written {} suppressed {}, map updates {} ({:.0}/s, mean {} ns, p99 {} ns), landed per CPU {:?}",
+            ", records written {} suppressed {}, map updates {} ({:.0}/s, mean {} ns, p99 {} ns), landed per CPU {:?}, partial checksums completed {}, checksum errors tcp {} udp {}",
             s.records.updates(),
             s.records.suppressed,
             s.updates,
@@ -338,6 +352,9 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             s.update_times.mean_ns,
             s.update_times.p99_ns,
             landed_total,
+            s.program.map_or(0, |p| p.csum_completed),
+            s.csum_errors.tcp,
+            s.csum_errors.udp,
         )),
     );
     if let Some(path) = &args.stats_json {

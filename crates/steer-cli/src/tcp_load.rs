@@ -37,9 +37,27 @@ pub struct TcpLoadArgs {
     pub pause_us: u64,
 }
 
+/// How long a connection may go without its echo before the run fails.
+const ECHO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Says which connection failed and how, in words an operator can act on.
+fn connection_error(index: usize, sent: u64, e: std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    if matches!(e.kind(), WouldBlock | TimedOut) {
+        anyhow::anyhow!(
+            "connection {index}: no echo for {} s after {sent} messages: the connection stalled              (on the server, look for TcpInCsumErrors in nstat and for held-back or dropped              frames in its steering counters)",
+            ECHO_TIMEOUT.as_secs()
+        )
+    } else {
+        anyhow::anyhow!("connection {index} (after {sent} messages): {e}")
+    }
+}
+
 /// One thread's connections, in rounds: send on each, then read each back.
+/// `first` is the index of the first connection, for error messages.
 fn drive(
     conns: &mut [TcpStream],
+    first: usize,
     size: usize,
     until: Instant,
     pause: Duration,
@@ -47,15 +65,19 @@ fn drive(
     let msg = vec![0x5au8; size];
     let mut back = vec![0u8; size];
     let (mut messages, mut rtts) = (0u64, Vec::new());
+    let mut rounds = 0u64;
     while Instant::now() < until {
         let start = Instant::now();
-        for c in conns.iter_mut() {
-            c.write_all(&msg)?;
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.write_all(&msg)
+                .map_err(|e| connection_error(first + i, rounds, e))?;
         }
-        for c in conns.iter_mut() {
-            c.read_exact(&mut back)?;
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.read_exact(&mut back)
+                .map_err(|e| connection_error(first + i, rounds, e))?;
             messages += 1;
         }
+        rounds += 1;
         rtts.push(u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX));
         if !pause.is_zero() {
             std::thread::sleep(pause);
@@ -69,12 +91,17 @@ pub fn run(args: &TcpLoadArgs) -> anyhow::Result<()> {
         args.connections > 0 && args.threads > 0 && args.size > 0,
         "--connections, --threads and --size must be positive"
     );
+    anyhow::ensure!(
+        (0.0..1e9).contains(&args.duration),
+        "--duration must be a number of seconds (e.g. 10), not {}",
+        args.duration
+    );
     let mut conns = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         let c = TcpStream::connect(args.connect)
             .with_context(|| format!("connecting to {}", args.connect))?;
         c.set_nodelay(true)?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        c.set_read_timeout(Some(ECHO_TIMEOUT))?;
         conns.push(c);
     }
     let until = Instant::now() + Duration::from_secs_f64(args.duration.max(0.0));
@@ -84,7 +111,8 @@ pub fn run(args: &TcpLoadArgs) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<(u64, Vec<u32>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = conns
             .chunks_mut(per)
-            .map(|chunk| s.spawn(move || drive(chunk, args.size, until, pause)))
+            .enumerate()
+            .map(|(t, chunk)| s.spawn(move || drive(chunk, t * per, args.size, until, pause)))
             .collect();
         handles
             .into_iter()

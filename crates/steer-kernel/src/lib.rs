@@ -44,6 +44,8 @@
 //! ```
 #![deny(unsafe_code)]
 
+/// The namespace's checksum-failure counters, and the warning on growth.
+mod checksum;
 mod error;
 /// One connection's handle: its tuple and hash, forgotten when dropped.
 mod flow;
@@ -56,6 +58,7 @@ pub mod socket;
 /// The owner: program, desired table, hook and sweeper.
 mod steering;
 
+pub use checksum::ChecksumErrors;
 pub use error::KernelError;
 pub use flow::SteeredFlow;
 pub use hook::{MapHook, RfsBackend, UpdateTimes};

@@ -25,6 +25,7 @@ use topology::thread::LiveProbe;
 use xdp_io::rfs::{RfsOrder, RfsProgram, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE};
 use xdp_io::{Proto, XdpMode};
 
+use crate::checksum::{ChecksumErrors, ChecksumWatch};
 use crate::hook::{MapHook, RfsBackend, UpdateTimes};
 use crate::recorder::{KernelRecorder, Recorded};
 use crate::socket::SocketTuple;
@@ -38,6 +39,7 @@ pub(crate) struct Shared {
     cpus: CpuSet,
     hook: Mutex<MapHook>,
     not_steerable: AtomicU64,
+    checksums: ChecksumWatch,
 }
 
 impl Shared {
@@ -158,6 +160,12 @@ pub struct KernelStats {
     pub not_steerable: u64,
     /// The XDP program's counters (`None` over a fake backend).
     pub program: Option<RfsStats>,
+    /// Segments and datagrams the namespace's stack dropped for a bad
+    /// checksum since steering started (all of the namespace's traffic, not
+    /// only steered flows). Steered frames whose checksum state the
+    /// redirect lost would show here; the program completes partial
+    /// checksums so that they do not (`RfsStats::csum_completed`).
+    pub csum_errors: ChecksumErrors,
 }
 
 impl KernelSteering {
@@ -188,6 +196,7 @@ impl KernelSteering {
                 cpus,
                 hook: Mutex::new(MapHook::new(backend, 65_536)),
                 not_steerable: AtomicU64::new(0),
+                checksums: ChecksumWatch::start(),
             }),
             program: None,
             sweeper: None,
@@ -280,6 +289,7 @@ impl KernelSteering {
             removed: hook.removes(),
             not_steerable: self.shared.not_steerable.load(Ordering::Relaxed),
             program: self.program.as_ref().and_then(|p| p.stats().ok()),
+            csum_errors: self.shared.checksums.since_start(),
         }
     }
 
@@ -506,6 +516,7 @@ impl KernelSteeringBuilder {
             cpus,
             hook: Mutex::new(MapHook::new(backend, self.max_flows)),
             not_steerable: AtomicU64::new(0),
+            checksums: ChecksumWatch::start(),
         });
         let idle_sweeps =
             u32::try_from(self.idle_timeout.as_nanos() / self.sweep_every.as_nanos().max(1))
@@ -514,6 +525,7 @@ impl KernelSteeringBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         let sweeper = {
             let (shared, stop, every) = (shared.clone(), stop.clone(), self.sweep_every);
+            let program = program.clone();
             std::thread::Builder::new()
                 .name("steer-sweep".into())
                 .spawn(move || {
@@ -521,6 +533,8 @@ impl KernelSteeringBuilder {
                         std::thread::park_timeout(every);
                         if !stop.load(Ordering::Relaxed) {
                             shared.hook().sweep(idle_sweeps);
+                            let redirected = program.stats().map_or(0, |s| s.redirected);
+                            shared.checksums.check(redirected);
                         }
                     }
                 })

@@ -137,10 +137,18 @@ static __always_inline __u32 queue_index(__u32 src, __u32 dst)
 	return src * (__u32)setting(RFS_SET_NCPUS) + dst;
 }
 
+/* Where a frame's transport segment lies: its offset from the frame's start
+ * and its length as the IP header gives it (the pseudo-header's length). */
+struct l4_span {
+	__u32 off;
+	__u32 len;
+};
+
 /* Parses an Ethernet frame into its flow key; the TCP sequence number goes
- * to *seq. 0 on success. */
+ * to *seq, the segment's place to *span. 0 on success. */
 static __always_inline int parse(void *data, void *data_end,
-				 struct steer_flow_key *flow, __be32 *seq)
+				 struct steer_flow_key *flow, __be32 *seq,
+				 struct l4_span *span)
 {
 	struct ethhdr *eth = data;
 	__u8 *l4;
@@ -154,6 +162,7 @@ static __always_inline int parse(void *data, void *data_end,
 		if (ip->frag_off & bpf_htons(0x3fff))
 			return -1;
 		l4 = (__u8 *)ip + ip->ihl * 4;
+		span->len = (__u32)bpf_ntohs(ip->tot_len) - ip->ihl * 4;
 		flow->proto = ip->protocol;
 		flow->family = 4;
 		__builtin_memcpy(flow->saddr, &ip->saddr, 4);
@@ -163,6 +172,7 @@ static __always_inline int parse(void *data, void *data_end,
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
 		l4 = (__u8 *)(ip6 + 1);
+		span->len = bpf_ntohs(ip6->payload_len);
 		flow->proto = ip6->nexthdr;
 		flow->family = 6;
 		__builtin_memcpy(flow->saddr, &ip6->saddr, 16);
@@ -184,7 +194,151 @@ static __always_inline int parse(void *data, void *data_end,
 	}
 	flow->sport = *(__be16 *)l4;
 	flow->dport = *(__be16 *)(l4 + 2);
+	span->off = (__u32)(l4 - (__u8 *)data);
 	return 0;
+}
+
+/* Scratch for the tail of a segment: bpf_csum_diff reads whole 32-bit
+ * words, at most 512 bytes a call. One per CPU; XDP programs do not nest. */
+#define CSUM_CHUNK 512
+#define CSUM_MAX_CHUNKS 8 /* segments up to 4 KiB: veth caps a non-frags
+			   * program's MTU below that */
+struct csum_scratch {
+	__u8 b[CSUM_CHUNK + 4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct csum_scratch);
+} rfs_scratch SEC(".maps");
+
+/* Folds a one's complement sum to 16 bits (not complemented). */
+static __always_inline __u16 csum_fold(__u64 sum)
+{
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)sum;
+}
+
+/* The one's complement sum of the segment's pseudo-header, folded: what a
+ * sender that leaves its checksum to the device writes into the field. All
+ * words as the frame holds them (the sum does not depend on byte order). */
+static __always_inline int pseudo_sum(void *data, void *data_end,
+				      const struct steer_flow_key *flow,
+				      const struct l4_span *span, __u16 *out)
+{
+	__u64 sum = bpf_htons((__u16)flow->proto) + bpf_htons((__u16)span->len);
+	__u16 *w;
+
+	if (flow->family == 4) {
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+		w = (__u16 *)&ip->saddr;
+		if ((void *)(w + 4) > data_end)
+			return -1;
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			sum += w[i];
+	} else {
+		struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+		w = (__u16 *)&ip6->saddr;
+		if ((void *)(w + 16) > data_end)
+			return -1;
+#pragma unroll
+		for (int i = 0; i < 16; i++)
+			sum += w[i];
+	}
+	*out = csum_fold(sum);
+	return 0;
+}
+
+/* A sender that leaves its checksum to the device (a local socket writing
+ * through veth: CHECKSUM_PARTIAL) puts only the pseudo-header's sum in the
+ * field, and its skb carries a mark that says so. Native XDP hands the
+ * frame on as bytes; the cpumap thread builds a new skb without the mark,
+ * and the stack drops the segment as corrupt: every steered segment of
+ * such a sender. So before the redirect a field that holds exactly the
+ * pseudo-header's sum is completed as the device would have: the
+ * complement of the folded sum of the segment as it stands, field
+ * included. A full checksum that happens to equal that sum (one in 65536)
+ * comes out unchanged; a corrupt one is left for the stack to drop.
+ * Returns 1 when the frame may be redirected, 0 when its checksum is
+ * partial and could not be completed (it must take the kernel path, which
+ * keeps the mark). */
+static __always_inline int complete_csum(struct xdp_md *ctx,
+					 const struct steer_flow_key *flow,
+					 const struct l4_span *span)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 field = flow->proto == IPPROTO_TCP ? 16 : 6;
+	__u32 off = span->off & 0xff; /* Ethernet + IPv4 options: < 256 */
+	__u32 len = span->len;
+	__u16 pseudo;
+	__u16 *check;
+
+	if (off != span->off)
+		return 1;
+	check = data + off + field;
+	if ((void *)(check + 1) > data_end)
+		return 1;
+	if (flow->proto == IPPROTO_UDP && *check == 0)
+		return 1; /* UDP over IPv4 without a checksum */
+	if (pseudo_sum(data, data_end, flow, span, &pseudo) || *check != pseudo)
+		return 1;
+	if (len < field + 2 || len > CSUM_CHUNK * CSUM_MAX_CHUNKS ||
+	    off + len > (__u32)(data_end - data)) {
+		count(RFS_STAT_CSUM_PASSED, 1);
+		return 0;
+	}
+
+	__u32 zero = 0;
+	struct csum_scratch *sc = bpf_map_lookup_elem(&rfs_scratch, &zero);
+	if (!sc)
+		return 0;
+	/* Whole chunks straight from the frame, the rest through the scratch
+	 * (bpf_csum_diff takes a constant length from a packet pointer). */
+	__s64 sum = 0;
+	__u32 done = 0;
+	for (__u32 i = 0; i < CSUM_MAX_CHUNKS; i++) {
+		if (len - done < CSUM_CHUNK)
+			break;
+		__u8 *p = data + ((off + done) & 0x1fff);
+		if ((void *)(p + CSUM_CHUNK) > data_end)
+			return 0;
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)p, CSUM_CHUNK, (__u32)sum);
+		if (sum < 0)
+			return 0;
+		done += CSUM_CHUNK;
+	}
+	__u32 n = (len - done) & (CSUM_CHUNK - 1);
+	if (n > 0) {
+		/* An odd tail is summed as if padded with zeros, as the
+		 * checksum is defined. */
+		*(__u32 *)&sc->b[n & (CSUM_CHUNK - 4)] = 0;
+		if (bpf_xdp_load_bytes(ctx, off + done, sc->b, n))
+			return 0;
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)sc->b,
+				    (n + 3) & (2 * CSUM_CHUNK - 4), (__u32)sum);
+		if (sum < 0)
+			return 0;
+	}
+
+	/* The packet may have moved under the helpers: check again. */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	check = data + off + field;
+	if ((void *)(check + 1) > data_end)
+		return 0;
+	__u16 full = ~csum_fold((__u64)(__u32)sum);
+	if (flow->proto == IPPROTO_UDP && full == 0)
+		full = 0xffff; /* 0 means "no checksum" to UDP */
+	*check = full;
+	count(RFS_STAT_CSUM_COMPLETED, 1);
+	return 1;
 }
 
 /* Whether every byte of the TCP flow before `seq` has been processed by its
@@ -262,9 +416,10 @@ int steer_rfs(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct steer_flow_key flow = {};
 	struct steer_port_key pk = {};
+	struct l4_span span = {};
 	__be32 seq = 0;
 
-	if (parse(data, data_end, &flow, &seq)) {
+	if (parse(data, data_end, &flow, &seq, &span)) {
 		count(RFS_STAT_PASSED, 1);
 		return XDP_PASS;
 	}
@@ -319,6 +474,8 @@ int steer_rfs(struct xdp_md *ctx)
 		/* Still on the kernel path, waiting for it to drain. */
 		return XDP_PASS;
 	}
+	if (setting(RFS_SET_CSUM) && !complete_csum(ctx, &flow, &span))
+		return XDP_PASS;
 
 	/* The rx CPU rides in the metadata to the cpumap program (in native
 	 * mode; in generic mode it cannot see it, and row ncpus is used). */
@@ -369,8 +526,9 @@ int steer_rfs_cpu(struct xdp_md *ctx)
 	count(RFS_STAT_LANDED, 1);
 
 	struct steer_flow_key flow = {};
+	struct l4_span span;
 	__be32 seq;
-	if (!parse(data, data_end, &flow, &seq) && flow.proto == IPPROTO_UDP) {
+	if (!parse(data, data_end, &flow, &seq, &span) && flow.proto == IPPROTO_UDP) {
 		struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
 		if (st)
 			__sync_fetch_and_add(&st->landed, 1);

@@ -47,7 +47,8 @@ enum steer_rfs_setting {
 	RFS_SET_NCPUS = 3,      /* possible CPUs: the rows of rfs_enq/rfs_deq */
 	RFS_SET_CPUMAP_ID = 4,  /* id of rfs_cpus, for the drop tracepoint */
 	RFS_SET_GENERIC = 5,    /* 1: attached in generic mode (no metadata) */
-	RFS_SET_MAX = 6,
+	RFS_SET_CSUM = 6,       /* 1: complete partial checksums before a redirect */
+	RFS_SET_MAX = 7,
 };
 
 /* When a flow may leave the CPU (or the kernel path) that serves it. */
@@ -78,7 +79,9 @@ enum steer_rfs_stat {
 	RFS_STAT_NO_STATE = 9,       /* owned frames with a CPU but no state: passed */
 	RFS_STAT_QUEUE_DROPS = 10,   /* per rx CPU: frames a full cpumap queue dropped */
 	RFS_STAT_REDIRECT_ERRORS = 11, /* per rx CPU: frames that failed to reach the queue */
-	RFS_STAT_MAX = 12,
+	RFS_STAT_CSUM_COMPLETED = 12, /* partial checksums completed before a redirect */
+	RFS_STAT_CSUM_PASSED = 13,    /* partial checksums too long to complete: passed */
+	RFS_STAT_MAX = 14,
 };
 
 #endif

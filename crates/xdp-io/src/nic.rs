@@ -63,6 +63,27 @@ pub fn xdp_device_info(interface: &str) -> Result<XdpDeviceInfo> {
     })
 }
 
+/// The name of `interface`'s driver, as `ethtool -i` shows it (`veth`,
+/// `mlx5_core`, ...).
+///
+/// ```no_run
+/// assert_eq!(xdp_io::nic::driver("veth0")?, "veth");
+/// # Ok::<(), xdp_io::XdpError>(())
+/// ```
+pub fn driver(interface: &str) -> Result<String> {
+    sys::ethtool_driver(interface)
+        .map_err(|e| XdpError::io("asking the device's driver name (ETHTOOL_GDRVINFO)", e))
+}
+
+/// Whether frames from `driver` can reach XDP with a partial checksum (the
+/// sender left it to the device): veth carries a local sender's frames as
+/// it wrote them, and so do tun/tap and virtio-net from a guest. A frame
+/// redirected through a cpumap loses the mark that makes the stack trust
+/// such a checksum.
+pub fn hands_partial_checksums(driver: &str) -> bool {
+    matches!(driver, "veth" | "tun" | "virtio_net" | "netkit")
+}
+
 /// A device's channels (`ethtool -l`): its queues, current and at most.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Channels {

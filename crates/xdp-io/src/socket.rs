@@ -12,7 +12,7 @@
 
 use std::{
     io,
-    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd},
     sync::Arc,
     thread,
     time::Duration,
@@ -490,9 +490,9 @@ impl AsFd for QueueSocket {
 /// Registers `fd` with the current tokio runtime for `interest`.
 #[cfg(feature = "tokio")]
 pub(crate) fn register_owned(
-    fd: OwnedFd,
+    fd: std::os::fd::OwnedFd,
     interest: tokio::io::Interest,
-) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
     // SAFETY: the AsyncFd owns `fd`: it stays open, and the same, until the
     // AsyncFd is dropped (or gives it back with `into_inner`).
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }
@@ -528,6 +528,7 @@ pub(crate) fn create_socket(
         .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
         .bind_flags(flags)
         .build();
+    crate::sys::libxdp::route_logs();
     let mut attempt = 0;
     loop {
         // SAFETY: every socket is created with INHIBIT_PROG_LOAD (the steer

@@ -11,10 +11,9 @@
 //! the reading thread's CPU) on the root-namespace end of a fresh 2-queue
 //! veth pair; `steer tcp-load` drives it from the namespace with `--conns`
 //! connections (closed loop, 64-byte messages, 2 threads). The client's
-//! veth end sends full checksums (`ethtool -K tx off`): a frame redirected
-//! through a cpumap loses the partial-checksum mark a local sender leaves,
-//! and the stack would drop it. Four configurations, each with a fresh
-//! server:
+//! veth end keeps its default offloads: its partial checksums are completed
+//! by the XDP program before each redirect. Four configurations, each with
+//! a fresh server:
 //!
 //! ```text
 //! real     x always | llc   the machine's topology (here: 2 CPUs, ONE LLC)
@@ -45,9 +44,9 @@
 //! `runs[]` with the server's whole `--stats-json` report) and adds `tool`,
 //! `format`, `host`, `machine_topology` and each run's `client` report.
 
-use std::{fmt::Write as _, path::Path, process::Command, time::Duration};
+use std::{fmt::Write as _, path::Path, time::Duration};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -272,24 +271,6 @@ pub fn client_report(log: &str) -> Option<Value> {
     None
 }
 
-/// Full checksums from the client's end (see the module docs).
-fn checksums_off(bed: &TestBed) -> Result<()> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &bed.ns, "ethtool", "-K", &bed.peer_if])
-        .args(["tx", "off"])
-        .output()
-        .context("running ip netns exec ethtool")?;
-    if !out.status.success() {
-        bail!(
-            "ethtool -K {} tx off in {}: {}",
-            bed.peer_if,
-            bed.ns,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
 fn run_config(
     a: &Seed000Tcp,
     h: &Harness,
@@ -386,11 +367,9 @@ pub fn run_once(a: &Seed000Tcp, h: &Harness) -> Result<Outcome> {
     }
     harness::require_root("network namespaces, veth pairs, XDP programs, BPF maps")?;
     harness::require_tool("ip")?;
-    harness::require_tool("ethtool")?;
     let steer = harness::steer_binary(a.steer.as_deref())?;
     let src = harness::source_tree(a.common.src.as_deref())?;
     let bed = TestBed::create(2)?;
-    checksums_off(&bed)?;
     let port = harness::free_tcp_port(7500)?;
     let topology = harness::steer_topology(&steer);
     h.log(&format!(

@@ -3,8 +3,9 @@
 //! side, joined by a 2-queue veth pair. Nothing is addressed in the root
 //! namespace, so parallel runs (names carry the pid) cannot collide, and the
 //! server namespace's TCP counters are the test's alone. The client end
-//! computes full checksums (`ethtool -K tx off`): a frame redirected through
-//! a cpumap loses the partial-checksum mark a local sender leaves.
+//! keeps veth's default offloads: its frames carry partial checksums, which
+//! the RFS program completes before a redirect (`Pair::full_checksums`
+//! turns them off).
 
 #![allow(dead_code)]
 
@@ -170,10 +171,22 @@ impl Pair {
                 dev,
             ]);
         }
-        must(&[
-            "ip", "netns", "exec", &p.cli_ns, "ethtool", "-K", &p.cli_dev, "tx", "off",
-        ]);
         p
+    }
+
+    /// Makes the client compute full checksums (`ethtool -K tx off`).
+    pub fn full_checksums(&self) {
+        must(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.cli_ns,
+            "ethtool",
+            "-K",
+            &self.cli_dev,
+            "tx",
+            "off",
+        ]);
     }
 
     /// Moves the calling thread into namespace `ns` (for good).

@@ -42,6 +42,7 @@ pub(super) enum Setting {
     Ncpus = 3,
     CpumapId = 4,
     Generic = 5,
+    CompleteChecksums = 6,
 }
 
 /// Indices of the per-CPU `rfs_stats` array.
@@ -59,10 +60,12 @@ pub(super) enum Stat {
     NoState = 9,
     QueueDrops = 10,
     RedirectErrors = 11,
+    CsumCompleted = 12,
+    CsumPassed = 13,
 }
 
 impl Stat {
-    pub(super) const ALL: [Self; 12] = [
+    pub(super) const ALL: [Self; 14] = [
         Self::Redirected,
         Self::Passed,
         Self::Untracked,
@@ -75,6 +78,8 @@ impl Stat {
         Self::NoState,
         Self::QueueDrops,
         Self::RedirectErrors,
+        Self::CsumCompleted,
+        Self::CsumPassed,
     ];
 }
 
@@ -105,6 +110,13 @@ pub struct RfsStats {
     pub queue_drops: u64,
     /// Frames that failed to reach a cpumap queue.
     pub redirect_errors: u64,
+    /// Frames whose partial checksum (a local sender's, through veth) was
+    /// completed before the redirect, which would otherwise lose the mark
+    /// that makes the stack trust it.
+    pub csum_completed: u64,
+    /// Frames with a partial checksum too long to complete (over 4 KiB):
+    /// passed to the kernel path, which keeps the mark.
+    pub csum_passed: u64,
 }
 
 impl RfsStats {
@@ -122,6 +134,8 @@ impl RfsStats {
             no_state: s[Stat::NoState as usize],
             queue_drops: s[Stat::QueueDrops as usize],
             redirect_errors: s[Stat::RedirectErrors as usize],
+            csum_completed: s[Stat::CsumCompleted as usize],
+            csum_passed: s[Stat::CsumPassed as usize],
         }
     }
 }
@@ -240,6 +254,7 @@ mod tests {
             (st.redirected, st.landed, st.no_state, st.queue_drops),
             (0, 70, 90, 100)
         );
+        assert_eq!((st.csum_completed, st.csum_passed), (120, 130));
         assert_eq!(
             (
                 RfsOrder::Socket.code(),

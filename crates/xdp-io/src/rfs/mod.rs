@@ -167,6 +167,7 @@ impl RfsProgram {
             match Self::try_attach(interface, ifindex, m) {
                 Ok(p) => {
                     info!(interface, mode = ?m, "steer RFS program attached");
+                    p.log_checksum_handling();
                     return Ok(p);
                 }
                 Err(e) => {
@@ -294,6 +295,9 @@ impl RfsProgram {
         this.set(Setting::Ncpus, u64::from(entries))?;
         this.set(Setting::CpumapId, u64::from(cpumap_id))?;
         this.set(Setting::Generic, u64::from(mode == XdpMode::Generic))?;
+        // Generic mode hands the skb itself to the cpumap, checksum state
+        // and all; native mode hands bytes.
+        this.set_complete_checksums(mode != XdpMode::Generic)?;
         this.set_max_hold(DEFAULT_MAX_HOLD)?;
         this.set_udp_settle(DEFAULT_UDP_SETTLE)?;
         this.set_order(RfsOrder::Socket)?;
@@ -437,6 +441,36 @@ impl RfsProgram {
         self.settings
             .update(&(which as u32).to_ne_bytes(), &value.to_ne_bytes(), 0)
             .map_err(map_err(SETTINGS, "check `bpftool map`"))
+    }
+
+    /// Whether the program completes partial checksums before it redirects
+    /// a frame (on by default in native mode; see [`RfsStats::csum_completed`]).
+    /// Off, a local sender through veth that leaves its checksum to the
+    /// device has every steered segment dropped by the stack as corrupt
+    /// (TcpInCsumErrors): kept switchable for measuring that.
+    pub fn set_complete_checksums(&self, on: bool) -> Result<()> {
+        self.set(Setting::CompleteChecksums, u64::from(on))
+    }
+
+    /// Says at start what the program does about partial checksums on this
+    /// device, where it matters.
+    fn log_checksum_handling(&self) {
+        let driver = crate::nic::driver(&self.interface).unwrap_or_default();
+        if !crate::nic::hands_partial_checksums(&driver) {
+            debug!(interface = %self.interface, driver, "no partial checksums expected");
+        } else if self.mode == XdpMode::Generic {
+            info!(
+                interface = %self.interface,
+                driver,
+                "generic XDP: redirected frames keep their partial-checksum state"
+            );
+        } else {
+            info!(
+                interface = %self.interface,
+                driver,
+                "native XDP: partial checksums (local senders) are completed before the cpumap redirect"
+            );
+        }
     }
 
     /// The value of counter `stat` on each possible CPU.

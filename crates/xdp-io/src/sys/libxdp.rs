@@ -37,7 +37,7 @@ use std::{
     marker::PhantomData,
     os::{
         fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
-        raw::c_int,
+        raw::{c_char, c_int},
     },
     ptr::{self, NonNull},
 };
@@ -96,6 +96,7 @@ pub(crate) struct BpfObject(NonNull<xdp::bpf_object>);
 impl BpfObject {
     /// Opens the ELF object `image` (`bpf_object__open_mem`, default options).
     pub(crate) fn open_mem(image: &'static [u8]) -> io::Result<Self> {
+        route_logs();
         // SAFETY: `image` is valid for its length and lives forever (libbpf
         // may keep pointing into it); null options select the defaults.
         let obj =
@@ -783,4 +784,79 @@ pub(crate) fn silence() {
         libbpf_sys::libbpf_set_print(None);
         xdp::libxdp_set_print(None);
     }
+}
+
+/// Sends libbpf's and libxdp's own messages to `tracing` at debug level
+/// (targets `libbpf` and `libxdp`) instead of stderr: the fallbacks they
+/// announce on every start ("No bpffs found ... Falling back to loading
+/// single prog without dispatcher", "skipping unrecognized data section")
+/// are expected, and what fails comes back as an error value. A verifier
+/// log shows with `RUST_LOG=libbpf=debug`. Idempotent; the first call
+/// installs the printers.
+pub(crate) fn route_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install_printers);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn install_printers() {
+    // SAFETY: the printers are `extern "C"` functions with the signatures
+    // the libraries declare, valid for the life of the process.
+    unsafe {
+        libbpf_sys::libbpf_set_print(Some(print_libbpf));
+        xdp::libxdp_set_print(Some(print_libxdp));
+    }
+}
+
+/// Where `va_list` is not a pointer the printers cannot forward it: silence.
+#[cfg(not(target_arch = "x86_64"))]
+fn install_printers() {
+    silence();
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    /// libc's `vsnprintf`; on x86_64 a `va_list` argument is a pointer to
+    /// its one `__va_list_tag`, which is what the printers receive.
+    fn vsnprintf(buf: *mut c_char, len: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
+}
+
+/// Formats a library message into a string, without its trailing newline.
+///
+/// # Safety
+/// `fmt` and `ap` must be the format and the arguments a library passed to
+/// its printer, used once.
+#[cfg(target_arch = "x86_64")]
+unsafe fn format_message(fmt: *const c_char, ap: *mut c_void) -> String {
+    let mut buf = [0u8; 512];
+    // SAFETY: `buf` is writable for its length (vsnprintf writes at most
+    // that, NUL included); `fmt` and `ap` come from the library's call, per
+    // the caller's contract.
+    let n = unsafe { vsnprintf(buf.as_mut_ptr().cast(), buf.len(), fmt, ap) };
+    let end = usize::try_from(n).unwrap_or(0).min(buf.len() - 1);
+    String::from_utf8_lossy(&buf[..end]).trim_end().to_owned()
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn print_libbpf(
+    _level: libbpf_sys::libbpf_print_level,
+    fmt: *const c_char,
+    ap: *mut libbpf_sys::__va_list_tag,
+) -> c_int {
+    // SAFETY: libbpf hands its format and arguments, used once here.
+    let msg = unsafe { format_message(fmt, ap.cast()) };
+    tracing::debug!(target: "libbpf", "{msg}");
+    0
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn print_libxdp(
+    _level: xdp::libxdp_print_level,
+    fmt: *const c_char,
+    ap: *mut xdp::__va_list_tag,
+) -> c_int {
+    // SAFETY: libxdp hands its format and arguments, used once here.
+    let msg = unsafe { format_message(fmt, ap.cast()) };
+    tracing::debug!(target: "libxdp", "{msg}");
+    0
 }

@@ -92,6 +92,23 @@ pub(crate) fn ethtool_rxfh_indir(name: &str) -> io::Result<Vec<u32>> {
     Ok(buf)
 }
 
+/// `ETHTOOL_GDRVINFO`: the name of the device's driver (`ethtool -i`).
+#[doc(alias = "ETHTOOL_GDRVINFO")]
+pub(crate) fn ethtool_driver(name: &str) -> io::Result<String> {
+    const ETHTOOL_GDRVINFO: u32 = 0x03;
+    // struct ethtool_drvinfo: cmd, then driver[32], version[32],
+    // fw_version[32], bus_info[32], erom_version[32], reserved2[12] and five
+    // u32s: 196 bytes.
+    let mut info = [0u32; 49];
+    info[0] = ETHTOOL_GDRVINFO;
+    // SAFETY: `info` is a whole struct ethtool_drvinfo (196 bytes), all that
+    // ETHTOOL_GDRVINFO copies in and out.
+    unsafe { ethtool(name, info.as_mut_ptr().cast()) }?;
+    let bytes: Vec<u8> = info[1..9].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
 /// The size of `struct ethtool_rxnfc` (with its `ethtool_rx_flow_spec`, no
 /// `rule_locs`) on x86_64 and aarch64.
 pub(crate) const ETHTOOL_RXNFC_LEN: usize = 192;
