@@ -92,7 +92,7 @@ pub struct EngineArgs {
     #[arg(long, short = 'i')]
     pub interface: String,
     /// Worker CPUs, kernel list format, e.g. `0-3,8` (default: all online CPUs).
-    #[arg(long)]
+    #[arg(long, value_parser = cpu_list)]
     pub cpus: Option<CpuSet>,
     /// Rx queues to open, e.g. `0,1` (default: all).
     #[arg(long, value_delimiter = ',')]
@@ -318,6 +318,53 @@ fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).map_err(|_| bad()))
         .collect()
+}
+
+/// Longest time any flag takes, in seconds (about 31 years): beyond it a
+/// deadline would overflow the clock.
+const MAX_SECONDS: f64 = 1e9;
+
+/// A number of seconds, 0 or more (`--duration`, `--timeout`, ...).
+pub fn seconds(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds (e.g. 10 or 0.5)"))?;
+    if !(0.0..=MAX_SECONDS).contains(&v) {
+        return Err(format!(
+            "{text:?} is not a number of seconds between 0 and {MAX_SECONDS:e} (e.g. 10 or 0.5)"
+        ));
+    }
+    Ok(v)
+}
+
+/// A number of seconds above 0 (`--idle-timeout`, `--move-every`, ...).
+pub fn positive_seconds(text: &str) -> Result<f64, String> {
+    match seconds(text)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "{text:?}: give a time above 0 seconds (e.g. 1 or 0.5)"
+        )),
+    }
+}
+
+/// A rate above 0 (per second), finite.
+pub fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a rate above 0 (e.g. 1000)")),
+    }
+}
+
+/// A CPU list in the kernel's format, not empty (`--cpus`).
+pub fn cpu_list(text: &str) -> Result<CpuSet, String> {
+    let set: CpuSet = text.parse().map_err(|e| format!("{e}"))?;
+    if set.is_empty() {
+        return Err(format!(
+            "{text:?} names no CPU: give a list such as 0-3 or 0,2"
+        ));
+    }
+    Ok(set)
 }
 
 /// `--metrics`: an address, or a port alone on loopback.

@@ -26,7 +26,7 @@ pub struct EchoArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// UDP port(s) to answer on (repeatable); other traffic goes to the kernel.
-    #[arg(long, short = 'p', required = true)]
+    #[arg(long, short = 'p', required = true, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Vec<u16>,
     /// Answer like `sockperf server` (pong requests only, client flag cleared).
     #[arg(long)]
@@ -35,7 +35,7 @@ pub struct EchoArgs {
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
     /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::seconds)]
     pub duration: Option<f64>,
     /// Do not print the live table.
     #[arg(long)]

@@ -116,7 +116,10 @@ impl Command {
 
 fn main() -> ExitCode {
     logging::init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
     let name = cli.command.name();
     let result = match &cli.command {
         Command::Demo(a) => demo::run(a),
@@ -136,14 +139,92 @@ fn main() -> ExitCode {
         }
     };
     result.unwrap_or_else(|e| {
-        eprintln!("steer {name}: {e:#}");
+        eprintln!("steer {name}: {}", one_line(&e));
         ExitCode::FAILURE
     })
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text
+/// the line already holds (an error that prints its source) is skipped.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Prints help and version as clap does; a usage error as one line that
+/// says what was wrong and where to look (clap's own is four).
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+    }
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let sub = std::env::args()
+        .nth(1)
+        .filter(|a| Cli::command().find_subcommand(a).is_some());
+    match sub {
+        Some(sub) => eprintln!("steer {sub}: {first} (see steer {sub} --help)"),
+        None => eprintln!("steer: {first} (see steer --help)"),
+    }
+    ExitCode::from(2)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_print_on_one_line_each_cause_once() {
+        // An error that prints its source, as `#[error("{0}")]` with
+        // `#[from]` does.
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("ring capacity 0 must be a power of two")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Outer(Inner)).context("starting\nthe engine");
+        assert_eq!(
+            one_line(&e),
+            "starting the engine: ring capacity 0 must be a power of two"
+        );
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

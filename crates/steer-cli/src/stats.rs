@@ -21,7 +21,7 @@ pub struct EngineRef {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
     /// Seconds to wait for the engine's answer.
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = crate::args::positive_seconds)]
     pub timeout: f64,
 }
 

@@ -43,7 +43,7 @@ pub struct TcpEchoArgs {
     #[arg(long, short = 'i')]
     pub interface: Option<String>,
     /// TCP port to serve.
-    #[arg(long, short = 'p')]
+    #[arg(long, short = 'p', value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
     /// Who steers the connections.
     #[arg(long, value_enum, default_value = "kernel-sockets")]
@@ -60,7 +60,7 @@ pub struct TcpEchoArgs {
     pub threads: Option<usize>,
     /// CPUs connections may be steered to, kernel list format (default: all
     /// this process may run on).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::cpu_list)]
     pub cpus: Option<CpuSet>,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
@@ -72,7 +72,7 @@ pub struct TcpEchoArgs {
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
     /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::seconds)]
     pub duration: Option<f64>,
     /// Do not print the live table.
     #[arg(long)]
@@ -224,12 +224,6 @@ fn summary(
 }
 
 pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
-    if let Some(d) = args.duration {
-        anyhow::ensure!(
-            (0.0..1e9).contains(&d),
-            "--duration must be a number of seconds (e.g. 10), not {d}"
-        );
-    }
     let stop = xdp_io::shutdown::install()?;
     let steering = match args.steer {
         SteerMode::None => None,

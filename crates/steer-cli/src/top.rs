@@ -32,7 +32,7 @@ pub struct TopArgs {
     #[command(flatten)]
     pub engine: EngineRef,
     /// Seconds between refreshes (and between the two samples of `--once`).
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = crate::args::positive_seconds)]
     pub interval: f64,
     /// Print one screen as plain text and exit (no terminal needed).
     #[arg(long)]

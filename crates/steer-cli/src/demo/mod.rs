@@ -58,26 +58,26 @@ pub struct DemoArgs {
     #[arg(long)]
     pub server: Ipv4Addr,
     /// The UDP port served.
-    #[arg(long, short = 'p', default_value_t = 11111)]
+    #[arg(long, short = 'p', default_value_t = 11111, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
     /// Flows (one client socket and one consumer thread each).
     #[arg(long, default_value_t = 8)]
     pub flows: usize,
     /// Datagrams a second per flow.
-    #[arg(long, default_value_t = 1000.0)]
+    #[arg(long, default_value_t = 1000.0, value_parser = crate::args::positive_rate)]
     pub rate: f64,
     /// Seconds per phase.
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 6.0, value_parser = crate::args::seconds)]
     pub seconds: f64,
     /// Seconds between consumer moves.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::positive_seconds)]
     pub move_every: f64,
     /// The topology model the LLC rule uses: by default two LLCs of two
     /// CPUs, CPUs 0 and 1 (the workers) in the first.
     #[arg(long, default_value = "pack:1 l3:2 core:2 pu:1")]
     pub topology: String,
     /// Worker CPUs (the consumers move between them).
-    #[arg(long, default_value = "0-1")]
+    #[arg(long, default_value = "0-1", value_parser = crate::args::cpu_list)]
     pub cpus: CpuSet,
     /// Print the `steer top --once` screen every second instead of a line.
     #[arg(long)]

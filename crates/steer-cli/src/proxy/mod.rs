@@ -96,7 +96,7 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// The UDP port clients send to.
-    #[arg(long, short = 'p')]
+    #[arg(long, short = 'p', value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
     /// The backend to forward to (a kernel UDP service).
     #[arg(long)]
@@ -110,7 +110,7 @@ pub struct ProxyArgs {
     #[arg(long, value_enum, default_value = "steer")]
     pub io: Io,
     /// Close a flow idle this many seconds.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::args::positive_seconds)]
     pub idle_timeout: f64,
     /// Most client flows open at once, each with its backend socket
     /// (default: what RLIMIT_NOFILE, raised to its hard limit, and memory
@@ -129,7 +129,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "PER_SECOND")]
     pub new_flows_per_source: Option<u32>,
     /// Stop after this many seconds (default: SIGINT/SIGTERM or `quit`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::seconds)]
     pub duration: Option<f64>,
     /// Write the final counters here on exit.
     #[arg(long)]

@@ -104,7 +104,7 @@ pub struct ReplayArgs {
     topology: Option<String>,
     /// Worker CPUs (default: the trace's `engine workers=`, else every
     /// online CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::cpu_list)]
     cpus: Option<CpuSet>,
     /// Rx queues (default: the trace's, else one per worker CPU).
     #[arg(long)]

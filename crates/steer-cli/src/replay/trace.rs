@@ -161,10 +161,23 @@ fn parse_list(s: &str, what: &str) -> Result<CpuSet, String> {
     Ok(set)
 }
 
-fn parse_count(s: &str, what: &str) -> Result<usize, String> {
-    s.parse::<usize>()
-        .map_err(|_| format!("bad {what} {s:?}: expected a number"))
+/// A count from 1 to `max` (a trace must not make the replay allocate
+/// without bound).
+fn parse_count(s: &str, what: &str, max: usize) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "bad {what} {s:?}: expected a number from 1 to {max}"
+        )),
+    }
 }
+
+/// Most rx queues a trace may name (a NIC's channels are far fewer).
+const MAX_QUEUES: usize = 1024;
+/// Largest rx table a trace may ask for (the engine's own limit is lower).
+const MAX_RX_TABLE: usize = 1 << 24;
+/// Largest worker ring a trace may ask for.
+const MAX_RING: usize = 1 << 20;
 
 /// The `key=value` options after an event's fields: `t=` always, plus
 /// `allowed=` where `allow_allowed`.
@@ -199,7 +212,7 @@ fn parse_engine(args: &[&str]) -> Result<EngineLine, String> {
         };
         match k {
             "workers" => e.workers = Some(parse_list(v, "workers")?),
-            "queues" => e.queues = Some(parse_count(v, "queue count")?),
+            "queues" => e.queues = Some(parse_count(v, "queue count", MAX_QUEUES)?),
             "rps" => {
                 e.rps = Some(match v {
                     "local" => RpsMode::Local,
@@ -214,8 +227,8 @@ fn parse_engine(args: &[&str]) -> Result<EngineLine, String> {
                     _ => return Err(format!("bad fast_path {v:?}: expected on or off")),
                 })
             }
-            "rx_table" => e.rx_table = Some(parse_count(v, "rx table size")?),
-            "ring" => e.ring = Some(parse_count(v, "ring size")?),
+            "rx_table" => e.rx_table = Some(parse_count(v, "rx table size", MAX_RX_TABLE)?),
+            "ring" => e.ring = Some(parse_count(v, "ring size", MAX_RING)?),
             "idle_ms" => {
                 e.idle_ms = Some(
                     v.parse::<u32>()
@@ -400,6 +413,9 @@ mod tests {
             "llcs",
             "llcs 0-1 x",
             "engine queues=x",
+            "engine queues=99999999999",
+            "engine rx_table=0",
+            "engine ring=18446744073709551615",
             "engine speed=9",
             "engine rps=sometimes",
             "jump 3",

@@ -86,7 +86,7 @@ pub enum EngineError {
     #[error("reading the CPU topology: {0}")]
     Topology(#[from] topology::Error),
     /// The runtime refused the settings.
-    #[error("{0}")]
+    #[error(transparent)]
     Runtime(#[from] RuntimeError),
     /// A setting is invalid.
     #[error("{0}")]
