@@ -347,38 +347,59 @@ impl Drop for StatsEndpoint {
     }
 }
 
-/// Answers one connection: reads one request line and writes one JSON line,
-/// the snapshot or an error. Never panics on what the client sends; gives
-/// up after a second of silence.
-pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
-    let mut line = Vec::with_capacity(MAX_REQUEST);
-    let read = BufReader::new((&stream).take(MAX_REQUEST as u64 + 1)).read_until(b'\n', &mut line);
-    let request = match read {
-        Ok(_) => parse_request(&line),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(format!(
-                "no request within {} s: send `stats`",
-                SERVER_IO_TIMEOUT.as_secs()
-            ))
-        }
-        Err(e) => Err(format!("reading the request: {e}")),
+/// The reply to what a client has sent so far (`closed`: it will send no
+/// more): `None` while its request line may still be coming. One line of
+/// JSON: the snapshot, or `{"error": ...}`.
+pub(crate) fn reply_to(
+    received: &[u8],
+    closed: bool,
+    snapshot: &dyn Fn() -> LiveStats,
+) -> Option<Vec<u8>> {
+    let line = match received.iter().position(|&b| b == b'\n') {
+        Some(i) => &received[..=i],
+        None if closed || received.len() > MAX_REQUEST => received,
+        None => return None,
     };
-    let mut reply = match request {
+    let mut reply = match parse_request(line) {
         Ok(Request::Stats) => serde_json::to_string(&snapshot()).unwrap_or_else(|e| {
             serde_json::json!({ "error": format!("encoding the stats: {e}") }).to_string()
         }),
         Err(e) => serde_json::json!({ "error": e }).to_string(),
     };
     reply.push('\n');
-    let _ = (&stream).write_all(reply.as_bytes());
+    Some(reply.into_bytes())
+}
+
+/// The reply to a client that sent no whole request in its time.
+pub(crate) fn timeout_reply() -> Vec<u8> {
+    let e = format!(
+        "no request within {} s: send `stats`",
+        SERVER_IO_TIMEOUT.as_secs()
+    );
+    (serde_json::json!({ "error": e }).to_string() + "\n").into_bytes()
+}
+
+/// Answers one connection, blocking (the tests' server; the observer
+/// serves many at once without blocking, in `server`).
+#[cfg(test)]
+pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
+    let mut received = Vec::new();
+    let mut buf = [0u8; 256];
+    let reply = loop {
+        let (n, closed) = match (&stream).read(&mut buf) {
+            Ok(0) => (0, true),
+            Ok(n) => (n, false),
+            Err(_) => break timeout_reply(),
+        };
+        received.extend_from_slice(&buf[..n]);
+        if let Some(r) = reply_to(&received, closed, snapshot) {
+            break r;
+        }
+    };
+    let _ = (&stream).write_all(&reply);
 }
 
 /// Asks a running engine for its pid (for the error that names it).

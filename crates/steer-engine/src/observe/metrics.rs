@@ -14,7 +14,9 @@
 //! connection (`Connection: close`). Scrapes read the same counter blocks
 //! as the stats socket: nothing on the packet path.
 
-use std::io::{self, Read, Write};
+#[cfg(test)]
+use std::io::{Read, Write};
+#[cfg(test)]
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -419,46 +421,71 @@ pub fn encode(live: &LiveStats) -> prometheus::Result<String> {
     String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
 }
 
-/// Answers one HTTP connection (see the module docs); never panics on what
-/// the client sends.
+/// The response to what a client has sent so far (`closed`: it will send
+/// no more): `None` while its request head may still be coming. Never
+/// panics on what the client sends.
+pub(crate) fn reply_to(
+    received: &[u8],
+    closed: bool,
+    snapshot: &dyn Fn() -> LiveStats,
+) -> Option<Vec<u8>> {
+    let complete =
+        received.windows(4).any(|w| w == b"\r\n\r\n") || received.windows(2).any(|w| w == b"\n\n");
+    let response = if complete {
+        respond(received, snapshot)
+    } else if received.len() > MAX_HEAD {
+        Response::plain(
+            400,
+            "Bad Request",
+            &format!("request head longer than {MAX_HEAD} bytes\n"),
+        )
+    } else if closed {
+        Response::plain(
+            400,
+            "Bad Request",
+            "connection closed before the request ended\n",
+        )
+    } else {
+        return None;
+    };
+    Some(response.bytes())
+}
+
+/// The response to a client that sent no whole request in its time.
+pub(crate) fn timeout_reply() -> Vec<u8> {
+    Response::plain(
+        400,
+        "Bad Request",
+        &format!(
+            "no complete request within {} s\n",
+            HTTP_IO_TIMEOUT.as_secs()
+        ),
+    )
+    .bytes()
+}
+
+/// Answers one connection, blocking (the tests' server; the observer
+/// serves many at once without blocking, in `server`).
+#[cfg(test)]
 pub(crate) fn serve(mut stream: TcpStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(HTTP_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(HTTP_IO_TIMEOUT));
-    let response = match read_head(&mut stream) {
-        Ok(head) => respond(&head, snapshot),
-        Err(reason) => Response::plain(400, "Bad Request", &format!("{reason}\n")),
-    };
-    let _ = stream.write_all(&response.bytes());
-    let _ = stream.flush();
-}
-
-/// Reads until the end of the request head (or gives up).
-fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
-    let mut head = Vec::with_capacity(512);
+    let mut received = Vec::new();
     let mut buf = [0u8; 1024];
-    loop {
-        let n = match stream.read(&mut buf) {
-            Ok(0) => return Err("connection closed before the request ended".into()),
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("no complete request within a second".into())
-            }
-            Err(e) => return Err(format!("reading the request: {e}")),
+    let reply = loop {
+        let (n, closed) = match stream.read(&mut buf) {
+            Ok(0) => (0, true),
+            Ok(n) => (n, false),
+            Err(_) => break timeout_reply(),
         };
-        head.extend_from_slice(&buf[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            return Ok(head);
+        received.extend_from_slice(&buf[..n]);
+        if let Some(r) = reply_to(&received, closed, snapshot) {
+            break r;
         }
-        if head.len() > MAX_HEAD {
-            return Err(format!("request head longer than {MAX_HEAD} bytes"));
-        }
-    }
+    };
+    let _ = stream.write_all(&reply);
+    let _ = stream.flush();
 }
 
 /// An HTTP/1.1 response.

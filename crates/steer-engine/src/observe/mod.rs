@@ -33,24 +33,31 @@
 //!   lock once, for one `getsockopt(SOL_XDP, XDP_STATISTICS)` and four
 //!   ring-index reads.
 //! - Read-only: no request on either endpoint changes the engine.
-//! - One thread serves both endpoints, one connection at a time, with
-//!   one-second I/O timeouts, so a stuck client delays the next reader by at
-//!   most that and never the engine. The engine stops the thread (and
-//!   removes its socket) before it releases its AF_XDP sockets.
+//! - One thread serves both endpoints, up to 64 connections side by side,
+//!   none blocking: each has one second from accept to its last byte, so a
+//!   slow client delays no other reader and never the engine. Stopping
+//!   wakes the thread, which closes every connection and returns at once;
+//!   the engine stops it (and removes its socket) before it releases its
+//!   AF_XDP sockets.
 
 pub mod endpoint;
 pub mod live;
 pub mod metrics;
+/// The observer's connections, served side by side against deadlines.
+mod server;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::warn;
+
+use server::{Connections, Kind, Stream};
 
 pub use endpoint::{
     parse_request, query, socket_path, ObserveError, Request, StatsAccess, StatsEndpoint,
@@ -66,6 +73,8 @@ pub(crate) type Snapshot = Arc<dyn Fn() -> LiveStats + Send + Sync>;
 const STATS: Token = Token(0);
 const METRICS: Token = Token(1);
 const WAKE: Token = Token(2);
+/// The clients' tokens start here.
+const FIRST_CONNECTION: Token = Token(3);
 
 /// The observer thread serving the stats socket and `/metrics`.
 pub(crate) struct Observer {
@@ -132,17 +141,19 @@ impl Drop for Observer {
     }
 }
 
-/// The thread: waits for connections on both listeners, serves each in
-/// turn, returns when woken.
+/// The thread: accepts connections on both listeners and serves them side
+/// by side until woken; a client past its deadline is closed.
 fn run(
     mut poll: Poll,
     endpoint: Option<StatsEndpoint>,
     metrics: Option<TcpListener>,
     snapshot: Snapshot,
 ) {
-    let mut events = Events::with_capacity(8);
+    let mut events = Events::with_capacity(64);
+    let mut conns = Connections::new(FIRST_CONNECTION.0);
     loop {
-        if let Err(e) = poll.poll(&mut events, None) {
+        let timeout = conns.next_timeout(Instant::now());
+        if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -150,32 +161,35 @@ fn run(
             return;
         }
         for event in &events {
+            let now = Instant::now();
             match event.token() {
                 WAKE => return,
                 STATS => {
                     if let Some(e) = &endpoint {
                         accept_all(
-                            || e.listener().accept().map(|(s, _)| s),
-                            |s| endpoint::serve(s, &*snapshot),
+                            || e.listener().accept().and_then(|(s, _)| Stream::unix(s)),
+                            |s| conns.add(poll.registry(), s, Kind::Stats, now, &*snapshot),
                         );
                     }
                 }
                 METRICS => {
                     if let Some(m) = &metrics {
                         accept_all(
-                            || m.accept().map(|(s, _)| s),
-                            |s| metrics::serve(s, &*snapshot),
+                            || m.accept().and_then(|(s, _)| Stream::tcp(s)),
+                            |s| conns.add(poll.registry(), s, Kind::Metrics, now, &*snapshot),
                         );
                     }
                 }
+                t if conns.owns(t) => conns.ready(t, &*snapshot),
                 _ => {}
             }
         }
+        conns.expire(Instant::now());
     }
 }
 
-/// Accepts and serves connections until the listener has none left
-/// (readiness is edge-triggered).
+/// Accepts connections until the listener has none left (readiness is
+/// edge-triggered).
 fn accept_all<S>(mut accept: impl FnMut() -> io::Result<S>, mut serve: impl FnMut(S)) {
     loop {
         match accept() {
@@ -188,5 +202,70 @@ fn accept_all<S>(mut accept: impl FnMut() -> io::Result<S>, mut serve: impl FnMu
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// Slow clients on both endpoints (a byte every 300 ms, reconnecting
+    /// when closed) hold up neither a reader nor the stop.
+    #[test]
+    fn slow_clients_stall_no_reader_and_not_the_stop() {
+        let dir = std::env::temp_dir().join(format!("steer-observer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let endpoint = StatsEndpoint::claim(&dir, "veth3").unwrap();
+        let socket = endpoint.path().to_path_buf();
+        let metrics = bind_metrics("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = metrics.local_addr().unwrap();
+        let snapshot: Snapshot = Arc::new(|| LiveStats::empty("veth3"));
+        let mut observer = Observer::start(Some(endpoint), Some(metrics), snapshot).unwrap();
+
+        let done = Arc::new(AtomicBool::new(false));
+        let trickle = |mut s: Box<dyn Write + Send>, done: Arc<AtomicBool>| {
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) && s.write_all(b"G").is_ok() {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        };
+        let mut slow = Vec::new();
+        for _ in 0..20 {
+            let s = std::net::TcpStream::connect(addr).unwrap();
+            slow.push(trickle(Box::new(s), done.clone()));
+        }
+        for _ in 0..5 {
+            let s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+            slow.push(trickle(Box::new(s), done.clone()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+
+        let t = Instant::now();
+        let live = query(&dir, "veth3", Duration::from_secs(2)).unwrap();
+        assert_eq!(live.interface, "veth3");
+        let mut scrape = std::net::TcpStream::connect(addr).unwrap();
+        scrape
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        let _ = scrape.read_to_string(&mut reply);
+        assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+
+        let t = Instant::now();
+        observer.stop();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        done.store(true, Ordering::Relaxed);
+        for s in slow {
+            s.join().unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
