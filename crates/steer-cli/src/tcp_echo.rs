@@ -65,7 +65,9 @@ pub struct TcpEchoArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
-    /// Replace a steer RFS program left attached by a crashed run.
+    /// Replace a steer RFS program left attached, also by this process (a
+    /// crashed run's is replaced anyway: no steer process holds the
+    /// interface's lock; a live owner is never replaced).
     #[arg(long)]
     pub replace_stale: bool,
     /// Write the final counters here on exit.

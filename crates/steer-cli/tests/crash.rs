@@ -173,3 +173,64 @@ fn a_netlink_program_left_by_kill_9_passes_traffic_and_is_replaced_without_a_sta
     assert!(second.stop().success());
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }
+
+/// Two engines started together on one interface, many times: exactly one
+/// serves each time, the other is refused in one line naming it (the
+/// interface's owner lock is taken before anything is touched).
+#[test]
+fn of_two_engines_started_together_exactly_one_serves() {
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+    const RACES: usize = 50;
+    let net = TestNet::new();
+    let args = echo_args(&net, &[]);
+    for race in 0..RACES {
+        let spawn = || {
+            running::KillOnDrop(
+                Command::new(env!("CARGO_BIN_EXE_steer"))
+                    .args(&args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        };
+        let mut pair = [spawn(), spawn()];
+        // The loser exits on its own; the winner serves until told to stop.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (loser, status) = loop {
+            if let Some((i, st)) =
+                (0..2).find_map(|i| pair[i].0.try_wait().ok().flatten().map(|st| (i, st)))
+            {
+                break (i, st);
+            }
+            assert!(Instant::now() < deadline, "race {race}: both still run");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let winner = 1 - loser;
+        assert!(!status.success(), "race {race}: both served");
+        let mut stderr = Vec::new();
+        std::io::Read::read_to_end(&mut pair[loser].0.stderr.take().unwrap(), &mut stderr).unwrap();
+        let out = std::process::Output {
+            status,
+            stdout: Vec::new(),
+            stderr,
+        };
+        let line = one_line_error("echo", &out);
+        assert!(
+            line.contains("is served by") && line.contains(&format!("pid {}", pair[winner].0.id())),
+            "race {race}: {line}"
+        );
+        // The winner came up and stops cleanly.
+        let mut stdout = std::io::BufReader::new(pair[winner].0.stdout.take().unwrap());
+        let mut ready = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut ready).unwrap();
+        assert!(ready.contains("ready"), "race {race}: {ready}");
+        let pid = pair[winner].0.id() as i32;
+        // SAFETY: signalling our own child process.
+        let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+        assert_eq!(rc, 0);
+        assert!(pair[winner].0.wait().unwrap().success(), "race {race}");
+    }
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}

@@ -13,6 +13,9 @@ use std::process::{Command, Stdio};
 use support::net::TestNet;
 
 const PORT: u16 = 7400;
+/// The takeover test's port: tcp-echo binds every address, and the tests
+/// run side by side.
+const TAKEOVER_PORT: u16 = 7401;
 
 fn steer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_steer"))
@@ -102,6 +105,62 @@ fn tcp_echo_steers_and_stops_cleanly_on_sigint_and_sigterm() {
             .sum();
         assert!(landed >= 190, "steered frames: {report:#}");
     }
+}
+
+/// Starts `steer tcp-echo` on `net` with `extra` flags and waits for its
+/// ready line (`None`: it exited first; its output is returned).
+fn start_tcp_echo(net: &TestNet, extra: &[&str]) -> Result<std::process::Child, String> {
+    let mut child = steer()
+        .args([
+            "tcp-echo",
+            "-i",
+            &net.host,
+            "-p",
+            &TAKEOVER_PORT.to_string(),
+        ])
+        .arg("--no-table")
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).unwrap();
+    if line.contains("ready") {
+        // Keep reading: its summary at the stop must not meet a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        return Ok(child);
+    }
+    let out = child.wait_with_output().unwrap();
+    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn tcp_echo_takes_over_after_kill_9_and_refuses_a_second_even_with_replace_stale() {
+    let net = TestNet::new();
+    let mut first = start_tcp_echo(&net, &[]).expect("the first starts");
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGKILL) }, 0);
+    first.wait().unwrap();
+    // Its program stays attached (netlink), nobody's now.
+    assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+
+    let mut second = start_tcp_echo(&net, &[]).expect("takes over without a flag");
+    let refused = start_tcp_echo(&net, &["--replace-stale"]).unwrap_err();
+    let lines: Vec<&str> = refused
+        .lines()
+        .filter(|l| l.starts_with("steer tcp-echo:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{refused}");
+    assert!(
+        lines[0].contains(&format!("is served by steer pid {}", second.id())),
+        "{refused}"
+    );
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(second.id() as i32, libc::SIGTERM) }, 0);
+    assert!(second.wait().unwrap().success());
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }
 
 #[test]

@@ -420,7 +420,11 @@ impl KernelSteeringBuilder {
         self
     }
 
-    /// Replaces a program left attached by a crashed run (default: refuse).
+    /// Replaces a steer RFS program found attached even when this process
+    /// holds the interface already (another `KernelSteering` of its own):
+    /// default refuse. One left by a process that is gone is replaced
+    /// anyway, and one of another live process never is (the interface's
+    /// owner lock refuses the start, naming it).
     pub fn replace_stale(mut self, yes: bool) -> Self {
         self.replace_stale = yes;
         self

@@ -82,6 +82,32 @@ pub enum XdpError {
         /// The kernel's id of the attached program.
         id: u32,
     },
+    /// Another steer process holds the interface's owner lock: it serves
+    /// the interface now.
+    #[error(
+        "{interface} is served by {}: stop it first{}, or use another interface",
+        pid.map_or("another steer process".to_string(), |p| format!("steer pid {p}")),
+        pid.map_or(String::new(), |p| format!(" (`kill {p}`)"))
+    )]
+    Locked {
+        /// The interface.
+        interface: String,
+        /// The holder's pid, when its lock file says.
+        pid: Option<u32>,
+    },
+    /// The interface's owner lock file could not be made or locked.
+    #[error(
+        "{context} {}: {source} (steer keeps one lock file per interface there; run as root)",
+        path.display()
+    )]
+    OwnerLock {
+        /// What was being done.
+        context: &'static str,
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
     /// A steer program whose owner is alive: another engine serves the interface.
     #[error(
         "another steer engine (pid {pid}) serves {interface}: its XDP program (id {id}) is \

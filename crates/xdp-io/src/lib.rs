@@ -30,6 +30,8 @@ pub mod nic;
 pub mod ntuple;
 /// Any caller-supplied XDP object: attach, maps by name, AF_XDP sockets in its XSKMAP.
 pub mod object;
+/// One owner per interface: the exclusive lock held while steer serves it.
+pub mod owner_lock;
 /// The owner: program + UMEM + sockets.
 pub mod port;
 /// The steer XDP program and its maps.

@@ -595,6 +595,13 @@ impl EngineBuilder {
         if self.use_rx_hash {
             check_rx_hash_offered(&interface)?;
         }
+        // One owner per interface, before the stats socket and the program:
+        // while another steer process serves the interface this fails
+        // naming it; taken fresh, whatever a dead run left is replaced.
+        // The port shares the lock and holds it while its program is
+        // attached.
+        let (_owner_lock, lock_shared) =
+            xdp_io::owner_lock::InterfaceLock::acquire_noting(&interface)?;
         let access = match &self.stats_group {
             Some(name) => StatsAccess::group(name)?,
             None => StatsAccess::Owner,
@@ -604,6 +611,9 @@ impl EngineBuilder {
             None => None,
         };
         let mut port_config = self.port;
+        if !lock_shared {
+            port_config = port_config.replace_stale(true);
+        }
         let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
         if stale_socket {
             // Its socket no longer answers: whatever it left is nobody's.

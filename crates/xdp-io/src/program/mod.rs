@@ -36,13 +36,14 @@ mod keys;
 /// The owner record.
 mod owner;
 
-use std::{io, os::fd::RawFd};
+use std::{io, os::fd::RawFd, sync::Arc};
 
 use tracing::{debug, info, warn};
 
 use crate::{
     config::{Proto, XdpAttach, XdpMode},
     error::{Result, XdpError},
+    owner_lock::InterfaceLock,
     sys::libxdp::{detach_netlink, program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
 };
 
@@ -133,6 +134,8 @@ pub struct SteerProgram {
     dev_bound: bool,
     steering_calls: u64,
     replaced: Option<Replaced>,
+    /// The interface's owner lock, released after the drop detached.
+    _lock: Arc<InterfaceLock>,
 }
 
 /// libxdp's attach mode for `mode` (`Auto` attaches natively).
@@ -163,6 +166,11 @@ impl SteerProgram {
         attach: XdpAttach,
         replace_stale: bool,
     ) -> Result<Self> {
+        // Before anything is touched: while another steer process lives on
+        // the interface this fails naming it; taken fresh, whatever steer
+        // left attached is nobody's.
+        let (lock, shared) = InterfaceLock::acquire_noting(interface)?;
+        let replace_stale = replace_stale || !shared;
         let mut replaced = None;
         let mut attach = attach;
         for p in attached_programs(ifindex) {
@@ -203,7 +211,7 @@ impl SteerProgram {
                 attach = XdpAttach::Netlink;
             }
         }
-        let mut program = Self::attach_with_fallbacks(interface, ifindex, mode, attach)?;
+        let mut program = Self::attach_with_fallbacks(interface, ifindex, mode, attach, lock)?;
         program.replaced = replaced;
         // Attached: from here `program` detaches on every path (by its drop).
         if let Some(owner) = ProgramOwner::current() {
@@ -224,6 +232,7 @@ impl SteerProgram {
         ifindex: u32,
         mode: XdpMode,
         attach: XdpAttach,
+        lock: Arc<InterfaceLock>,
     ) -> Result<Self> {
         // Device-bound native first (rx-hash kfunc), then plain native, then generic.
         let attempts: &[(XdpMode, bool)] = match mode {
@@ -237,7 +246,7 @@ impl SteerProgram {
         };
         let mut last = None;
         for &(m, dev_bound) in attempts {
-            match Self::try_attach(interface, ifindex, m, dev_bound, attach) {
+            match Self::try_attach(interface, ifindex, m, dev_bound, attach, lock.clone()) {
                 Ok(p) => {
                     if mode == XdpMode::Auto && m == XdpMode::Generic {
                         warn!(
@@ -295,6 +304,7 @@ impl SteerProgram {
         mode: XdpMode,
         dev_bound: bool,
         attach: XdpAttach,
+        lock: Arc<InterfaceLock>,
     ) -> Result<Self> {
         let image = if dev_bound { OBJECT_RXHASH } else { OBJECT };
         let mut obj =
@@ -339,6 +349,7 @@ impl SteerProgram {
             dev_bound,
             steering_calls: 0,
             replaced: None,
+            _lock: lock,
         };
         // Attached: from here `this` detaches on every path (by its drop).
         for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS] {

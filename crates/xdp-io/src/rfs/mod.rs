@@ -20,7 +20,7 @@ mod layout;
 
 use std::{
     os::fd::{AsFd, BorrowedFd, OwnedFd},
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 use crate::{
     config::{Proto, XdpMode},
     error::{Result, XdpError},
+    owner_lock::InterfaceLock,
     program::{attached_programs, detach_stale, FlowMapKey, PortKey},
     sys::{
         self,
@@ -111,6 +112,8 @@ pub struct RfsProgram {
     stats: MapFd,
     enq: MapFd,
     deq: MapFd,
+    /// The interface's owner lock, released after the drop detached.
+    _lock: Arc<InterfaceLock>,
 }
 
 fn attach_mode(mode: XdpMode) -> AttachMode {
@@ -135,6 +138,11 @@ impl RfsProgram {
     pub fn attach(interface: &str, mode: XdpMode, replace_stale: bool) -> Result<Self> {
         sys::check_privileges()?;
         let ifindex = sys::ifindex(interface)?;
+        // Before anything is touched: while another steer process lives on
+        // the interface this fails naming it; taken fresh, an RFS program
+        // left attached is a dead run's, replaced without being asked.
+        let (lock, shared) = InterfaceLock::acquire_noting(interface)?;
+        let replace_stale = replace_stale || !shared;
         for p in attached_programs(ifindex) {
             if p.name == RFS_PROGRAM_NAME {
                 if !replace_stale {
@@ -164,7 +172,7 @@ impl RfsProgram {
         };
         let mut last = None;
         for &m in modes {
-            match Self::try_attach(interface, ifindex, m) {
+            match Self::try_attach(interface, ifindex, m, lock.clone()) {
                 Ok(p) => {
                     info!(interface, mode = ?m, "steer RFS program attached");
                     p.log_checksum_handling();
@@ -194,7 +202,12 @@ impl RfsProgram {
         })
     }
 
-    fn try_attach(interface: &str, ifindex: u32, mode: XdpMode) -> Result<Self> {
+    fn try_attach(
+        interface: &str,
+        ifindex: u32,
+        mode: XdpMode,
+        lock: Arc<InterfaceLock>,
+    ) -> Result<Self> {
         let cpus_possible = sys::possible_cpus()
             .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
         let entries = u32::try_from(cpus_possible)
@@ -289,6 +302,7 @@ impl RfsProgram {
             stats,
             enq,
             deq,
+            _lock: lock,
         };
         // From here `this` detaches on every path (by its drop).
         let cpumap_id = cpumap_id.map_err(program_err("reading the cpumap's id"))?;

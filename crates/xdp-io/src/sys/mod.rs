@@ -6,6 +6,7 @@
 //! - `caps`: the capabilities XDP and AF_XDP need.
 //! - `clock`: the monotonic clock BPF programs read.
 //! - `cpus`: the possible CPUs (per-CPU map values).
+//! - `flock`: the exclusive lock of one owner per interface.
 //! - `libxdp`: the libxdp/libbpf FFI (program, maps, attached programs).
 //! - `net`: interfaces, rx queue counts, socket options, ring wakeups.
 //! - `netdev`: the netdev netlink family (a device's XDP features).
@@ -31,6 +32,8 @@ mod caps;
 mod clock;
 mod cpus;
 #[allow(unsafe_code)]
+mod flock;
+#[allow(unsafe_code)]
 pub(crate) mod libxdp;
 #[allow(unsafe_code)]
 mod net;
@@ -44,6 +47,7 @@ mod signal;
 pub use caps::check_privileges;
 pub(crate) use clock::monotonic_ns;
 pub(crate) use cpus::possible_cpus;
+pub(crate) use flock::try_lock_exclusive;
 pub(crate) use net::{
     attach_socket_filter, ethtool_channels, ethtool_driver, ethtool_rxfh_indir, ethtool_rxnfc,
     kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN,
