@@ -1,4 +1,4 @@
-//! Dispatcher benchmarks (issue 4):
+//! Dispatcher benchmarks:
 //! - `steer/dispatch/batch/{1,8,64,256}`: cost per packet of classify + steer +
 //!   enqueue to another CPU's ring, by batch size;
 //! - `steer/dispatch/fast_path/{on,off}`: flows whose consumer is on the

@@ -13,7 +13,7 @@
 //! short samples of equal size (flat sampling) let the median shed the ones
 //! hit by preemption.
 //!
-//! Goal (issue 4): at least 2x ArrayQueue's throughput, within 1.5x of rtrb.
+//! Goal: at least 2x ArrayQueue's throughput, within 1.5x of rtrb.
 
 use std::hint::{black_box, spin_loop};
 use std::sync::atomic::{AtomicBool, Ordering};

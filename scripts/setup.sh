@@ -10,13 +10,10 @@ PACKAGES=(
   libhwloc-dev libudev-dev hwloc
   # tests and demos: namespaces and veth, ping, load generators, XDP tools
   iproute2 iputils-ping sockperf xdp-tools bpftool
-  # kernel-socket steering tests: full checksums from local senders (ethtool -K tx off)
+  # the kernel-socket tests' full-checksum senders (ethtool -K tx off)
   ethtool
-  # the engine tests drop privileges with setpriv; the demo's summary:
-  # python3; `steer stats --json` examples: jq
-  util-linux python3 jq
-  # instruction counts for benchmark scripts (no hardware counters in VMs)
-  valgrind
+  # the engine tests drop privileges with setpriv
+  util-linux
   # metrics tests: promtool checks a scrape, a real Prometheus server scrapes
   # a running engine; `steer top` is driven in a terminal through tmux
   prometheus tmux
@@ -37,6 +34,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Not installed here, as no test needs it: valgrind, for the instruction
+# counts of docs/performance.md (`apt-get install valgrind`).
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install a stable Rust toolchain (rustup) and put ~/.cargo/bin on PATH" >&2
