@@ -23,6 +23,7 @@ use crate::{
     gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
     netns::TestBed,
     payload::Endpoints,
+    report::{phase_name, ServerRun},
     servers::{Kind, Running, ServerEnv},
     sys,
 };
@@ -70,30 +71,6 @@ pub struct BenchConfig {
     pub proxy_runtime: String,
     /// Logs of the servers go here (a temporary directory otherwise).
     pub log_dir: PathBuf,
-}
-
-/// The phase names: `max` and the fixed rates.
-pub fn phase_name(rate: Option<u64>) -> String {
-    rate.map_or("max".into(), |r| r.to_string())
-}
-
-/// One server in one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct ServerRun {
-    /// Run number (from 1).
-    pub run: usize,
-    /// Server.
-    pub server: Kind,
-    /// Why it has no numbers (did not start, did not answer).
-    pub error: Option<String>,
-    /// (phase name, result).
-    pub phases: Vec<(String, PhaseResult)>,
-    /// Where the server's threads ran.
-    pub ran_on: String,
-    /// Its last output line when it stopped.
-    pub last_words: String,
-    /// steer's --stats-json, when it is steer.
-    pub stats: Option<serde_json::Value>,
 }
 
 enum Cmd {

@@ -546,8 +546,8 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
     json!({
         "servers": cfg.servers.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "runs": cfg.runs,
-        "phases": cfg.phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
-        "proxy_phases": cfg.proxy_phases.iter().map(|p| bench::phase_name(*p)).collect::<Vec<_>>(),
+        "phases": cfg.phases.iter().map(|p| steer_bench::report::phase_name(*p)).collect::<Vec<_>>(),
+        "proxy_phases": cfg.proxy_phases.iter().map(|p| steer_bench::report::phase_name(*p)).collect::<Vec<_>>(),
         "flows": cfg.flows,
         "port": cfg.port,
         "generator_cpu": cfg.gen_cpu,

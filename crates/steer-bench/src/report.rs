@@ -12,12 +12,31 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::{
-    bench::{phase_name, ServerRun},
-    gen::PhaseResult,
-    servers::Kind,
-    sockperf::median,
-};
+use crate::{gen::PhaseResult, servers::Kind, sockperf::median};
+
+/// The phase names: `max` and the fixed rates.
+pub fn phase_name(rate: Option<u64>) -> String {
+    rate.map_or("max".into(), |r| r.to_string())
+}
+
+/// One server in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerRun {
+    /// Run number (from 1).
+    pub run: usize,
+    /// Server.
+    pub server: Kind,
+    /// Why it has no numbers (did not start, did not answer).
+    pub error: Option<String>,
+    /// (phase name, result).
+    pub phases: Vec<(String, PhaseResult)>,
+    /// Where the server's threads ran.
+    pub ran_on: String,
+    /// Its last output line when it stopped.
+    pub last_words: String,
+    /// steer's --stats-json, when it is steer.
+    pub stats: Option<serde_json::Value>,
+}
 
 /// Share of the asked rate below which a phase "did not hold the rate".
 pub const HOLD: f64 = 0.95;

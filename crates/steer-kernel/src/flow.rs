@@ -7,8 +7,8 @@
 
 use std::sync::Weak;
 
+use crate::shared::Shared;
 use crate::socket::SocketTuple;
-use crate::steering::Shared;
 
 /// A connection steer steers (made by [`crate::KernelSteering::flow`]).
 pub struct SteeredFlow {

@@ -13,10 +13,12 @@
 //! reached the segment; UDP: the socket has seen every frame). Everything
 //! else takes the kernel's own path.
 //!
-//! Layering: `socket` (a socket's 4-tuple) and `hook` (the map backend and
-//! its shadow of placed flows) below `steering` (the owner: program, table,
-//! hook, sweeper), below `recorder` (one application thread's handle) and
-//! `flow` (one connection's handle). `unsafe` is denied: system calls go
+//! Layering, each module importing only those before it: `socket` (a
+//! socket's 4-tuple), `hook` (the map backend and its shadow of placed
+//! flows) and `checksum` (the namespace's checksum failures); `shared`
+//! (what the owner shares: table, hook, counters; `place`); `flow` (one
+//! connection's handle) and `recorder` (one application thread's handle);
+//! `steering` (the owner: program, shared state, sweeper). `unsafe` is denied: system calls go
 //! through socket2 and xdp-io.
 //!
 //! ```no_run
@@ -53,6 +55,8 @@ mod flow;
 pub mod hook;
 /// One application thread's recording handle.
 mod recorder;
+/// What the steering shares with recorders, flows and the sweeper.
+mod shared;
 /// A socket's 4-tuple, as the XDP program sees its frames.
 pub mod socket;
 /// The owner: program, desired table, hook and sweeper.
@@ -62,7 +66,8 @@ pub use checksum::ChecksumErrors;
 pub use error::KernelError;
 pub use flow::SteeredFlow;
 pub use hook::{MapHook, RfsBackend, UpdateTimes};
-pub use recorder::{KernelRecorder, Recorded};
+pub use recorder::KernelRecorder;
+pub use shared::Recorded;
 pub use socket::SocketTuple;
 pub use steer_core::policy::Policy;
 pub use steering::{KernelStats, KernelSteering, KernelSteeringBuilder};

@@ -11,39 +11,11 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use steer_core::cpu::CpuId;
-use steer_core::policy::RecordOutcome;
 use steer_core::record::{CpuProbe, Recorder};
 
+use crate::shared::{Recorded, Shared};
 use crate::socket::SocketTuple;
-use crate::steering::Shared;
 use crate::{KernelError, SteeredFlow};
-
-/// What a record did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// The desired table kept the flow's CPU (the rule suppressed the
-    /// change, or nothing changed): no update.
-    Unchanged(RecordOutcome),
-    /// The table was written but the program's map already held that CPU.
-    Kept,
-    /// The flow was placed on `to` (from `from`): one map update.
-    Steered {
-        /// The CPU the map held before, if any.
-        from: Option<CpuId>,
-        /// The CPU it holds now.
-        to: CpuId,
-    },
-    /// The thread ran on a CPU flows are not steered to.
-    NotSteerable(CpuId),
-}
-
-impl Recorded {
-    /// Whether the record cost a map update.
-    pub fn updated(&self) -> bool {
-        matches!(self, Self::Steered { .. })
-    }
-}
 
 /// One thread's handle for recording the sockets it reads.
 ///

@@ -11,13 +11,12 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
-use steer_core::flow::{FlowHasher, KeyedHasher};
-use steer_core::hook::{FlowMove, SteerHook};
+use steer_core::flow::KeyedHasher;
 use steer_core::policy::Policy;
 use steer_core::record::CpuProbe;
 use steer_core::table::{DesiredCpuTable, RecordStats};
@@ -27,77 +26,10 @@ use xdp_io::{Proto, XdpMode};
 
 use crate::checksum::{ChecksumErrors, ChecksumWatch};
 use crate::hook::{MapHook, RfsBackend, UpdateTimes};
-use crate::recorder::{KernelRecorder, Recorded};
+use crate::recorder::KernelRecorder;
+use crate::shared::{Recorded, Shared};
 use crate::socket::SocketTuple;
 use crate::{KernelError, SteeredFlow};
-
-/// What the recorders, flows and the sweeper share.
-pub(crate) struct Shared {
-    pub(crate) table: Arc<DesiredCpuTable>,
-    pub(crate) layout: Arc<CpuLayout>,
-    hasher: KeyedHasher,
-    cpus: CpuSet,
-    hook: Mutex<MapHook>,
-    not_steerable: AtomicU64,
-    checksums: ChecksumWatch,
-}
-
-impl Shared {
-    fn hook(&self) -> MutexGuard<'_, MapHook> {
-        self.hook.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The flow hash the desired table uses for `tuple`.
-    pub(crate) fn hash(&self, tuple: &SocketTuple) -> u32 {
-        self.hasher.hash(&tuple.flow_key())
-    }
-
-    /// A desired-table write put `tuple`'s flow on `cpu`: place it in the
-    /// program's map (a no-op when it is there already). A new UDP flow
-    /// gets the delivery counter on `socket` first.
-    pub(crate) fn place(
-        &self,
-        tuple: &SocketTuple,
-        hash: u32,
-        cpu: CpuId,
-        socket: Option<BorrowedFd<'_>>,
-    ) -> Result<Recorded, KernelError> {
-        if !self.cpus.contains(cpu) {
-            self.not_steerable.fetch_add(1, Ordering::Relaxed);
-            return Ok(Recorded::NotSteerable(cpu));
-        }
-        let key = tuple.map_key();
-        let mut hook = self.hook();
-        let from = hook.cpu_of(&key);
-        if from == Some(cpu) {
-            return Ok(Recorded::Kept);
-        }
-        if from.is_none() && tuple.proto == Proto::Udp {
-            if let Some(fd) = socket {
-                hook.backend().attach_socket(fd)?;
-            }
-        }
-        let mv = FlowMove {
-            rxq: 0,
-            bucket: (hash as usize) & (self.table.len() - 1),
-            hash,
-            key: Some(tuple.flow_key()),
-            from,
-            to: cpu,
-            filter: None,
-        };
-        hook.steer(&mv)?;
-        Ok(Recorded::Steered { from, to: cpu })
-    }
-
-    pub(crate) fn attach_socket(&self, socket: BorrowedFd<'_>) -> Result<(), KernelError> {
-        Ok(self.hook().backend().attach_socket(socket)?)
-    }
-
-    pub(crate) fn forget(&self, tuple: &SocketTuple) {
-        self.hook().forget(&tuple.map_key());
-    }
-}
 
 /// The backend after `stop`: every update fails, recorders carry on.
 struct Stopped;

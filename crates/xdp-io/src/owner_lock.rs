@@ -1,13 +1,15 @@
 //! One owner per interface: an exclusive `flock` on a file named after the
 //! interface (its network namespace and ifindex) under
-//! [`OWNER_DIR`], taken before steer touches the interface and held for as
-//! long as its program is attached. The kernel drops the lock when the
-//! process ends, however it ends, so a second start while the owner lives
-//! fails with the owner's pid, and a start after `kill -9` takes over by
-//! itself: whatever steer program is left attached is nobody's.
+//! [`OWNER_DIR`](crate::owner_lock::OWNER_DIR), taken before steer touches
+//! the interface and held for as long as its program is attached. The
+//! kernel drops the lock when the process ends, however it ends, so a second
+//! start while the owner lives fails with the owner's pid, and a start after
+//! `kill -9` takes over by itself: whatever steer program is left attached
+//! is nobody's.
 //!
 //! Invariants: a process holds at most one lock per interface; taking it
-//! again in the same process shares the held one ([`InterfaceLock`] is
+//! again in the same process shares the held one
+//! ([`InterfaceLock`](crate::owner_lock::InterfaceLock) is
 //! reference-counted), so the engine can take it before its stats socket
 //! and the port under it again. The file holds the owner's pid for the
 //! message; it is never unlinked (an unlink while another process waits on

@@ -27,7 +27,7 @@ use super::hotplug::HotplugWatcher;
 use super::nic_check;
 use super::privileges;
 use super::publish::Publisher;
-use super::setup::EngineSetup;
+use super::setup::{EngineSetup, HookFactory};
 use super::steering::FlowSteering;
 use super::{
     Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
@@ -76,9 +76,6 @@ pub struct EngineBuilder {
     /// Builds each rx queue's steering hook (default: none).
     hooks: Option<HookFactory>,
 }
-
-/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
-pub(super) type HookFactory = Arc<dyn Fn(u32) -> Box<dyn SteerHook + Send> + Send + Sync>;
 
 impl std::fmt::Debug for EngineBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -26,6 +26,10 @@ use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
 
+/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+pub(super) type HookFactory =
+    std::sync::Arc<dyn Fn(u32) -> Box<dyn steer_core::hook::SteerHook + Send> + Send + Sync>;
+
 /// The per-CPU parts the runtime builds on each worker's thread.
 pub(super) struct EngineSetup {
     pub(super) topology: Topology,
@@ -47,7 +51,7 @@ pub(super) struct EngineSetup {
     pub(super) stopping: Arc<AtomicBool>,
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
-    pub(super) hooks: Option<super::builder::HookFactory>,
+    pub(super) hooks: Option<HookFactory>,
 }
 
 impl Setup<RawFrame> for EngineSetup {
