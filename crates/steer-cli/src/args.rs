@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use steer_core::cpu::CpuSet;
 use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
-use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode};
+use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode, WorkerLoss};
 use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
 use xdp_io::{BindMode, XdpAttach, XdpMode};
@@ -202,6 +202,11 @@ pub struct EngineArgs {
     /// all but CAP_NET_ADMIN with `netlink`).
     #[arg(long)]
     pub keep_capabilities: bool,
+    /// What to do when every worker died (each handler panicked): `open`
+    /// passes the owned traffic to the kernel and keeps running; `closed`
+    /// stops and exits non-zero.
+    #[arg(long, value_enum, default_value = "open")]
+    pub on_worker_loss: WorkerLossArg,
 }
 
 impl EngineArgs {
@@ -259,6 +264,10 @@ impl EngineArgs {
             builder = builder.stats_socket(false);
         }
         builder = builder.drop_privileges(!self.keep_capabilities);
+        builder = builder.on_worker_loss(match self.on_worker_loss {
+            WorkerLossArg::Open => WorkerLoss::FailOpen,
+            WorkerLossArg::Closed => WorkerLoss::FailClosed,
+        });
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }
@@ -365,6 +374,27 @@ pub fn cpu_list(text: &str) -> Result<CpuSet, String> {
         ));
     }
     Ok(set)
+}
+
+/// `--on-worker-loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkerLossArg {
+    /// Fail open: the kernel gets the owned traffic.
+    Open,
+    /// Fail closed: stop and exit non-zero.
+    Closed,
+}
+
+/// Fails when the engine lost every worker and `--on-worker-loss closed`
+/// asks to stop: the run loops call it once per round.
+pub fn check_workers(engine: &Engine, args: &EngineArgs) -> anyhow::Result<()> {
+    if args.on_worker_loss == WorkerLossArg::Closed && engine.workers_lost() {
+        anyhow::bail!(
+            "every worker died (their handlers panicked; see the log): stopping, as \
+             --on-worker-loss closed asks"
+        );
+    }
+    Ok(())
 }
 
 /// `--metrics`: an address, or a port alone on loopback.

@@ -93,6 +93,10 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
+        if let Err(e) = crate::args::check_workers(&engine, &args.engine) {
+            engine.stop()?;
+            return Err(e);
+        }
         if now >= next_table {
             next_table += Duration::from_secs(1);
             let stats = engine.stats();

@@ -116,6 +116,11 @@ impl Command {
 
 fn main() -> ExitCode {
     logging::init();
+    // No program this process runs can gain privileges it does not have
+    // (setuid bits, file capabilities); every thread inherits this.
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        tracing::warn!(error = %e, "PR_SET_NO_NEW_PRIVS failed");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),

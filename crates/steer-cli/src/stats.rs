@@ -182,7 +182,7 @@ pub fn report(live: &LiveStats) -> String {
 
 /// One line about the engine itself.
 pub fn headline(live: &LiveStats) -> String {
-    format!(
+    let mut line = format!(
         "steer on {} (pid {}), up {}, policy {}, fast path {}, xdp {}, bind {}",
         live.interface,
         live.pid,
@@ -191,7 +191,34 @@ pub fn headline(live: &LiveStats) -> String {
         if live.fast_path { "on" } else { "off" },
         live.xdp_mode,
         live.bind_mode,
-    )
+    );
+    if let Some(down) = workers_down(live) {
+        line.push_str(" | ");
+        line.push_str(&down);
+    }
+    line
+}
+
+/// The workers that died, if any (`None`: every worker runs).
+pub fn workers_down(live: &LiveStats) -> Option<String> {
+    let down: Vec<String> = live
+        .workers
+        .iter()
+        .filter(|w| !w.up)
+        .map(|w| match &w.panic {
+            Some(p) => format!("cpu{} ({p})", w.cpu),
+            None => format!("cpu{}", w.cpu),
+        })
+        .collect();
+    if down.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "WORKERS DOWN {} of {}: {}",
+        down.len(),
+        live.workers.len(),
+        down.join(", "),
+    ))
 }
 
 /// Desired-table writes by reason and the suppressed changes.
@@ -287,6 +314,30 @@ mod tests {
     use steer_engine::observe::SocketCounters;
 
     use super::*;
+
+    #[test]
+    fn dead_workers_show_in_the_headline() {
+        let mut live = LiveStats::empty("eth9");
+        live.workers = vec![
+            steer_engine::observe::WorkerStatus {
+                cpu: 0,
+                up: true,
+                panic: None,
+            },
+            steer_engine::observe::WorkerStatus {
+                cpu: 1,
+                up: false,
+                panic: Some("boom".into()),
+            },
+        ];
+        assert!(
+            headline(&live).ends_with("| WORKERS DOWN 1 of 2: cpu1 (boom)"),
+            "{}",
+            headline(&live)
+        );
+        live.workers[1].up = true;
+        assert!(!headline(&live).contains("DOWN"));
+    }
 
     #[test]
     fn the_report_has_every_cpu_the_total_and_the_sockets() {

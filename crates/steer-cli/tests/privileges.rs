@@ -58,6 +58,9 @@ fn a_running_echo_has_no_capabilities_and_still_serves_reports_and_stops() {
     let net = TestNet::new();
     let echo = Echo::start(&net, &[]);
     assert_caps(echo.pid(), 0);
+    // No thread can gain privileges through a program it runs.
+    let nnp = thread_caps(echo.pid(), "NoNewPrivs");
+    assert!(nnp.iter().all(|(_, v)| *v == 1), "{nnp:?}");
     let got = drive_flows(&net, 4, 20, 10);
     assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
     let out = steer(&["stats", &net.host, "--json"]);

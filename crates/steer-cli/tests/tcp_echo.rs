@@ -147,6 +147,13 @@ fn tcp_echo_takes_over_after_kill_9_and_refuses_a_second_even_with_replace_stale
     assert!(net.link_show().contains("xdp"), "{}", net.link_show());
 
     let mut second = start_tcp_echo(&net, &[]).expect("takes over without a flag");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", second.id())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(["NoNewPrivs:", "1"])),
+        "{status}"
+    );
     let refused = start_tcp_echo(&net, &["--replace-stale"]).unwrap_err();
     let lines: Vec<&str> = refused
         .lines()

@@ -134,6 +134,8 @@ int steer_xdp(struct xdp_md *ctx)
 		count(STAT_DROPPED);
 		return XDP_DROP;
 	}
+	if (owned_action && *owned_action == STEER_OWNED_PASS)
+		return pass();
 
 	__u32 index = ctx->rx_queue_index;
 	__u32 *chosen = bpf_map_lookup_elem(&flow_socks, &flow);

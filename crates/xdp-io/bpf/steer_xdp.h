@@ -51,9 +51,11 @@ enum steer_setting {
 };
 
 /* Value of `settings[SETTING_OWNED_ACTION]`. DROP exists to measure the
- * kernel-only ceiling with the same parsing work. */
+ * kernel-only ceiling with the same parsing work; PASS hands owned traffic
+ * to the kernel (an engine with no worker left fails open). */
 #define STEER_OWNED_REDIRECT 0
 #define STEER_OWNED_DROP 1
+#define STEER_OWNED_PASS 2
 
 /* Indices of the per-CPU `stats` array. */
 enum steer_stat {

@@ -56,8 +56,8 @@ pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach, XdpMode};
 pub use error::{Result, XdpError};
 pub use port::XdpPort;
 pub use program::{
-    attached_programs, AttachedProgram, FlowMapKey, OwnedAction, ProgramOwner, ProgramStats,
-    Replaced, SteerProgram,
+    attached_programs, AttachedProgram, FlowMapKey, OwnedAction, OwnedActionSwitch, ProgramOwner,
+    ProgramStats, Replaced, SteerProgram,
 };
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};

@@ -554,6 +554,10 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         {
             break;
         }
+        if let Err(e) = crate::args::check_workers(&engine, &args.engine) {
+            engine.stop()?;
+            return Err(e);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let flow_stats = engine.flow_stats().unwrap_or_default();

@@ -253,6 +253,53 @@ pub enum WorkerState {
     Panicked(String),
 }
 
+/// Each worker's state, readable from any thread while the runtime runs
+/// (a health watcher, a stats snapshot): a handle on the list the workers
+/// update when they end.
+///
+/// ```
+/// # use steer_core::runtime::{WorkerState, WorkerStates};
+/// let states = WorkerStates::new([1, 2]);
+/// assert_eq!(states.snapshot(), vec![(1, WorkerState::Running), (2, WorkerState::Running)]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct WorkerStates(Arc<Mutex<Vec<(CpuId, WorkerState)>>>);
+
+impl WorkerStates {
+    /// Every worker of `cpus` running.
+    pub fn new(cpus: impl IntoIterator<Item = CpuId>) -> Self {
+        Self(Arc::new(Mutex::new(
+            cpus.into_iter()
+                .map(|c| (c, WorkerState::Running))
+                .collect(),
+        )))
+    }
+
+    /// Each worker's state now.
+    pub fn snapshot(&self) -> Vec<(CpuId, WorkerState)> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(CpuId, WorkerState)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many workers still run.
+    pub fn running(&self) -> usize {
+        self.lock()
+            .iter()
+            .filter(|(_, s)| *s == WorkerState::Running)
+            .count()
+    }
+
+    /// Sets the state of the worker on `cpu`.
+    pub(crate) fn set(&self, cpu: CpuId, state: WorkerState) {
+        if let Some(s) = self.lock().iter_mut().find(|(c, _)| *c == cpu) {
+            s.1 = state;
+        }
+    }
+}
+
 /// What the runtime and its workers share. Workers start before it exists
 /// (it needs their doorbells) and take it from a [`CommonSlot`] once
 /// `Runtime::start` has published it.
@@ -263,7 +310,7 @@ struct Common<D, St: Setup<D>> {
     stop: AtomicBool,
     /// Workers that stopped polling their rx queues (see `Worker::finish`).
     quiesced: AtomicUsize,
-    states: Mutex<Vec<(CpuId, WorkerState)>>,
+    states: WorkerStates,
     orphans: Mutex<Vec<Part<D, St>>>,
     orphan_count: AtomicUsize,
     bells: Vec<Option<Arc<Doorbell>>>,
@@ -451,7 +498,7 @@ where
         let common = Arc::new(Common {
             setup,
             shared,
-            states: Mutex::new(cpus.iter().map(|&c| (c, WorkerState::Running)).collect()),
+            states: WorkerStates::new(cpus.iter().copied()),
             cfg,
             stop: AtomicBool::new(false),
             quiesced: AtomicUsize::new(0),
@@ -499,11 +546,13 @@ where
 
     /// Each worker's state.
     pub fn worker_states(&self) -> Vec<(CpuId, WorkerState)> {
-        self.common
-            .states
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.common.states.snapshot()
+    }
+
+    /// A handle on the workers' states that outlives borrows of the
+    /// runtime (for a watcher thread).
+    pub fn worker_states_handle(&self) -> WorkerStates {
+        self.common.states.clone()
     }
 
     /// Stops every worker: each handles what is queued to it and exits.

@@ -243,14 +243,7 @@ where
     }
 
     fn set_state(&self, state: WorkerState) {
-        let mut states = self
-            .common
-            .states
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = states.iter_mut().find(|(c, _)| *c == self.cpu) {
-            s.1 = state;
-        }
+        self.common.states.set(self.cpu, state);
     }
 
     fn run_loop(&mut self) {
@@ -443,14 +436,7 @@ where
             if self.drain_rings() > 0 {
                 self.flush();
             }
-            let running = self
-                .common
-                .states
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .filter(|(_, s)| *s == WorkerState::Running)
-                .count();
+            let running = self.common.states.running();
             if self.common.quiesced.load(Ordering::SeqCst) >= running || Instant::now() > deadline {
                 break;
             }

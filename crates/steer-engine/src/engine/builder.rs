@@ -23,6 +23,7 @@ use xdp_io::{
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
+use super::health::{Health, HealthWatcher, WorkerLoss};
 use super::hotplug::HotplugWatcher;
 use super::nic_check;
 use super::privileges;
@@ -63,6 +64,7 @@ pub struct EngineBuilder {
     rps: Option<RpsMode>,
     worker_slice: Option<Duration>,
     hotplug_watch: Option<Duration>,
+    on_worker_loss: WorkerLoss,
     /// Record a replayable trace here, at most this many events.
     trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
@@ -109,6 +111,7 @@ impl EngineBuilder {
             rps: None,
             worker_slice: Some(DEFAULT_WORKER_SLICE),
             hotplug_watch: Some(DEFAULT_HOTPLUG_WATCH),
+            on_worker_loss: WorkerLoss::FailOpen,
             trace: None,
             stats_dir: Some(PathBuf::from(DEFAULT_RUN_DIR)),
             stats_group: None,
@@ -276,6 +279,21 @@ impl EngineBuilder {
     /// ```
     pub fn hotplug_watch(mut self, every: Option<Duration>) -> Self {
         self.hotplug_watch = every;
+        self
+    }
+
+    /// What to do when no worker is left to serve (every handler
+    /// panicked): fail open (the default: owned traffic goes to the
+    /// kernel) or fail closed ([`Engine::workers_lost`] turns true and the
+    /// caller stops).
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{EngineBuilder, WorkerLoss};
+    /// let b = EngineBuilder::new("eth1").on_worker_loss(WorkerLoss::FailClosed);
+    /// # drop(b);
+    /// ```
+    pub fn on_worker_loss(mut self, what: WorkerLoss) -> Self {
+        self.on_worker_loss = what;
         self
     }
 
@@ -771,18 +789,36 @@ impl EngineBuilder {
             warn!("{w}");
         }
         let switches = Arc::clone(&shared.switches);
+        let published = shared.clone();
+        let runtime = Runtime::start(cfg, shared, setup, sources)?;
+        let workers = runtime.worker_states_handle();
         let publisher = Arc::new(Publisher {
             interface: interface.clone(),
             cpus,
-            shared: shared.clone(),
+            shared: published,
             counters: Arc::clone(&counters),
             sockets: sockets.clone(),
             total_frames: total as u32,
             modes: port.modes(),
             started: Instant::now(),
             app: Arc::clone(&app),
+            workers: workers.clone(),
         });
-        let runtime = Runtime::start(cfg, shared, setup, sources)?;
+        let health_state = Arc::new(Health::default());
+        let switch = match port.program().owned_action_switch() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(error = %e, "no way to fail open if every worker dies");
+                None
+            }
+        };
+        let health = HealthWatcher::start(
+            interface.clone(),
+            workers,
+            switch,
+            self.on_worker_loss,
+            Arc::clone(&health_state),
+        )?;
         let hotplug = match self.hotplug_watch {
             Some(every) => HotplugWatcher::start(&topology, every, switches)?,
             None => None,
@@ -807,6 +843,8 @@ impl EngineBuilder {
             started: Instant::now(),
             trace,
             hotplug,
+            health: Some(health),
+            health_state,
             start_warnings,
             publisher: Some(Arc::clone(&publisher)),
             observer: None,

@@ -32,6 +32,8 @@
 mod app;
 mod builder;
 mod counters;
+/// Worker health: deaths logged, the loss of every worker acted on.
+mod health;
 mod hotplug;
 mod nic_check;
 mod privileges;
@@ -56,6 +58,7 @@ use xdp_io::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort
 pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHandler, Verdict};
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
+pub use health::WorkerLoss;
 pub use stats::{CpuRow, EngineReport, EngineStats};
 pub use steering::FlowSteerError;
 
@@ -133,6 +136,9 @@ pub struct Engine {
     trace: Option<crate::trace::TraceWriter>,
     /// Follows CPUs going offline and online (live topologies).
     hotplug: Option<hotplug::HotplugWatcher>,
+    /// Follows the workers: deaths logged, the loss of all acted on.
+    health: Option<health::HealthWatcher>,
+    health_state: Arc<health::Health>,
     /// What the start-time check of the NIC's setup found.
     start_warnings: Vec<String>,
     /// Builds [`LiveStats`]; dropped before the sockets are released.
@@ -274,6 +280,15 @@ impl Engine {
         self.stats_path.as_deref()
     }
 
+    /// Whether every worker is gone (each handler panicked): with
+    /// [`WorkerLoss::FailOpen`] the kernel gets the owned traffic now; with
+    /// [`WorkerLoss::FailClosed`] the caller should stop the engine.
+    pub fn workers_lost(&self) -> bool {
+        self.health_state
+            .all_lost
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Each worker's state (a panicked handler shows here).
     pub fn worker_states(&self) -> Vec<(CpuId, WorkerState)> {
         self.runtime().worker_states()
@@ -289,6 +304,9 @@ impl Engine {
     /// the frame census and detaches the program.
     pub fn stop(mut self) -> Result<EngineReport, EngineError> {
         if let Some(mut h) = self.hotplug.take() {
+            h.stop();
+        }
+        if let Some(mut h) = self.health.take() {
             h.stop();
         }
         // Readers see the engine gone from here on; the observer's handles
@@ -372,6 +390,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if let Some(mut h) = self.health.take() {
+            h.stop();
+        }
         if let Some(mut o) = self.observer.take() {
             o.stop();
         }

@@ -17,11 +17,14 @@ use std::time::Instant;
 use steer_core::cpu::CpuSet;
 use steer_core::dispatch::Shared;
 use steer_core::policy::WriteReason;
+use steer_core::runtime::{WorkerState, WorkerStates};
 use xdp_io::{ActiveModes, BindMode, FrameCensus, LedgerSnapshot, RingCensus, XdpMode};
 
 use super::counters::EngineCounters;
 use crate::frames::{lock, SharedSocket};
-use crate::observe::{CpuCounters, DesiredCounters, LiveStats, SocketCounters, FORMAT_VERSION};
+use crate::observe::{
+    CpuCounters, DesiredCounters, LiveStats, SocketCounters, WorkerStatus, FORMAT_VERSION,
+};
 
 /// Shared handles on everything a snapshot reads.
 pub(super) struct Publisher {
@@ -35,6 +38,8 @@ pub(super) struct Publisher {
     pub(super) started: Instant,
     /// The application (its flow counters, if it delivers flows).
     pub(super) app: Arc<dyn super::Application>,
+    /// The workers' states.
+    pub(super) workers: WorkerStates,
 }
 
 impl Publisher {
@@ -130,6 +135,19 @@ impl Publisher {
             frames: FrameCensus::new(self.total_frames, ledgers, rings).into(),
             balance: self.shared.balance.stats(),
             flows: self.app.flow_stats(),
+            workers: self
+                .workers
+                .snapshot()
+                .into_iter()
+                .map(|(cpu, state)| WorkerStatus {
+                    cpu,
+                    up: state == WorkerState::Running,
+                    panic: match state {
+                        WorkerState::Panicked(msg) => Some(msg),
+                        _ => None,
+                    },
+                })
+                .collect(),
         }
     }
 }

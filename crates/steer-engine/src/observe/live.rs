@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use steer_core::balance::BalanceStats;
+use steer_core::cpu::CpuId;
 use steer_core::stats::LocalStats;
 
 use crate::flows::HubStats;
@@ -67,6 +68,22 @@ pub struct LiveStats {
     /// flows).
     #[serde(default)]
     pub flows: Option<HubStats>,
+    /// Each worker: up, or dead with its handler's panic message.
+    #[serde(default)]
+    pub workers: Vec<WorkerStatus>,
+}
+
+/// One worker's health in a [`LiveStats`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// Its CPU.
+    pub cpu: CpuId,
+    /// Whether it runs (false: its handler panicked; its queues and flows
+    /// moved to the others).
+    pub up: bool,
+    /// The panic message of a dead worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panic: Option<String>,
 }
 
 impl LiveStats {
@@ -87,6 +104,7 @@ impl LiveStats {
             frames: FrameCounters::default(),
             balance: BalanceStats::default(),
             flows: None,
+            workers: Vec::new(),
         }
     }
 

@@ -223,6 +223,33 @@ const PER_SOCKET: &[SocketCounter] = &[
 ];
 
 /// The registry of one scrape of `live`.
+/// Whether each worker runs, and how many died.
+fn workers(f: &Families, workers: &[super::live::WorkerStatus]) -> prometheus::Result<()> {
+    if workers.is_empty() {
+        return Ok(());
+    }
+    let up = f.gauges(
+        "steer_worker_up",
+        "1 while this CPU's worker runs; 0 once its handler panicked (its queues and flows moved to the others).",
+        &["cpu"],
+    )?;
+    for w in workers {
+        up.with_label_values(&[w.cpu.to_string().as_str()])
+            .set(i64::from(w.up));
+    }
+    let deaths = f.counter(
+        "steer_worker_deaths_total",
+        "Workers whose handler panicked since the engine started.",
+    )?;
+    deaths.inc_by(
+        workers
+            .iter()
+            .filter(|w| !w.up && w.panic.is_some())
+            .count() as u64,
+    );
+    Ok(())
+}
+
 fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
     let f = Families {
         registry: Registry::new(),
@@ -259,6 +286,7 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
     if let Some(flows) = &live.flows {
         flow_budget(&f, flows)?;
     }
+    workers(&f, &live.workers)?;
     let updates = f.counters(
         "steer_desired_table_updates_total",
         "Desired-CPU table writes by reason (rps_record_sock_flow analog); each may move a flow and call the steering hook.",
@@ -602,6 +630,18 @@ mod tests {
         live.balance.on = true;
         live.balance.moves_same_llc = 6;
         live.balance.elephants = 1;
+        live.workers = vec![
+            super::super::live::WorkerStatus {
+                cpu: 0,
+                up: true,
+                panic: None,
+            },
+            super::super::live::WorkerStatus {
+                cpu: 1,
+                up: false,
+                panic: Some("boom".into()),
+            },
+        ];
         live.flows = Some(crate::flows::HubStats {
             open: 900,
             max_flows: 920,
@@ -633,6 +673,9 @@ mod tests {
             "steer_balancer_moves_total{reason=\"same_llc\"} 6",
             "steer_balancer_moves_total{reason=\"cross_llc\"} 0",
             "steer_balancer_elephants 1",
+            "steer_worker_up{cpu=\"0\"} 1",
+            "steer_worker_up{cpu=\"1\"} 0",
+            "steer_worker_deaths_total 1",
             "steer_flows_open 900",
             "steer_flows_max 920",
             "steer_flows_refused_total{reason=\"rate_limit\"} 40",

@@ -64,7 +64,8 @@ pub use endpoint::{
     DEFAULT_RUN_DIR,
 };
 pub use live::{
-    CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, FORMAT_VERSION,
+    CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, WorkerStatus,
+    FORMAT_VERSION,
 };
 
 /// Builds a snapshot on request.

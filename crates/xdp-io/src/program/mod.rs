@@ -98,6 +98,42 @@ pub enum OwnedAction {
     Redirect,
     /// Drop in XDP after parsing: the kernel-only ceiling for benchmarks.
     Drop,
+    /// Pass to the kernel, as traffic steer does not own (an engine with
+    /// no worker left fails open: the kernel's sockets on the port get it).
+    Pass,
+}
+
+impl OwnedAction {
+    /// The value of `settings[SETTING_OWNED_ACTION]`.
+    fn code(self) -> u32 {
+        match self {
+            Self::Redirect => 0,
+            Self::Drop => 1,
+            Self::Pass => 2,
+        }
+    }
+}
+
+/// Switches what the program does with owned traffic from any thread, after
+/// the [`SteerProgram`] was moved into its owner (a duplicate of the
+/// settings map's descriptor: it stays valid while the program is
+/// attached, and a write after the detach changes nothing).
+#[derive(Debug)]
+pub struct OwnedActionSwitch {
+    settings: crate::sys::libxdp::MapFd,
+}
+
+impl OwnedActionSwitch {
+    /// Sets what the program does with owned traffic.
+    pub fn set(&self, action: OwnedAction) -> Result<()> {
+        self.settings
+            .update(&0u32.to_ne_bytes(), &action.code().to_ne_bytes(), 0)
+            .map_err(|source| XdpError::Map {
+                map: SETTINGS,
+                source,
+                hint: "check `bpftool map`",
+            })
+    }
 }
 
 /// How the program is held on the interface.
@@ -418,16 +454,21 @@ impl SteerProgram {
     /// Sets what happens to owned traffic (redirect, or drop for measuring
     /// the kernel-only ceiling).
     pub fn set_owned_action(&mut self, action: OwnedAction) -> Result<()> {
-        let value: u32 = match action {
-            OwnedAction::Redirect => 0,
-            OwnedAction::Drop => 1,
-        };
         self.update(
             SETTINGS,
             &0u32.to_ne_bytes(),
-            &value.to_ne_bytes(),
+            &action.code().to_ne_bytes(),
             "check `bpftool map`",
         )
+    }
+
+    /// A handle that sets the owned action from another thread.
+    pub fn owned_action_switch(&self) -> Result<OwnedActionSwitch> {
+        let settings = self
+            .map(SETTINGS)?
+            .to_map_fd(1)
+            .map_err(program_err("duplicating the settings map's descriptor"))?;
+        Ok(OwnedActionSwitch { settings })
     }
 
     /// Puts the AF_XDP socket `fd` at `index` of the socket map (the rx queue index).

@@ -463,47 +463,10 @@ impl XdpProgram {
         check_ptr(link).map(Link)
     }
 
-    /// A [`MapFd`] for map `name` of the loaded object (a duplicate of its
-    /// descriptor, independent of `self`). `value_len` is what a lookup
-    /// writes: the value size, or for a per-CPU map one 8-byte-rounded value
-    /// per possible CPU (`possible_cpus`).
+    /// A [`MapFd`] for map `name` of the loaded object (see
+    /// [`Map::to_map_fd`]).
     pub(crate) fn map_fd(&self, name: &str, possible_cpus: usize) -> io::Result<MapFd> {
-        let map = self.map(name)?;
-        // SAFETY: `map.map` is a created map of the loaded object (checked
-        // by `map`), valid while `self` lives.
-        let (fd, key, value, kind) = unsafe {
-            let m = map.map.as_ptr();
-            (
-                xdp::bpf_map__fd(m),
-                xdp::bpf_map__key_size(m),
-                xdp::bpf_map__value_size(m),
-                xdp::bpf_map__type(m),
-            )
-        };
-        let percpu = matches!(
-            kind,
-            xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_ARRAY
-                | xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_HASH
-                | xdp::bpf_map_type_BPF_MAP_TYPE_LRU_PERCPU_HASH
-        );
-        let value = value as usize;
-        let value_len = if percpu {
-            value.div_ceil(8) * 8 * possible_cpus
-        } else {
-            value
-        };
-        // SAFETY: `fd` is the map's open descriptor (checked by `map`);
-        // F_DUPFD_CLOEXEC makes a new one that the OwnedFd owns alone.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(MapFd {
-            // SAFETY: `dup` was just returned by fcntl and is owned by nobody else.
-            fd: unsafe { OwnedFd::from_raw_fd(dup) },
-            key_len: key as usize,
-            value_len,
-        })
+        self.map(name)?.to_map_fd(possible_cpus)
     }
 }
 
@@ -525,6 +488,51 @@ pub(crate) struct Map<'a> {
 }
 
 impl Map<'_> {
+    /// A [`MapFd`] for this map (a duplicate of its descriptor, independent
+    /// of the object). `value_len` is what a lookup writes: the value size,
+    /// or for a per-CPU map one 8-byte-rounded value per possible CPU
+    /// (`possible_cpus`).
+    pub(crate) fn to_map_fd(&self, possible_cpus: usize) -> io::Result<MapFd> {
+        // SAFETY: `self.map` is a created map of a loaded object, valid while
+        // the object is borrowed.
+        let (fd, key, value, kind) = unsafe {
+            let m = self.map.as_ptr();
+            (
+                xdp::bpf_map__fd(m),
+                xdp::bpf_map__key_size(m),
+                xdp::bpf_map__value_size(m),
+                xdp::bpf_map__type(m),
+            )
+        };
+        let percpu = matches!(
+            kind,
+            xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_ARRAY
+                | xdp::bpf_map_type_BPF_MAP_TYPE_PERCPU_HASH
+                | xdp::bpf_map_type_BPF_MAP_TYPE_LRU_PERCPU_HASH
+        );
+        let value = value as usize;
+        let value_len = if percpu {
+            value.div_ceil(8) * 8 * possible_cpus
+        } else {
+            value
+        };
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        // SAFETY: `fd` is the map's open descriptor; F_DUPFD_CLOEXEC makes
+        // a new one that the OwnedFd owns alone.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MapFd {
+            // SAFETY: `dup` was just returned by fcntl and is owned by nobody else.
+            fd: unsafe { OwnedFd::from_raw_fd(dup) },
+            key_len: key as usize,
+            value_len,
+        })
+    }
+
     /// Sets `key` to `value` (`BPF_ANY`). EINVAL when a length does not
     /// match the map's definition.
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
