@@ -736,4 +736,15 @@ mod tests {
         assert!(http(b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
         assert!(http(b"GET /metrics HTTP/1.1\r\n").starts_with("HTTP/1.1 400"));
     }
+
+    proptest::proptest! {
+        /// Whatever a client sends, the server answers once the request is
+        /// whole or the client is done, with one HTTP response, and never
+        /// panics.
+        #[test]
+        fn any_request_bytes_get_one_response(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let reply = reply_to(&bytes, true, &sample).expect("a closed client gets an answer");
+            proptest::prop_assert!(reply.starts_with(b"HTTP/1.1 "));
+        }
+    }
 }
