@@ -79,6 +79,10 @@ pub struct TcpEchoArgs {
     /// Do not print the live table.
     #[arg(long)]
     pub no_table: bool,
+    /// Keep every capability after set-up (by default all go but
+    /// CAP_NET_ADMIN, which detaches the program at stop).
+    #[arg(long)]
+    pub keep_capabilities: bool,
 }
 
 /// What the connection tasks count.
@@ -88,6 +92,16 @@ struct Served {
     reads: AtomicU64,
     bytes: AtomicU64,
     record_errors: AtomicU64,
+}
+
+/// The TCP listener on `port` of every address (IPv6 and IPv4, or IPv4
+/// alone where IPv6 is off), non-blocking for tokio.
+fn bind_listener(port: u16) -> anyhow::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(("::", port))
+        .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", port)))
+        .with_context(|| format!("binding TCP port {port}"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// `processed` per CPU from /proc/net/softnet_stat (packets each CPU's
@@ -227,16 +241,29 @@ fn summary(
 
 pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     let stop = xdp_io::shutdown::install()?;
-    let steering = match args.steer {
+    let interface = match args.steer {
         SteerMode::None => None,
-        SteerMode::KernelSockets => {
-            let interface = args.interface.as_deref().context(
-                "--steer kernel-sockets needs the interface the connections arrive on: add -i IF",
-            )?;
+        SteerMode::KernelSockets => Some(args.interface.as_deref().context(
+            "--steer kernel-sockets needs the interface the connections arrive on: add -i IF",
+        )?),
+    };
+    // The interface first (another steer serving it is named), then the
+    // port, bound before the capabilities go (below 1024 it needs one).
+    let owner = interface
+        .map(xdp_io::owner_lock::InterfaceLock::acquire_noting)
+        .transpose()?;
+    let listener = bind_listener(args.port)?;
+    let steering = match interface {
+        None => None,
+        Some(interface) => {
+            // Taken fresh, the lock says no steer process serves the
+            // interface: what a dead run left is replaced.
+            let fresh = owner.as_ref().is_some_and(|(_, shared)| !shared);
             let mut b = KernelSteering::builder(interface)
                 .own(Proto::Tcp, args.port)
                 .policy(args.policy)
-                .replace_stale(args.replace_stale)
+                .replace_stale(args.replace_stale || fresh)
+                .drop_privileges(!args.keep_capabilities)
                 .xdp_mode(match args.xdp_mode {
                     AttachMode::Auto => XdpMode::Auto,
                     AttachMode::Native => XdpMode::Native,
@@ -251,6 +278,10 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             Some(Arc::new(b.start()?))
         }
     };
+    if steering.is_none() && !args.keep_capabilities {
+        // The kernel's own path: nothing privileged is left to do.
+        xdp_io::privileges::drop_all_but(&Default::default()).context("dropping capabilities")?;
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -259,13 +290,9 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let served = Arc::new(Served::default());
-    let listener = runtime.block_on(async {
-        match tokio::net::TcpListener::bind(("::", args.port)).await {
-            Ok(l) => Ok(l),
-            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", args.port)).await,
-        }
-    });
-    let listener = listener.with_context(|| format!("binding TCP port {}", args.port))?;
+    let listener = runtime
+        .block_on(async { tokio::net::TcpListener::from_std(listener) })
+        .context("registering the listener")?;
     runtime.spawn(serve(listener, steering.clone(), served.clone()));
     println!(
         "steer tcp-echo: ready on tcp port {}, steer {}, policy {}, {} tokio threads{}",

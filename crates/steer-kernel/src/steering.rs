@@ -280,6 +280,7 @@ pub struct KernelSteeringBuilder {
     idle_timeout: Duration,
     sweep_every: Duration,
     max_flows: usize,
+    drop_privileges: bool,
 }
 
 impl KernelSteeringBuilder {
@@ -302,7 +303,21 @@ impl KernelSteeringBuilder {
             idle_timeout: Duration::from_secs(30),
             sweep_every: Duration::from_secs(1),
             max_flows: 65_536,
+            drop_privileges: false,
         }
+    }
+
+    /// Drops every capability the calling thread does not need once the
+    /// program is attached (default: keep them): all but CAP_NET_ADMIN,
+    /// which detaches the program at stop (and CAP_SYS_ADMIN and CAP_BPF
+    /// when libxdp's dispatcher runs it). Map updates and socket filters go
+    /// through descriptors already held and need none. Capability sets
+    /// belong to each thread: threads started after `start` (the sweeper,
+    /// an async runtime's) inherit the reduced sets; bind privileged ports
+    /// before.
+    pub fn drop_privileges(mut self, yes: bool) -> Self {
+        self.drop_privileges = yes;
+        self
     }
 
     /// Steers the connections of `proto` on local `port` (repeatable);
@@ -444,6 +459,14 @@ impl KernelSteeringBuilder {
         }
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
+        if self.drop_privileges {
+            // Before the sweeper starts: it inherits the reduced sets.
+            let keep = xdp_io::privileges::needed_to_detach_netlink(program.dispatched());
+            xdp_io::privileges::drop_all_but(&keep).map_err(|e| {
+                KernelError::Config(format!("dropping capabilities after set-up: {e}"))
+            })?;
+            tracing::info!(kept = ?keep, "capabilities dropped");
+        }
         let backend: Arc<dyn RfsBackend> = program.clone();
         let shared = Arc::new(Shared {
             table,

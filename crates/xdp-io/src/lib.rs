@@ -34,6 +34,8 @@ pub mod object;
 pub mod owner_lock;
 /// The owner: program + UMEM + sockets.
 pub mod port;
+/// Dropping the capabilities a set-up process no longer needs.
+pub mod privileges;
 /// The steer XDP program and its maps.
 pub mod program;
 /// Readiness for event loops (mio, tokio) and a busy-poll loop.

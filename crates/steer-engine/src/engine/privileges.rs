@@ -24,7 +24,7 @@
 //!   dropped capabilities back either; the inheritable and ambient sets are
 //!   emptied; the permitted and effective sets keep exactly `keep`.
 
-use caps::{CapSet, Capability, CapsHashSet};
+use caps::CapsHashSet;
 use xdp_io::XdpAttach;
 
 /// What the engine still needs once its port is open, for a program held
@@ -32,47 +32,24 @@ use xdp_io::XdpAttach;
 pub(crate) fn needed_at_run_time(attach: XdpAttach, dispatched: bool) -> CapsHashSet {
     match (attach, dispatched) {
         (XdpAttach::Link, _) => CapsHashSet::new(),
-        // Detaching through netlink at stop.
-        (XdpAttach::Netlink, false) => [Capability::CAP_NET_ADMIN].into_iter().collect(),
-        // ... through libxdp, which looks programs up by id.
-        (XdpAttach::Netlink, true) => [
-            Capability::CAP_NET_ADMIN,
-            Capability::CAP_SYS_ADMIN,
-            Capability::CAP_BPF,
-        ]
-        .into_iter()
-        .collect(),
+        // Detaching through netlink at stop (through libxdp, which looks
+        // programs up by id, when they run in its dispatcher).
+        (XdpAttach::Netlink, dispatched) => {
+            xdp_io::privileges::needed_to_detach_netlink(dispatched)
+        }
     }
 }
 
 /// Drops every capability of the calling thread but `keep`, from every
 /// set (see the module's invariants).
 pub(crate) fn drop_all_but(keep: &CapsHashSet) -> Result<(), caps::errors::CapsError> {
-    let bounding = caps::read(None, CapSet::Bounding)?;
-    for cap in bounding.difference(keep) {
-        caps::drop(None, CapSet::Bounding, *cap)?;
-    }
-    caps::clear(None, CapSet::Ambient)?;
-    caps::clear(None, CapSet::Inheritable)?;
-    let effective = caps::read(None, CapSet::Effective)?;
-    let permitted = caps::read(None, CapSet::Permitted)?;
-    // Effective first: it must stay within the permitted set.
-    caps::set(
-        None,
-        CapSet::Effective,
-        &effective.intersection(keep).copied().collect(),
-    )?;
-    caps::set(
-        None,
-        CapSet::Permitted,
-        &permitted.intersection(keep).copied().collect(),
-    )?;
-    Ok(())
+    xdp_io::privileges::drop_all_but(keep)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use caps::{CapSet, Capability};
 
     #[test]
     fn a_link_needs_nothing_and_netlink_needs_net_admin_to_detach_and_more_in_a_dispatcher() {

@@ -33,7 +33,7 @@ use crate::{
     program::{attached_programs, detach_stale, FlowMapKey, PortKey},
     sys::{
         self,
-        libxdp::{AttachMode, BpfObject, Link, MapFd, XdpProgram, BPF_NOEXIST},
+        libxdp::{detach_netlink, AttachMode, BpfObject, Link, MapFd, XdpProgram, BPF_NOEXIST},
     },
 };
 
@@ -112,6 +112,8 @@ pub struct RfsProgram {
     stats: MapFd,
     enq: MapFd,
     deq: MapFd,
+    /// Whether it runs in libxdp's dispatcher (seen at attach).
+    dispatched: bool,
     /// The interface's owner lock, released after the drop detached.
     _lock: Arc<InterfaceLock>,
 }
@@ -302,6 +304,7 @@ impl RfsProgram {
             stats,
             enq,
             deq,
+            dispatched: attached_programs(ifindex).iter().any(|p| p.dispatched),
             _lock: lock,
         };
         // From here `this` detaches on every path (by its drop).
@@ -487,6 +490,12 @@ impl RfsProgram {
         }
     }
 
+    /// Whether the program runs in libxdp's dispatcher (detaching it then
+    /// needs CAP_SYS_ADMIN and CAP_BPF beside CAP_NET_ADMIN).
+    pub fn dispatched(&self) -> bool {
+        self.dispatched
+    }
+
     /// The value of counter `stat` on each possible CPU.
     fn per_cpu(&self, stat: Stat) -> Result<Vec<u64>> {
         let mut vals = vec![0u8; self.stats.value_len()];
@@ -575,9 +584,21 @@ impl Drop for RfsProgram {
         // In the namespace it was attached from (the dropping thread may be
         // in another one, where the ifindex names some other device).
         let (ifindex, mode) = (self.ifindex as i32, attach_mode(self.mode));
+        // Alone on the hook, a netlink detach of this program's fd needs
+        // only CAP_NET_ADMIN (what a process that dropped the rest keeps);
+        // libxdp's own detach looks programs up by id (CAP_SYS_ADMIN),
+        // which its dispatcher needs anyway, and is the fallback: from a
+        // helper thread that entered the namespace for it, the former
+        // fails with EINVAL (seen in the tests; why is not known yet).
+        let dispatched = self.dispatched;
         let detached = self
             .netns
-            .run(|| prog.detach(ifindex, mode))
+            .run(|| {
+                if !dispatched && detach_netlink(ifindex, mode, prog.fd()).is_ok() {
+                    return Ok(());
+                }
+                prog.detach(ifindex, mode)
+            })
             .and_then(|r| r);
         match detached {
             Err(e) => {

@@ -1,0 +1,57 @@
+//! Dropping the capabilities a set-up steer process no longer needs
+//! (the engine's `drop_privileges`, kernel-socket steering's): the calling
+//! thread keeps exactly `keep`, and every thread it starts afterwards
+//! inherits that.
+//!
+//! Invariants: capability sets belong to each thread, so the caller drops
+//! before it starts the threads that should run reduced; the bounding set
+//! is lowered first (that needs CAP_SETPCAP, still held then), so a program
+//! this process executes later cannot get the dropped capabilities back;
+//! the inheritable and ambient sets are emptied; the permitted and
+//! effective sets keep exactly `keep`.
+
+use caps::CapSet;
+pub use caps::{errors::CapsError, Capability, CapsHashSet};
+
+/// Drops every capability of the calling thread but `keep`, from every set.
+///
+/// ```no_run
+/// use xdp_io::privileges::{drop_all_but, Capability};
+/// // A program attached through netlink is detached at stop with this one.
+/// drop_all_but(&[Capability::CAP_NET_ADMIN].into_iter().collect())?;
+/// # Ok::<(), xdp_io::privileges::CapsError>(())
+/// ```
+pub fn drop_all_but(keep: &CapsHashSet) -> Result<(), CapsError> {
+    let bounding = caps::read(None, CapSet::Bounding)?;
+    for cap in bounding.difference(keep) {
+        caps::drop(None, CapSet::Bounding, *cap)?;
+    }
+    caps::clear(None, CapSet::Ambient)?;
+    caps::clear(None, CapSet::Inheritable)?;
+    let effective = caps::read(None, CapSet::Effective)?;
+    let permitted = caps::read(None, CapSet::Permitted)?;
+    // Effective first: it must stay within the permitted set.
+    caps::set(
+        None,
+        CapSet::Effective,
+        &effective.intersection(keep).copied().collect(),
+    )?;
+    caps::set(
+        None,
+        CapSet::Permitted,
+        &permitted.intersection(keep).copied().collect(),
+    )?;
+    Ok(())
+}
+
+/// What a process holding a program attached through netlink needs to
+/// detach it at stop: CAP_NET_ADMIN, and with libxdp's dispatcher also
+/// CAP_SYS_ADMIN and CAP_BPF (libxdp looks the dispatcher's programs up by
+/// id to rebuild it).
+pub fn needed_to_detach_netlink(dispatched: bool) -> CapsHashSet {
+    let mut keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
+    if dispatched {
+        keep.extend([Capability::CAP_SYS_ADMIN, Capability::CAP_BPF]);
+    }
+    keep
+}
