@@ -121,7 +121,11 @@ fn reflector_answers_every_request_in_order() {
     );
     let p99 = phase["latency"]["p99_us"].as_f64().unwrap();
     assert!(p99 > 0.0 && p99 < 1e6, "p99 {p99}");
-    assert!(phase["cpu_us_per_reply"].as_f64().unwrap() > 0.0);
+    // The machine's busy ticks over the window, per reply: present and
+    // sane. Not necessarily above 0: /proc/stat counts whole ticks, and a
+    // short window on a VM once read none (a CI run).
+    let cpu = phase["cpu_us_per_reply"].as_f64().unwrap();
+    assert!(cpu.is_finite() && cpu >= 0.0, "cpu_us_per_reply {cpu}");
 }
 
 #[test]
