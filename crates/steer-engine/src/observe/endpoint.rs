@@ -386,20 +386,7 @@ pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
-    let mut received = Vec::new();
-    let mut buf = [0u8; 256];
-    let reply = loop {
-        let (n, closed) = match (&stream).read(&mut buf) {
-            Ok(0) => (0, true),
-            Ok(n) => (n, false),
-            Err(_) => break timeout_reply(),
-        };
-        received.extend_from_slice(&buf[..n]);
-        if let Some(r) = reply_to(&received, closed, snapshot) {
-            break r;
-        }
-    };
-    let _ = (&stream).write_all(&reply);
+    super::server::serve_blocking(stream, super::server::Kind::Stats, snapshot);
 }
 
 /// Asks a running engine for its pid (for the error that names it).

@@ -499,21 +499,7 @@ pub(crate) fn serve(mut stream: TcpStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(HTTP_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(HTTP_IO_TIMEOUT));
-    let mut received = Vec::new();
-    let mut buf = [0u8; 1024];
-    let reply = loop {
-        let (n, closed) = match stream.read(&mut buf) {
-            Ok(0) => (0, true),
-            Ok(n) => (n, false),
-            Err(_) => break timeout_reply(),
-        };
-        received.extend_from_slice(&buf[..n]);
-        if let Some(r) = reply_to(&received, closed, snapshot) {
-            break r;
-        }
-    };
-    let _ = stream.write_all(&reply);
-    let _ = stream.flush();
+    super::server::serve_blocking(&mut stream, super::server::Kind::Metrics, snapshot);
 }
 
 /// An HTTP/1.1 response.

@@ -63,6 +63,32 @@ impl Kind {
     }
 }
 
+/// Answers one connection, blocking (the tests' servers; the observer
+/// serves many at once without blocking). A read that times out gets the
+/// timeout reply.
+#[cfg(test)]
+pub(crate) fn serve_blocking(
+    mut stream: impl Read + Write,
+    kind: Kind,
+    snapshot: &dyn Fn() -> LiveStats,
+) {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 1024];
+    let reply = loop {
+        let (n, closed) = match stream.read(&mut buf) {
+            Ok(0) => (0, true),
+            Ok(n) => (n, false),
+            Err(_) => break kind.timeout_reply(),
+        };
+        received.extend_from_slice(&buf[..n]);
+        if let Some(r) = kind.reply_to(&received, closed, snapshot) {
+            break r;
+        }
+    };
+    let _ = stream.write_all(&reply);
+    let _ = stream.flush();
+}
+
 /// A client's socket.
 #[derive(Debug)]
 pub(crate) enum Stream {
