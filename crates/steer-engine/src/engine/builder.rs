@@ -288,8 +288,8 @@ impl EngineBuilder {
     /// caller stops).
     ///
     /// ```no_run
-    /// use steer_engine::engine::{EngineBuilder, WorkerLoss};
-    /// let b = EngineBuilder::new("eth1").on_worker_loss(WorkerLoss::FailClosed);
+    /// use steer_engine::engine::{Engine, WorkerLoss};
+    /// let b = Engine::builder("eth1").on_worker_loss(WorkerLoss::FailClosed);
     /// # drop(b);
     /// ```
     pub fn on_worker_loss(mut self, what: WorkerLoss) -> Self {
