@@ -338,6 +338,18 @@ impl<I: EthtoolIoctl> SteerHook for NtupleSteering<I> {
     }
 }
 
+impl<I: EthtoolIoctl> Drop for NtupleSteering<I> {
+    /// Deletes the rules still installed: a stopped engine leaves the NIC's
+    /// table as it found it.
+    fn drop(&mut self) {
+        for location in std::mem::take(&mut self.rules) {
+            if let Err(e) = self.delete(location) {
+                tracing::warn!(interface = %self.interface, location, error = %e, "deleting an ntuple rule at stop failed");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +429,23 @@ mod tests {
     }
 
     #[test]
+    fn the_rules_go_with_the_hook() {
+        let mut nic = FakeNic {
+            supported: true,
+            size: 16,
+            ..FakeNic::default()
+        };
+        {
+            let mut hook =
+                NtupleSteering::with_ioctl("eth1", &mut nic, |c| Some(c as u32), 8).unwrap();
+            hook.steer(&mv(tcp4(40000), 1, None)).unwrap().unwrap();
+            hook.steer(&mv(tcp4(40001), 0, None)).unwrap().unwrap();
+            assert_eq!(hook.rules(), 2);
+        }
+        assert!(nic.table.is_empty(), "rules left on the NIC at stop");
+    }
+
+    #[test]
     fn devices_without_ntuple_filters_are_refused_at_start() {
         let mut nic = FakeNic::default();
         let err = NtupleSteering::with_ioctl("veth0", &mut nic, |c| Some(c as u32), 8).unwrap_err();
@@ -476,6 +505,8 @@ mod tests {
                 NtupleSteering::with_ioctl("eth1", &mut nic, |c| Some(c as u32 + 10), 8).unwrap();
             hook.steer(&mv(tcp4(40000), 1, None)).unwrap();
             hook.steer(&mv(v6, 2, None)).unwrap();
+            // Not dropped, which would delete the rules: they are read below.
+            std::mem::forget(hook);
         }
         let r4 = RxNfc(nic.table[&0]);
         assert_eq!(r4.get_u32(off::FS_FLOW_TYPE), TCP_V4_FLOW);
