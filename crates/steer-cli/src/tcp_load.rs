@@ -45,7 +45,9 @@ fn connection_error(index: usize, sent: u64, e: std::io::Error) -> anyhow::Error
     use std::io::ErrorKind::{TimedOut, WouldBlock};
     if matches!(e.kind(), WouldBlock | TimedOut) {
         anyhow::anyhow!(
-            "connection {index}: no echo for {} s after {sent} messages: the connection stalled              (on the server, look for TcpInCsumErrors in nstat and for held-back or dropped              frames in its steering counters)",
+            "connection {index}: no echo for {} s after {sent} messages: the connection \
+             stalled (on the server, look for TcpInCsumErrors in nstat and for held-back or \
+             dropped frames in its steering counters)",
             ECHO_TIMEOUT.as_secs()
         )
     } else {

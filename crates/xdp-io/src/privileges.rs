@@ -55,3 +55,42 @@ pub fn needed_to_detach_netlink(dispatched: bool) -> CapsHashSet {
     }
     keep
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_on_a_thread_of_its_own_leaves_only_what_is_kept() {
+        // On a thread of its own: capability sets are per thread, so the
+        // test harness's other threads keep theirs.
+        std::thread::spawn(|| {
+            let had = caps::read(None, CapSet::Permitted).unwrap();
+            let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
+            drop_all_but(&keep).unwrap();
+            let want: CapsHashSet = had.intersection(&keep).copied().collect();
+            assert_eq!(caps::read(None, CapSet::Effective).unwrap(), want);
+            assert_eq!(caps::read(None, CapSet::Permitted).unwrap(), want);
+            assert!(caps::read(None, CapSet::Inheritable).unwrap().is_empty());
+            let bounding = caps::read(None, CapSet::Bounding).unwrap();
+            assert!(bounding.is_subset(&keep), "{bounding:?}");
+            // A thread started now inherits the reduced sets.
+            std::thread::spawn(move || {
+                assert_eq!(caps::read(None, CapSet::Effective).unwrap(), want);
+            })
+            .join()
+            .unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_netlink_detach_needs_net_admin_and_more_in_a_dispatcher() {
+        assert_eq!(
+            needed_to_detach_netlink(false),
+            [Capability::CAP_NET_ADMIN].into_iter().collect()
+        );
+        assert!(needed_to_detach_netlink(true).contains(&Capability::CAP_BPF));
+    }
+}

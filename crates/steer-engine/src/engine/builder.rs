@@ -653,14 +653,13 @@ impl EngineBuilder {
         log_takeover(&interface, stale_socket, port.replaced_program());
         if self.drop_privileges {
             // Before the engine starts any thread: they inherit the rest.
-            let mut keep =
-                privileges::needed_at_run_time(port.attach_kind(), port.program_dispatched());
-            if self.hooks.is_some() {
-                // A steering hook may call the kernel on every move (ntuple
-                // rules are ethtool set commands: CAP_NET_ADMIN).
-                keep.insert(caps::Capability::CAP_NET_ADMIN);
-            }
-            privileges::drop_all_but(&keep).map_err(|e| EngineError::Privileges(e.to_string()))?;
+            let keep = privileges::needed_at_run_time(
+                port.attach_kind(),
+                port.program_dispatched(),
+                self.hooks.is_some(),
+            );
+            xdp_io::privileges::drop_all_but(&keep)
+                .map_err(|e| EngineError::Privileges(e.to_string()))?;
             info!(interface = %interface, kept = ?keep, "capabilities dropped");
         }
         let total = port.total_frames() as usize;
