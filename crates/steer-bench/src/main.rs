@@ -113,6 +113,10 @@ struct HostileArgs {
     /// Proxies: steer, kernel (the plain tokio proxy).
     #[arg(long, value_delimiter = ',', default_value = "steer,kernel")]
     proxies: Vec<String>,
+    /// Extra flags for steer's proxy, as one string (for example
+    /// "--max-starting 64 --runtime multi").
+    #[arg(long, allow_hyphen_values = true, default_value = "")]
+    steer_args: String,
     /// Write every result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -166,7 +170,12 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
                     spray_sources: a.sources,
                     secs,
                     requests: a.requests,
-                    proxy_args: Vec::new(),
+                    proxy_args: match proxy {
+                        ProxyKind::Steer => {
+                            a.steer_args.split_whitespace().map(String::from).collect()
+                        }
+                        ProxyKind::Kernel => Vec::new(),
+                    },
                     log_dir: log_dir.clone(),
                 })?;
                 if !r.alive {

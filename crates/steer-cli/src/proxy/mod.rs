@@ -128,6 +128,18 @@ pub struct ProxyArgs {
     /// --max-flows, at least 100).
     #[arg(long, value_name = "PER_SECOND")]
     pub new_flows_per_source: Option<u32>,
+    /// Open flows replaced by new ones per second, at most, once the
+    /// budget is full; past it new flows are refused, so a spray cannot
+    /// spend the CPU on replacing flows; 0: no limit (default: a quarter
+    /// of --max-flows, at least 100).
+    #[arg(long, value_name = "PER_SECOND")]
+    pub evictions_per_second: Option<u32>,
+    /// New flows a worker may have waiting for their task's first read (a
+    /// SYN backlog's analog); more are refused until they start, so a
+    /// spray never queues more than this ahead of the established flows.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_starting: u32,
     /// Stop after this many seconds (default: SIGINT/SIGTERM or `quit`).
     #[arg(long, value_parser = crate::args::seconds)]
     pub duration: Option<f64>,
@@ -151,6 +163,11 @@ impl ProxyArgs {
                 Some(n) => n,
             },
             fds_per_flow: 1,
+            evictions_per_second: match self.evictions_per_second {
+                None => 0,
+                Some(0) => u32::MAX,
+                Some(n) => n,
+            },
         })
     }
 }
@@ -384,6 +401,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     };
     let options = FlowOptions {
         budget: args.budget()?,
+        max_starting: args.max_starting as usize,
         ..FlowOptions::default()
     };
     let builder = args.engine.builder()?.own(Proto::Udp, args.port);

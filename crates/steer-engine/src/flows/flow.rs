@@ -177,6 +177,8 @@ pub struct FlowStats {
 pub struct Flow {
     pub(crate) shared: Arc<FlowShared>,
     pub(crate) hub: Arc<Hub>,
+    /// The listener it was offered on (whose start it holds until read).
+    listener: usize,
     pinned: bool,
     /// A datagram was read already.
     read_once: bool,
@@ -192,10 +194,13 @@ impl std::fmt::Debug for Flow {
 }
 
 impl Flow {
-    pub(crate) fn new(shared: Arc<FlowShared>, hub: Arc<Hub>) -> Self {
+    /// A flow offered on `listener`, holding one of its starts (given
+    /// back at the first read, or when dropped unread).
+    pub(crate) fn new(shared: Arc<FlowShared>, hub: Arc<Hub>, listener: usize) -> Self {
         Self {
             shared,
             hub,
+            listener,
             pinned: false,
             read_once: false,
         }
@@ -225,7 +230,7 @@ impl Flow {
         let d = self.shared.pop()?;
         if !self.read_once {
             self.read_once = true;
-            self.hub.first_read(&self.shared);
+            self.hub.first_read(&self.shared, self.listener);
         }
         if !self.pinned {
             self.hub.record(self.hash());
@@ -305,6 +310,9 @@ impl Drop for Flow {
     fn drop(&mut self) {
         self.unpin();
         self.shared.closed.store(true, Relaxed);
+        if !self.read_once {
+            self.hub.start_abandoned(self.listener);
+        }
         self.hub.forget(&self.shared);
     }
 }

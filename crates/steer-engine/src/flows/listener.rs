@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -12,18 +13,42 @@ use super::notify::{MioNotifier, Readiness};
 use super::{Flow, Hub, HubStats};
 
 /// New flows of one listener.
+///
+/// Invariant: `starting` counts the flows offered here that have neither
+/// been read nor dropped (each [`Flow`] gives its start back exactly once:
+/// at its first read or when dropped unread).
 #[derive(Debug)]
 pub(crate) struct AcceptQueue {
     flows: ArrayQueue<Flow>,
     pub(crate) readiness: Readiness,
+    starting: AtomicUsize,
+    max_starting: usize,
 }
 
 impl AcceptQueue {
-    pub(crate) fn new(backlog: usize) -> Self {
+    pub(crate) fn new(backlog: usize, max_starting: usize) -> Self {
         Self {
             flows: ArrayQueue::new(backlog.max(1)),
             readiness: Readiness::default(),
+            starting: AtomicUsize::new(0),
+            max_starting: max_starting.max(1),
         }
+    }
+
+    /// Whether `max_starting` flows already wait for their first read.
+    pub(crate) fn is_starting_full(&self) -> bool {
+        self.starting.load(Relaxed) >= self.max_starting
+    }
+
+    /// A new flow is about to be offered (under the hub's admissions lock,
+    /// after `is_starting_full` said no: starts never exceed the bound).
+    pub(crate) fn begin_start(&self) {
+        self.starting.fetch_add(1, Relaxed);
+    }
+
+    /// A flow's start is over (first read, or dropped unread).
+    pub(crate) fn end_start(&self) {
+        self.starting.fetch_sub(1, Relaxed);
     }
 
     /// Queues a new flow and wakes the acceptor; `false` when full (the

@@ -81,7 +81,7 @@ use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandl
 use crate::frames::{lock, send_or_recycle, TxResources};
 use crate::probe::LiveProbe;
 
-pub use budget::{FlowBudget, FlowLimits, HostResources, FLOW_BYTES, RESERVED_FDS};
+pub use budget::{grow_fd_table, FlowBudget, FlowLimits, HostResources, FLOW_BYTES, RESERVED_FDS};
 pub(crate) use deliver::FlowDemux;
 use flow::FlowShared;
 pub use flow::{Flow, FlowStats, FlowWriter, Recv};
@@ -118,6 +118,14 @@ pub struct FlowOptions {
     pub queue_depth: usize,
     /// New flows waiting to be accepted before new flows are dropped.
     pub backlog: usize,
+    /// New flows a listener may have offered and not yet seen read
+    /// (waiting to be accepted, or accepted and waiting for their task's
+    /// first `recv`): past it new flows are refused (counted as
+    /// `overload`). The new-flow analog of a SYN backlog: it bounds the
+    /// work a spray can queue in the application's runtime ahead of the
+    /// established flows' tasks, at once, where the wait-based shedding
+    /// (see `overload`) needs an interval to see a queue.
+    pub max_starting: usize,
     /// One listener, or one per CPU.
     pub accept: AcceptMode,
     /// How many flows may be open, and how fast one source may open them.
@@ -129,6 +137,7 @@ impl Default for FlowOptions {
         Self {
             queue_depth: 256,
             backlog: 1024,
+            max_starting: 64,
             accept: AcceptMode::Single,
             budget: FlowBudget::default(),
         }
@@ -249,9 +258,12 @@ impl Hub {
             AcceptMode::Single => 1,
             AcceptMode::PerCpu => parts.cpus.len().max(1),
         };
-        let limits = options
-            .budget
-            .resolve(parts.cpus.len(), &HostResources::measure(true));
+        let host = HostResources::measure(true);
+        let limits = options.budget.resolve(parts.cpus.len(), &host);
+        let fds = limits.fds_at_budget(options.budget.fds_per_flow, &host);
+        if let Err(e) = grow_fd_table(fds) {
+            tracing::debug!(fds, error = %e, "descriptor table not grown ahead");
+        }
         tracing::info!(
             max_flows = limits.max_flows,
             per_worker = limits.max_flows_per_worker,
@@ -270,7 +282,7 @@ impl Hub {
                 logged: TableCounts::default(),
             }),
             accept: (0..listeners)
-                .map(|_| listener::AcceptQueue::new(options.backlog))
+                .map(|_| listener::AcceptQueue::new(options.backlog, options.max_starting))
                 .collect(),
             shared: parts.shared.clone(),
             trace: parts.trace.clone(),
@@ -285,9 +297,15 @@ impl Hub {
     }
 
     /// A flow's first datagram was read: how long its start waited.
-    pub(crate) fn first_read(&self, flow: &FlowShared) {
+    pub(crate) fn first_read(&self, flow: &FlowShared, listener: usize) {
+        self.accept[listener].end_start();
         let now = mono_ns();
         self.overload.sample(now.saturating_sub(flow.born_ns), now);
+    }
+
+    /// A flow offered on `listener` was dropped before its first read.
+    pub(crate) fn start_abandoned(&self, listener: usize) {
+        self.accept[listener].end_start();
     }
 
     fn admissions(&self) -> MutexGuard<'_, Admissions> {
@@ -351,7 +369,10 @@ impl Hub {
         let template = ReplyTemplate::from_request(frame)?;
         let home = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
         let now = mono_ns();
-        if !self.overload.admit(now) {
+        let listener = self.accept_index(cpu);
+        let queue = &self.accept[listener];
+        // Checked first: a refusal here costs no table work.
+        if queue.is_starting_full() || !self.overload.admit(now) {
             self.overload_refused.fetch_add(1, Ordering::Relaxed);
             Self::log_refusals(admissions, "overload", now);
             return None;
@@ -373,8 +394,9 @@ impl Hub {
             home,
             now,
         ));
-        let queue = &self.accept[self.accept_index(cpu)];
-        if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self))) {
+        queue.begin_start();
+        // Dropped unread when the backlog is full: the start is given back.
+        if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self), listener)) {
             self.accept_drops.fetch_add(1, Ordering::Relaxed);
             return None;
         }

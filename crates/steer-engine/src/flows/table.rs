@@ -13,6 +13,11 @@
 //!    it (CLOCK, the usual approximation of least recently used);
 //! 3. else nobody: the new flow is refused (`refused`).
 //!
+//! Evictions are paced ([`FlowLimits::evictions_per_second`]): once the
+//! bucket is empty, new flows are refused (`refused`) rather than
+//! replacing open ones, so a spray costs the application at most that many
+//! flow replacements a second, however fast it sends.
+//!
 //! Invariants:
 //! - `open` (total and per worker) counts exactly the flows in the map, and
 //!   never exceeds the limits after an admission.
@@ -32,8 +37,12 @@ use std::sync::Arc;
 
 use steer_core::flow::{FlowAddrs, FlowKey};
 
-use super::budget::{FlowLimits, SourceLimiter};
+use super::budget::{FlowLimits, Pace, SourceLimiter};
 use super::flow::FlowShared;
+
+/// The flow map is allocated for at most this many flows at start (more
+/// grow it as they come).
+pub(crate) const MAX_PRESIZED_FLOWS: usize = 1 << 18;
 
 /// Assured flows the eviction clock looks at, at most, for one new flow.
 pub(crate) const CLOCK_SCAN: usize = 64;
@@ -43,7 +52,8 @@ pub(crate) const CLOCK_SCAN: usize = 64;
 pub(crate) enum Refusal {
     /// Its source is over its new-flow rate.
     RateLimited,
-    /// The budget is full of recently active assured flows.
+    /// The budget is full of recently active assured flows, or evictions
+    /// are over their pace.
     Full,
 }
 
@@ -122,6 +132,7 @@ pub(crate) struct FlowTable {
     open: usize,
     limits: FlowLimits,
     sources: SourceLimiter,
+    evictions: Pace,
     pub(crate) counts: TableCounts,
 }
 
@@ -136,10 +147,18 @@ pub(crate) fn source_of(key: &FlowKey) -> IpAddr {
 impl FlowTable {
     pub(crate) fn new(limits: FlowLimits, workers: usize) -> Self {
         Self {
-            map: HashMap::new(),
+            // Sized for the whole budget at start: growing a large map
+            // rehashes every flow under the admissions lock, in the very
+            // moment a spray fills the table (only control bytes are
+            // touched until used).
+            map: HashMap::with_capacity(limits.max_flows.min(MAX_PRESIZED_FLOWS)),
             homes: (0..workers.max(1)).map(|_| Home::default()).collect(),
             open: 0,
             sources: SourceLimiter::new(&limits),
+            evictions: Pace::new(
+                limits.evictions_per_second,
+                limits.evictions_per_second.max(1.0),
+            ),
             limits,
             counts: TableCounts::default(),
         }
@@ -167,9 +186,14 @@ impl FlowTable {
             self.counts.rate_limited += 1;
             return Err(Refusal::RateLimited);
         }
-        while self.homes[home].open >= self.limits.max_flows_per_worker
-            || self.open >= self.limits.max_flows
-        {
+        let at_budget = |t: &Self| {
+            t.homes[home].open >= t.limits.max_flows_per_worker || t.open >= t.limits.max_flows
+        };
+        if at_budget(self) && !self.evictions.ready(now_ns) {
+            self.counts.refused += 1;
+            return Err(Refusal::Full);
+        }
+        while at_budget(self) {
             // Room is made among the flows of the receiving worker; when it
             // has none (the total is what binds), among the largest's.
             let from = if self.homes[home].open > 0 {
@@ -183,6 +207,7 @@ impl FlowTable {
                 self.counts.refused += 1;
                 return Err(Refusal::Full);
             };
+            self.evictions.take();
             self.remove(&victim);
             victim.evict();
             match why {
@@ -263,6 +288,7 @@ mod tests {
             max_flows_per_worker: max,
             new_flows_per_source: per_source,
             fds_per_flow: 1,
+            evictions_per_second: u32::MAX,
         }
         .resolve(workers, &HOST);
         FlowTable::new(limits, workers)
@@ -277,9 +303,19 @@ mod tests {
 
     /// Admits and inserts the flow of `src:sport` on worker `home`.
     fn open(t: &mut FlowTable, src: &str, sport: u16, home: usize) -> Option<Arc<FlowShared>> {
+        open_at(t, src, sport, home, 0)
+    }
+
+    fn open_at(
+        t: &mut FlowTable,
+        src: &str,
+        sport: u16,
+        home: usize,
+        now_ns: u64,
+    ) -> Option<Arc<FlowShared>> {
         let f = frame(src, sport);
         let key = flow_key(&f).unwrap().unwrap();
-        t.admit(&key, home, 0).ok()?;
+        t.admit(&key, home, now_ns).ok()?;
         let shared = Arc::new(FlowShared::new(
             key,
             1,
@@ -298,6 +334,32 @@ mod tests {
         f.replied();
         assert!(f.deliver(b"q2".to_vec()));
         assert!(f.assured.load(Relaxed));
+    }
+
+    #[test]
+    fn evictions_are_paced_and_past_the_pace_new_flows_are_refused() {
+        let limits = FlowBudget {
+            max_flows: 8,
+            new_flows_per_source: u32::MAX,
+            evictions_per_second: 10,
+            ..FlowBudget::default()
+        }
+        .resolve(1, &HOST);
+        let mut t = FlowTable::new(limits, 1);
+        let mut admitted = 0;
+        for i in 0..100u16 {
+            admitted += usize::from(open_at(&mut t, "198.18.0.1", i, 0, 0).is_some());
+        }
+        // 8 fill the table, a second's worth (10) replace some, 82 refused.
+        assert_eq!(admitted, 18);
+        assert_eq!(t.counts.evicted_unassured, 10);
+        assert_eq!(t.counts.refused, 82);
+        // Half a second later, five more replacements.
+        for i in 100..200u16 {
+            let _ = open_at(&mut t, "198.18.0.1", i, 0, 500_000_000);
+        }
+        assert_eq!(t.counts.evicted_unassured, 15);
+        assert_eq!(t.open(), 8);
     }
 
     #[test]
@@ -365,6 +427,7 @@ mod tests {
             max_flows_per_worker: 3,
             new_flows_per_source: u32::MAX,
             fds_per_flow: 1,
+            evictions_per_second: 0,
         }
         .resolve(2, &HOST);
         let mut t = FlowTable::new(limits, 2);
