@@ -72,6 +72,10 @@ pub struct HostileConfig {
     pub requests: u32,
     /// Extra `steer proxy` flags.
     pub proxy_args: Vec<String>,
+    /// `(load, server)`: the proxy runs on CPU `server` alone (steer with
+    /// one worker there), the sprayer, client and backend on CPU `load`,
+    /// as a server and the internet would be; `None`: all share every CPU.
+    pub pin: Option<(usize, usize)>,
     /// Where the proxy's log and report go.
     pub log_dir: PathBuf,
 }
@@ -311,6 +315,24 @@ fn sample(pid: u32) -> Option<(f64, u64)> {
     Some((rss_kib / 1024.0, fds))
 }
 
+/// The calling thread pinned to one CPU until dropped (then to every
+/// online CPU again).
+struct PinnedHere;
+
+impl PinnedHere {
+    fn to(cpu: usize) -> Result<Self> {
+        crate::sys::pin(cpu).with_context(|| format!("pinning the load to CPU {cpu}"))?;
+        Ok(Self)
+    }
+}
+
+impl Drop for PinnedHere {
+    fn drop(&mut self) {
+        let all: Vec<usize> = (0..crate::sys::online_cpus().max(1)).collect();
+        let _ = crate::sys::pin_task(0, &all);
+    }
+}
+
 /// Starts the proxy on `bed` under its descriptor limit.
 fn start_proxy(
     cfg: &HostileConfig,
@@ -335,6 +357,8 @@ fn start_proxy(
     ];
     if cfg.proxy == ProxyKind::Kernel {
         argv.extend(["--io".into(), "kernel".into()]);
+    } else if let Some((_, server)) = cfg.pin {
+        argv.extend(["--cpus".into(), server.to_string()]);
     }
     argv.extend(cfg.proxy_args.iter().cloned());
     let log = cfg.log_dir.join(format!(
@@ -347,6 +371,7 @@ fn start_proxy(
         &argv,
         &log,
         &Spawn {
+            pin: cfg.pin.map(|(_, server)| vec![server]),
             stdin: true,
             env: vec![("RUST_LOG".into(), "warn".into())],
             ..Spawn::default()
@@ -362,6 +387,12 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
         bail!("hostile: the spray rate and requests must be above 0, and secs 0.5..600");
     }
     fs::create_dir_all(&cfg.log_dir)?;
+    // The threads started from here (backend, sprayer, client, sampler)
+    // inherit the calling thread's CPUs; it gets them all back at the end.
+    let _load_cpu = match cfg.pin {
+        Some((load, _)) => Some(PinnedHere::to(load)?),
+        None => None,
+    };
     let bed = TestBed::create(2)?;
     // Replies to the spray's sources go back into the namespace (which
     // drops them), never anywhere else.

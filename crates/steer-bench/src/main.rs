@@ -117,9 +117,29 @@ struct HostileArgs {
     /// "--max-starting 64 --runtime multi").
     #[arg(long, allow_hyphen_values = true, default_value = "")]
     steer_args: String,
+    /// Run the proxy alone on CPU SERVER (steer with one worker there) and
+    /// the sprayer, client and backend on CPU LOAD (default: all share
+    /// every CPU).
+    #[arg(long, value_name = "LOAD,SERVER", value_parser = parse_cpu_pair)]
+    pin: Option<(usize, usize)>,
     /// Write every result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+fn parse_cpu_pair(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{s}`: give two CPU numbers, LOAD,SERVER (for example 0,1)");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let (a, b) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a == b {
+        return Err(format!(
+            "`{s}`: the load and the server need different CPUs"
+        ));
+    }
+    Ok((a, b))
 }
 
 fn run_hostile(a: &HostileArgs) -> Result<()> {
@@ -176,6 +196,7 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
                         }
                         ProxyKind::Kernel => Vec::new(),
                     },
+                    pin: a.pin,
                     log_dir: log_dir.clone(),
                 })?;
                 if !r.alive {

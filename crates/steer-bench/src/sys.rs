@@ -73,6 +73,13 @@ pub fn pin_task(tid: i32, cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// CPUs online on the machine (whatever the calling thread's affinity).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1)
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin(cpu: usize) -> io::Result<()> {
     pin_task(0, &[cpu])

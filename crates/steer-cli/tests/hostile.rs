@@ -39,6 +39,7 @@ fn run(nofile: u64, rate: u32) -> HostileResult {
         secs: SECS,
         requests: 50,
         proxy_args: Vec::new(),
+        pin: None,
         log_dir: std::env::temp_dir().join(format!("steer-hostile-test-{}", std::process::id())),
     })
     .expect("the hostile run completes");

@@ -365,7 +365,7 @@ fn flow_budget(f: &Families, h: &crate::flows::HubStats) -> prometheus::Result<(
     .inc_by(h.accepted);
     let refused = f.counters(
         "steer_flows_refused_total",
-        "New flows refused, by reason: budget (full of recently active flows), rate_limit (the source was over its new-flow rate), backlog (the listener's backlog was full), overload (new flows waited too long to be read: the application is falling behind).",
+        "New flows refused, by reason: budget (full of recently active flows, or evictions over their pace), rate_limit (the source was over its new-flow rate), backlog (the listener's backlog was full), overload (max_starting new flows already wait for their first read, or new flows waited too long to be read: the application is falling behind).",
         "reason",
     )?;
     refused.with_label_values(&["budget"]).inc_by(h.refused);
