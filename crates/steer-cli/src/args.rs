@@ -115,9 +115,22 @@ pub struct EngineArgs {
     /// CPU (a power of two; the kernel uses 4096).
     #[arg(long, value_name = "BUCKETS")]
     pub flow_limit: Option<usize>,
-    /// Busy-poll instead of sleeping when idle.
+    /// Busy-poll instead of sleeping when idle (same as `--idle busy-poll`).
     #[arg(long)]
     pub busy_poll: bool,
+    /// How an idle worker waits: `sleep` (until woken, at once), `defer`
+    /// (after work, nap --nap-us on a timer and poll again, --naps empty
+    /// naps in a row before sleeping until woken: under steady load nobody
+    /// has to wake it, for up to --nap-us more latency) or `busy-poll`
+    /// (never sleep).
+    #[arg(long, value_enum, default_value = "sleep")]
+    pub idle: Idle,
+    /// One nap of `--idle defer`, microseconds: the most latency it adds.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub nap_us: u64,
+    /// Empty naps in a row before `--idle defer` sleeps until woken.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub naps: u32,
     /// Empty rounds a worker spins before sleeping.
     #[arg(long, default_value_t = 64)]
     pub idle_spins: u32,
@@ -209,6 +222,17 @@ pub struct EngineArgs {
     pub on_worker_loss: WorkerLossArg,
 }
 
+/// How an idle worker waits (`--idle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Idle {
+    /// Nap on a timer after work, then sleep until woken.
+    Defer,
+    /// Sleep until woken at once.
+    Sleep,
+    /// Never sleep.
+    BusyPoll,
+}
+
 impl EngineArgs {
     /// An engine builder with every flag applied (the application part,
     /// owned ports and handler or flow delivery, is the command's).
@@ -217,7 +241,13 @@ impl EngineArgs {
             .policy(self.policy)
             .fast_path(self.fast_path.is_on())
             .balance(self.balance.is_on())
-            .busy_poll(self.busy_poll)
+            .busy_poll(self.busy_poll || self.idle == Idle::BusyPoll)
+            .defer(
+                (self.idle == Idle::Defer).then(|| steer_core::runtime::Defer {
+                    nap: Duration::from_micros(self.nap_us),
+                    empty_naps: self.naps,
+                }),
+            )
             .idle_spins(self.idle_spins)
             .flow_tables(self.flow_table, 4096)
             .worker_slice(

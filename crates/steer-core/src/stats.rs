@@ -93,6 +93,12 @@ counters! {
     /// Nanoseconds the worker on this CPU spent in rounds that did work
     /// (polling, dispatching, handling), read from the clock once per round.
     busy_ns,
+    /// Times the worker on this CPU went to sleep until woken (a doorbell, a
+    /// socket, or the sleep timeout).
+    sleeps,
+    /// Timer naps of the worker on this CPU after work (interrupt deferral:
+    /// polls nobody had to wake it for).
+    naps,
 }
 
 /// The shared counters of every CPU, one cache-padded block each.

@@ -32,6 +32,15 @@ pub trait Sleeper: Send + Sync {
     /// non-blocking share of it here. Called on every such round, so it
     /// must be cheap when nothing is due. Default: nothing.
     fn idle(&self) {}
+    /// Sleep for `d` on a timer alone: nothing wakes the nap early (no
+    /// doorbell, no socket readiness), so the CPUs that queue work for this
+    /// worker meanwhile pay no wake-up. A sleeper that also runs deferred
+    /// work does its share first. Default: [`Sleeper::idle`], then
+    /// `std::thread::sleep`.
+    fn nap(&self, d: Duration) {
+        self.idle();
+        std::thread::sleep(d);
+    }
 }
 
 /// A [`Sleeper`] using `std::thread::park_timeout`; bind it to the worker's
@@ -121,6 +130,13 @@ impl Doorbell {
     #[inline]
     pub fn idle(&self) {
         self.sleeper.idle();
+    }
+
+    /// Worker side: naps `d` on a timer without announcing sleep (rings
+    /// meanwhile wake nobody; the worker finds their work when the nap
+    /// ends). See [`Sleeper::nap`].
+    pub fn nap(&self, d: Duration) {
+        self.sleeper.nap(d);
     }
 
     /// Whether the worker is (about to be) asleep.

@@ -15,7 +15,9 @@ use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState};
+use steer_core::runtime::{
+    Defer, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState,
+};
 use steer_core::wake::{Sleeper, ThreadSleeper};
 
 /// A sleeper the test's feed can wake too (as an AF_XDP worker's event loop
@@ -484,4 +486,58 @@ fn shared_state_sized_for_other_cpus_is_refused() {
         }
     );
     assert!(err.to_string().contains("RuntimeConfig::shared"), "{err}");
+}
+
+/// Interrupt deferral: a worker that just did work naps on a timer and
+/// polls again, so packets that arrive meanwhile are handled although
+/// nobody wakes it; after `empty_naps` empty naps it sleeps until woken.
+#[test]
+fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
+    let (frames, queues) = frames(2, 40);
+    let cpu0 = Arc::new(CondSleeper::default());
+    let app = Arc::new(App {
+        frames: frames.clone(),
+        log: Default::default(),
+        poison: None,
+        cpu0_sleeper: Some(cpu0.clone()),
+        idle_turns: None,
+    });
+    let feed = Feed::default();
+    let rt = Runtime::start_with_layout(
+        RuntimeConfig {
+            cpus: CpuSet::first(1),
+            sleep_timeout: Duration::from_secs(30),
+            idle_spins: 4,
+            // A window of about a second: the test's second batch comes
+            // well inside it, however slow the machine.
+            defer: Some(Defer {
+                nap: Duration::from_millis(5),
+                empty_naps: 200,
+            }),
+            ..config(64)
+        },
+        Arc::new(CpuLayout::uniform(1, 1).unwrap()),
+        app,
+        vec![Box::new(feed.clone()) as Box<dyn RxSource<usize>>],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // asleep now
+    let (first, second) = queues[0].split_at(20);
+    feed.0.lock().unwrap().extend(first);
+    SharedSleeper(cpu0.clone()).wake(); // the "socket" became readable
+    wait_for("the first batch", Duration::from_secs(10), || {
+        frames.released.load(Ordering::Relaxed) == first.len()
+    });
+    // No wake: only the worker's own naps find these.
+    feed.0.lock().unwrap().extend(second);
+    wait_for("the second batch, unwoken", Duration::from_secs(10), || {
+        frames.released.load(Ordering::Relaxed) == queues[0].len()
+    });
+    // Empty naps run out: it sleeps until woken again.
+    wait_for("a sleep after the naps", Duration::from_secs(10), || {
+        rt.stats().per_cpu[0].1.sleeps >= 2
+    });
+    let stats = rt.stats().per_cpu[0].1;
+    assert!(stats.naps >= 1, "{stats:?}");
+    rt.stop();
 }

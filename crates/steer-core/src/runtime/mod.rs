@@ -107,8 +107,12 @@ pub struct RuntimeConfig {
     /// Max packets per poll and per ring drain per round (the NAPI budget).
     #[doc(alias("dev_weight", "netdev_budget"))]
     pub batch: usize,
-    /// Empty rounds before an idle worker sleeps.
+    /// Empty rounds before an idle worker sleeps (or naps).
     pub idle_spins: u32,
+    /// Interrupt deferral after work (`None`, the default: sleep until
+    /// woken at once). Ignored when `busy_poll`.
+    #[doc(alias("napi_defer_hard_irqs", "gro_flush_timeout", "rx-usecs"))]
+    pub defer: Option<Defer>,
     /// Longest sleep (a safety net; a doorbell wakes sooner).
     pub sleep_timeout: Duration,
     /// A flow entry idle this long (milliseconds) may expire.
@@ -120,6 +124,43 @@ pub struct RuntimeConfig {
     pub balance_config: BalanceConfig,
     /// Time between two load balancer rounds.
     pub balance_interval: Duration,
+}
+
+/// Interrupt deferral, NAPI's `napi_defer_hard_irqs` with
+/// `gro_flush_timeout` (or a NIC's `rx-usecs`): a worker that found work
+/// does not go back to waiting for a wake-up at once; it naps on a timer
+/// and polls again, `empty_naps` times in a row without work before it
+/// sleeps until woken.
+///
+/// Under a steady moderate load every nap finds a small batch, and nobody
+/// wakes the worker: the CPUs that receive its packets (or queue them to
+/// its ring) skip the wake-up, an inter-processor interrupt that on a
+/// virtual machine costs the sender a VM exit per packet. The price is up
+/// to `nap` of added latency for a packet that arrives during a nap; the
+/// first packet after a quiet spell still wakes the worker at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use steer_core::runtime::{Defer, RuntimeConfig};
+/// let cfg = RuntimeConfig { defer: Some(Defer { nap: Duration::from_micros(20), empty_naps: 2 }), ..RuntimeConfig::default() };
+/// assert_eq!(cfg.defer.unwrap().empty_naps, 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defer {
+    /// How long one nap lasts (a timer; nothing ends it early).
+    pub nap: Duration,
+    /// Naps in a row that found no work before the worker sleeps until
+    /// woken.
+    pub empty_naps: u32,
+}
+
+impl Default for Defer {
+    fn default() -> Self {
+        Self {
+            nap: Duration::from_micros(50),
+            empty_naps: 2,
+        }
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -137,6 +178,7 @@ impl Default for RuntimeConfig {
             busy_poll: false,
             batch: 64,
             idle_spins: 64,
+            defer: None,
             sleep_timeout: Duration::from_millis(10),
             flow_idle_ms: 10_000,
             balance: false,

@@ -248,6 +248,8 @@ where
 
     fn run_loop(&mut self) {
         let mut idle_rounds = 0u32;
+        // Naps in a row that found no work (deferral, see `Defer`).
+        let mut empty_naps = 0u32;
         let mut rounds = 0u32;
         let mut last_tick: Tick = 0;
         // The clock as last read: a round that did work was busy from here.
@@ -259,6 +261,7 @@ where
             let work = self.poll_sources() + self.drain_rings();
             if work > 0 {
                 self.flush();
+                empty_naps = 0;
             }
             idle_rounds = if work > 0 {
                 0
@@ -310,10 +313,30 @@ where
             if work > 0 {
                 continue;
             }
-            if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
+            let defer = self.common.cfg.defer.filter(|_| !self.common.cfg.busy_poll);
+            if let Some(defer) = defer
+                .filter(|d| idle_rounds > self.common.cfg.idle_spins && empty_naps < d.empty_naps)
+            {
+                // Deferral: poll again after a timer, asking nobody to wake
+                // us (work since the last sleep, and fewer than
+                // `empty_naps` empty naps in a row).
+                empty_naps += 1;
+                self.bell.nap(defer.nap);
+                self.local.naps += 1;
+                // Asleep is not busy; the round after the nap starts the
+                // spin count again only if it finds work.
+                mark = Instant::now();
+                idle_rounds = self.common.cfg.idle_spins;
+            } else if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
                 let inbound = &self.inbound;
                 let rx = &self.rx;
                 let common = &self.common;
+                // Counted, and the counters published, before the sleep:
+                // they stay true while it lasts.
+                self.local.sleeps += 1;
+                if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+                    block.flush(&mut self.local);
+                }
                 self.bell.sleep_unless(
                     || {
                         common.stop.load(Ordering::SeqCst)
@@ -323,8 +346,9 @@ where
                     },
                     self.common.cfg.sleep_timeout,
                 );
-                // Asleep is not busy.
+                // Asleep is not busy. Woken, the worker may nap again.
                 mark = Instant::now();
+                empty_naps = 0;
             } else {
                 // Spinning before a sleep, or busy-polling: a sleeper that
                 // runs deferred work gets its turn (a no-op by default).

@@ -310,6 +310,23 @@ impl EngineBuilder {
         self
     }
 
+    /// Interrupt deferral after work ([`Defer`](steer_core::runtime::Defer),
+    /// on by default): an idle worker that just did work naps on a timer
+    /// and polls again before it sleeps until woken. `None`: sleep until
+    /// woken at once (every packet after a quiet spell costs its sender a
+    /// wake-up).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use steer_core::runtime::Defer;
+    /// let builder = steer_engine::engine::Engine::builder("veth0")
+    ///     .defer(Some(Defer { nap: Duration::from_micros(100), empty_naps: 2 }));
+    /// ```
+    pub fn defer(mut self, defer: Option<steer_core::runtime::Defer>) -> Self {
+        self.runtime.defer = defer;
+        self
+    }
+
     /// Slots of each dispatcher-to-worker ring (a power of two).
     pub fn ring_capacity(mut self, slots: usize) -> Self {
         self.runtime.ring_capacity = slots;

@@ -15,7 +15,7 @@ use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
 use topology::Topology;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use xdp_io::RawFrame;
 
 use super::app::{Application, PacketContext, WorkerHandler};
@@ -54,6 +54,9 @@ pub(super) struct EngineSetup {
     pub(super) hooks: Option<HookFactory>,
 }
 
+/// A worker's timer slack, nanoseconds.
+const WORKER_TIMER_SLACK_NS: u64 = 1_000;
+
 impl Setup<RawFrame> for EngineSetup {
     type Classifier = FlowClassifier<AnyHasher>;
     type Hook = Box<dyn SteerHook + Send>;
@@ -61,6 +64,11 @@ impl Setup<RawFrame> for EngineSetup {
     type Handler = WorkerHandler;
 
     fn prepare_thread(&self, cpu: CpuId) {
+        // Naps (interrupt deferral) and sleep timeouts end when asked, not
+        // up to 50 us later (the default timer slack).
+        if let Err(e) = nix::sys::prctl::set_timerslack(WORKER_TIMER_SLACK_NS) {
+            debug!(cpu, error = %e, "could not set the worker's timer slack");
+        }
         if self.pin {
             if let Err(e) = self.topology.pin_current_thread(cpu) {
                 warn!(cpu, error = %e, "could not pin a worker; it runs unpinned");

@@ -96,6 +96,16 @@ const PER_CPU: &[CpuCounter] = &[
         |r| r.core.time_squeeze,
     ),
     (
+        "steer_worker_sleeps_total",
+        "Times this CPU's worker went to sleep until woken (a doorbell, its socket, or the sleep timeout).",
+        |r| r.core.sleeps,
+    ),
+    (
+        "steer_worker_naps_total",
+        "Timer naps of this CPU's worker after work (--idle defer): polls nobody had to wake it for.",
+        |r| r.core.naps,
+    ),
+    (
         "steer_softnet_flow_limit_count_total",
         "Packets dropped by this CPU's per-flow limit (softnet_stat flow_limit_count).",
         |r| r.core.flow_limit_drops,
