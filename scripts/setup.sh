@@ -10,6 +10,8 @@ PACKAGES=(
   libhwloc-dev libudev-dev hwloc
   # tests and demos: namespaces and veth, ping, load generators, XDP tools
   iproute2 iputils-ping sockperf xdp-tools bpftool
+  # an unmodified server for the in-kernel recorder (steer rfs) tests
+  iperf3
   # the kernel-socket tests' full-checksum senders (ethtool -K tx off)
   ethtool
   # the engine tests drop privileges with setpriv

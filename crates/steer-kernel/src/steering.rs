@@ -21,7 +21,9 @@ use steer_core::policy::Policy;
 use steer_core::record::CpuProbe;
 use steer_core::table::{DesiredCpuTable, RecordStats};
 use topology::thread::LiveProbe;
-use xdp_io::rfs::{RfsOrder, RfsProgram, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE};
+use xdp_io::rfs::{
+    RfsOrder, RfsProgram, RfsRecord, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE,
+};
 use xdp_io::{Proto, XdpMode};
 
 use crate::checksum::{ChecksumErrors, ChecksumWatch};
@@ -58,6 +60,8 @@ fn stopped() -> xdp_io::XdpError {
 
 /// Kernel-socket steering, running: see the crate docs.
 pub struct KernelSteering {
+    /// The RFS program also records in the kernel (transparent mode).
+    in_kernel: bool,
     shared: Arc<Shared>,
     program: Option<Arc<RfsProgram>>,
     sweeper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
@@ -121,6 +125,7 @@ impl KernelSteering {
             policy,
         )?);
         Ok(Self {
+            in_kernel: false,
             shared: Arc::new(Shared {
                 table,
                 layout,
@@ -178,9 +183,16 @@ impl KernelSteering {
         self.shared.hook().cpu_of(&tuple.map_key())
     }
 
-    /// Switches the update rule for later records.
+    /// Switches the update rule for later records (the in-kernel
+    /// recorder's too).
     pub fn set_policy(&self, policy: Policy) {
         self.shared.table.policy().set(policy);
+        if let (true, Some(program)) = (self.in_kernel, &self.program) {
+            let llcs = llcs(&self.shared.layout, self.shared.cpus);
+            if let Err(e) = program.record_in_kernel(record_rule(policy), &llcs) {
+                tracing::warn!(error = %e, "the in-kernel recorder keeps its rule");
+            }
+        }
     }
 
     /// The update rule in force.
@@ -281,6 +293,25 @@ pub struct KernelSteeringBuilder {
     sweep_every: Duration,
     max_flows: usize,
     drop_privileges: bool,
+    in_kernel: bool,
+}
+
+/// The in-kernel recorder's rule for `policy`.
+fn record_rule(policy: Policy) -> RfsRecord {
+    match policy {
+        Policy::LlcAffinity => RfsRecord::Llc,
+        Policy::Always => RfsRecord::Always,
+    }
+}
+
+/// (CPU, LLC) of every CPU flows may be steered to.
+fn llcs(layout: &CpuLayout, cpus: CpuSet) -> Vec<(u32, u32)> {
+    cpus.iter()
+        .filter_map(|c| {
+            let llc = layout.llc_of(c)?;
+            Some((u32::try_from(c).ok()?, u32::try_from(llc).ok()?))
+        })
+        .collect()
 }
 
 impl KernelSteeringBuilder {
@@ -303,6 +334,7 @@ impl KernelSteeringBuilder {
             idle_timeout: Duration::from_secs(30),
             sweep_every: Duration::from_secs(1),
             max_flows: 65_536,
+            in_kernel: false,
             drop_privileges: false,
         }
     }
@@ -412,6 +444,30 @@ impl KernelSteeringBuilder {
         self
     }
 
+    /// Records in the kernel (transparent mode): the reading CPU of every
+    /// connected TCP socket of an owned port is recorded by a BPF program
+    /// on the `sock_recv_length` tracepoint, under the policy's rule, for
+    /// any process on the host, with no call from the application
+    /// ([`xdp_io::rfs::RfsProgram::record_in_kernel`]). The LLC rule uses
+    /// this builder's topology. UDP and user-space records
+    /// ([`KernelSteering::recorder`]) are not affected.
+    ///
+    /// ```no_run
+    /// use steer_kernel::{KernelSteering, Proto};
+    /// # fn main() -> Result<(), steer_kernel::KernelError> {
+    /// // iperf3, nginx, ... on port 5201 now have their flows steered to
+    /// // the CPU that reads them.
+    /// let steering = KernelSteering::builder("eth1")
+    ///     .own(Proto::Tcp, 5201)
+    ///     .record_in_kernel(true)
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record_in_kernel(mut self, yes: bool) -> Self {
+        self.in_kernel = yes;
+        self
+    }
+
     /// Attaches the program, creates the cpumap entries, starts the
     /// sweeper. A bad start says what to do in one line (privileges,
     /// interface, XDP mode, a program already attached).
@@ -459,6 +515,11 @@ impl KernelSteeringBuilder {
         }
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
+        if self.in_kernel {
+            // Before the privileges go: attaching the tracepoint needs
+            // CAP_BPF and CAP_PERFMON.
+            program.record_in_kernel(record_rule(self.policy), &llcs(&layout, cpus))?;
+        }
         if self.drop_privileges {
             // Before the sweeper starts: it inherits the reduced sets.
             let keep = xdp_io::privileges::needed_to_detach_netlink(program.dispatched());
@@ -507,6 +568,7 @@ impl KernelSteeringBuilder {
             "kernel-socket steering started"
         );
         Ok(KernelSteering {
+            in_kernel: self.in_kernel,
             shared,
             program: Some(program),
             sweeper: Some((sweeper, stop)),

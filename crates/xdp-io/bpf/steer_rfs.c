@@ -18,6 +18,10 @@
  *   cpumap queue dropped, or that failed to reach it, count as dequeued.
  * - steer_rfs_sock (socket filter, attached by steer to tracked UDP
  *   sockets): counts the frames that reached the socket.
+ * - steer_rfs_record (raw tracepoint sock_recv_length, when steer records
+ *   in the kernel): an application read a connected TCP socket of an
+ *   owned port; the reading CPU becomes the flow's desired CPU under the
+ *   LLC rule (rps_record_sock_flow without the application's help).
  *
  * Ordering (RFS_ORDER_SOCKET, the default). A flow leaves the path serving
  * it only when nothing of it sent there can be overtaken:
@@ -45,6 +49,7 @@
 #include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "steer_xdp.h"
 #include "steer_rfs.h"
@@ -59,12 +64,47 @@ struct tcp_sock {
 	__u32 rcv_nxt;
 } __attribute__((preserve_access_index));
 
+/* The kernel socket fields the recorder reads; libbpf relocates them
+ * against the running kernel's BTF (the anonymous unions mirror the
+ * kernel's layout by name). */
+struct sock_common {
+	union {
+		struct {
+			__be32 skc_daddr;
+			__be32 skc_rcv_saddr;
+		};
+	};
+	union {
+		struct {
+			__be16 skc_dport;
+			__u16 skc_num;
+		};
+	};
+	unsigned short skc_family;
+	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
 	__type(key, struct steer_port_key);
 	__type(value, __u32);
 } owned_ports SEC(".maps");
+
+/* The LLC of each CPU the recorder may choose, STEER_RFS_NO_LLC for the
+ * others (offline, or outside steer's CPUs); sized by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rfs_llc SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -632,3 +672,107 @@ int steer_rfs_sock(struct __sk_buff *skb)
 }
 
 char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline __u32 llc_of(__u32 cpu)
+{
+	__u32 *llc = bpf_map_lookup_elem(&rfs_llc, &cpu);
+	return llc ? *llc : STEER_RFS_NO_LLC;
+}
+
+/* Whether a v6 address is v4-mapped (::ffff:a.b.c.d). */
+static __always_inline int v4_mapped(const struct in6_addr *a)
+{
+	return a->in6_u.u6_addr32[0] == 0 && a->in6_u.u6_addr32[1] == 0 &&
+	       a->in6_u.u6_addr32[2] == bpf_htonl(0xffff);
+}
+
+/* The key the XDP program builds for the socket's incoming frames: from
+ * the peer to the local address. 0 on success. */
+static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flow)
+{
+	unsigned short family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+	__be32 d4, s4;
+
+	if (proto != IPPROTO_TCP)
+		return -1;
+	flow->proto = IPPROTO_TCP;
+	flow->sport = BPF_CORE_READ(sk, __sk_common.skc_dport);
+	flow->dport = bpf_htons(BPF_CORE_READ(sk, __sk_common.skc_num));
+	if (family == 10 /* AF_INET6 */) {
+		struct in6_addr d6, s6;
+		BPF_CORE_READ_INTO(&d6, sk, __sk_common.skc_v6_daddr);
+		BPF_CORE_READ_INTO(&s6, sk, __sk_common.skc_v6_rcv_saddr);
+		if (!v4_mapped(&d6)) {
+			flow->family = 6;
+			__builtin_memcpy(flow->saddr, &d6, 16);
+			__builtin_memcpy(flow->daddr, &s6, 16);
+			return 0;
+		}
+	} else if (family != 2 /* AF_INET */) {
+		return -1;
+	}
+	d4 = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+	s4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+	flow->family = 4;
+	__builtin_memcpy(flow->saddr, &d4, 4);
+	__builtin_memcpy(flow->daddr, &s4, 4);
+	return 0;
+}
+
+/* sock_recv_length(struct sock *sk, int ret, int flags): fires in
+ * sock_recvmsg on the reading CPU, after the read. */
+SEC("raw_tracepoint/sock_recv_length")
+int steer_rfs_record(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->args[0];
+	int ret = (int)ctx->args[1];
+	int flags = (int)ctx->args[2];
+	__u64 rule = setting(RFS_SET_RECORD);
+	struct steer_flow_key flow = {};
+	struct steer_port_key pk = {};
+
+	if (rule == RFS_RECORD_OFF || !sk || ret <= 0 || (flags & 2 /* MSG_PEEK */))
+		return 0;
+	if (sock_flow(sk, &flow))
+		return 0;
+	pk.proto = flow.proto;
+	pk.port = flow.dport;
+	if (!bpf_map_lookup_elem(&owned_ports, &pk))
+		return 0;
+	count(RFS_STAT_RECORDED, 1);
+
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 llc = llc_of(cpu);
+	if (llc == STEER_RFS_NO_LLC)
+		return 0; /* a CPU steer does not steer to */
+	struct steer_rfs_desired *want = bpf_map_lookup_elem(&rfs_desired, &flow);
+	if (want) {
+		__u32 old = READ_ONCE(want->cpu);
+		if (old == cpu)
+			return 0;
+		/* The LLC rule: a move within the old CPU's LLC keeps the
+		 * entry (and its steering) as it is, unless the old CPU is
+		 * gone. */
+		__u32 old_llc = llc_of(old);
+		if (rule == RFS_RECORD_LLC && old_llc != STEER_RFS_NO_LLC && old_llc == llc) {
+			count(RFS_STAT_REC_SUPPRESSED, 1);
+			return 0;
+		}
+		want->cpu = cpu;
+		count(RFS_STAT_REC_UPDATES, 1);
+		return 0;
+	}
+	/* A new flow: its state first (still on the kernel path), then the
+	 * desired CPU the XDP program moves it to, in order. */
+	struct steer_rfs_state st = {
+		.cpu = STEER_RFS_NO_CPU,
+		.created = bpf_ktime_get_ns(),
+	};
+	if (bpf_map_update_elem(&rfs_state, &flow, &st, BPF_NOEXIST) == 0)
+		count(RFS_STAT_REC_NEW, 1);
+	struct steer_rfs_desired d = { .cpu = cpu };
+	if (bpf_map_update_elem(&rfs_desired, &flow, &d, BPF_NOEXIST) == 0)
+		count(RFS_STAT_REC_UPDATES, 1);
+	return 0;
+}

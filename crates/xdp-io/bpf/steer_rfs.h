@@ -48,8 +48,23 @@ enum steer_rfs_setting {
 	RFS_SET_CPUMAP_ID = 4,  /* id of rfs_cpus, for the drop tracepoint */
 	RFS_SET_GENERIC = 5,    /* 1: attached in generic mode (no metadata) */
 	RFS_SET_CSUM = 6,       /* 1: complete partial checksums before a redirect */
-	RFS_SET_MAX = 7,
+	RFS_SET_RECORD = 7,     /* enum steer_rfs_record: the in-kernel recorder */
+	RFS_SET_MAX = 8,
 };
+
+/* What the in-kernel recorder (steer_rfs_record) does when an application
+ * reads a tracked TCP flow: nothing, or write the reading CPU into
+ * `rfs_desired` under a rule. */
+enum steer_rfs_record {
+	RFS_RECORD_OFF = 0,
+	/* Only when the flow crosses an LLC (`rfs_llc`), or its CPU is gone. */
+	RFS_RECORD_LLC = 1,
+	/* Whenever the reading CPU changes. */
+	RFS_RECORD_ALWAYS = 2,
+};
+
+/* `rfs_llc[cpu]` of a CPU that is offline or not the recorder's. */
+#define STEER_RFS_NO_LLC 0xffffffffu
 
 /* When a flow may leave the CPU (or the kernel path) that serves it. */
 enum steer_rfs_order {
@@ -81,7 +96,11 @@ enum steer_rfs_stat {
 	RFS_STAT_REDIRECT_ERRORS = 11, /* per rx CPU: frames that failed to reach the queue */
 	RFS_STAT_CSUM_COMPLETED = 12, /* partial checksums completed before a redirect */
 	RFS_STAT_CSUM_PASSED = 13,    /* partial checksums too long to complete: passed */
-	RFS_STAT_MAX = 14,
+	RFS_STAT_RECORDED = 14,       /* reads of tracked flows the recorder saw */
+	RFS_STAT_REC_NEW = 15,        /* flows the recorder started tracking */
+	RFS_STAT_REC_UPDATES = 16,    /* desired CPUs the recorder wrote (moves) */
+	RFS_STAT_REC_SUPPRESSED = 17, /* CPU changes the LLC rule left unwritten */
+	RFS_STAT_MAX = 18,
 };
 
 #endif

@@ -33,6 +33,34 @@ impl RfsOrder {
     }
 }
 
+/// What the in-kernel recorder does when an application reads a tracked
+/// flow (`enum steer_rfs_record`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RfsRecord {
+    /// Nothing: steer records from user space, or not at all.
+    #[default]
+    Off,
+    /// Writes the reading CPU only when the flow crosses an LLC, or its
+    /// CPU is no longer one steer steers to (the LLC-affinity rule).
+    Llc,
+    /// Writes every change of reading CPU.
+    Always,
+}
+
+impl RfsRecord {
+    /// The value of `enum steer_rfs_record`.
+    pub(super) fn code(self) -> u64 {
+        match self {
+            Self::Off => 0,
+            Self::Llc => 1,
+            Self::Always => 2,
+        }
+    }
+}
+
+/// `STEER_RFS_NO_LLC`: a CPU the recorder never chooses.
+pub(super) const NO_LLC: u32 = u32::MAX;
+
 /// Indices of the `rfs_settings` array.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Setting {
@@ -43,6 +71,7 @@ pub(super) enum Setting {
     CpumapId = 4,
     Generic = 5,
     CompleteChecksums = 6,
+    Record = 7,
 }
 
 /// Indices of the per-CPU `rfs_stats` array.
@@ -62,10 +91,14 @@ pub(super) enum Stat {
     RedirectErrors = 11,
     CsumCompleted = 12,
     CsumPassed = 13,
+    Recorded = 14,
+    RecNew = 15,
+    RecUpdates = 16,
+    RecSuppressed = 17,
 }
 
 impl Stat {
-    pub(super) const ALL: [Self; 14] = [
+    pub(super) const ALL: [Self; 18] = [
         Self::Redirected,
         Self::Passed,
         Self::Untracked,
@@ -80,6 +113,10 @@ impl Stat {
         Self::RedirectErrors,
         Self::CsumCompleted,
         Self::CsumPassed,
+        Self::Recorded,
+        Self::RecNew,
+        Self::RecUpdates,
+        Self::RecSuppressed,
     ];
 }
 
@@ -117,6 +154,15 @@ pub struct RfsStats {
     /// Frames with a partial checksum too long to complete (over 4 KiB):
     /// passed to the kernel path, which keeps the mark.
     pub csum_passed: u64,
+    /// Reads of owned TCP flows the in-kernel recorder saw.
+    pub recorded: u64,
+    /// Flows the in-kernel recorder started tracking.
+    pub recorder_new_flows: u64,
+    /// Desired CPUs the in-kernel recorder wrote (new flows and moves):
+    /// the costly steering updates.
+    pub recorder_updates: u64,
+    /// Changes of reading CPU the LLC rule left unwritten.
+    pub recorder_suppressed: u64,
 }
 
 impl RfsStats {
@@ -136,6 +182,10 @@ impl RfsStats {
             redirect_errors: s[Stat::RedirectErrors as usize],
             csum_completed: s[Stat::CsumCompleted as usize],
             csum_passed: s[Stat::CsumPassed as usize],
+            recorded: s[Stat::Recorded as usize],
+            recorder_new_flows: s[Stat::RecNew as usize],
+            recorder_updates: s[Stat::RecUpdates as usize],
+            recorder_suppressed: s[Stat::RecSuppressed as usize],
         }
     }
 }
@@ -255,6 +305,23 @@ mod tests {
             (0, 70, 90, 100)
         );
         assert_eq!((st.csum_completed, st.csum_passed), (120, 130));
+        assert_eq!(
+            (
+                st.recorded,
+                st.recorder_new_flows,
+                st.recorder_updates,
+                st.recorder_suppressed
+            ),
+            (140, 150, 160, 170)
+        );
+        assert_eq!(
+            (
+                RfsRecord::Off.code(),
+                RfsRecord::Llc.code(),
+                RfsRecord::Always.code()
+            ),
+            (0, 1, 2)
+        );
         assert_eq!(
             (
                 RfsOrder::Socket.code(),

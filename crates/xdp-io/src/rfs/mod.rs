@@ -20,7 +20,7 @@ mod layout;
 
 use std::{
     os::fd::{AsFd, BorrowedFd, OwnedFd},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -37,8 +37,8 @@ use crate::{
     },
 };
 
-pub use layout::{RfsFlow, RfsOrder, RfsStats};
-use layout::{Setting, Stat};
+pub use layout::{RfsFlow, RfsOrder, RfsRecord, RfsStats};
+use layout::{Setting, Stat, NO_LLC};
 
 /// The compiled program (clang -O2 -g -target bpf -mcpu=v3, see build.rs).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer_rfs.o"));
@@ -56,6 +56,10 @@ const STATE: &str = "rfs_state";
 const CPUS: &str = "rfs_cpus";
 const ENQ: &str = "rfs_enq";
 const DEQ: &str = "rfs_deq";
+const LLC: &str = "rfs_llc";
+/// The in-kernel recorder, on the sock_recv_length tracepoint.
+const RECORD_PROGRAM: &str = "steer_rfs_record";
+const RECORD_TRACEPOINT: &str = "sock_recv_length";
 /// The program counting the frames a cpumap queue dropped.
 const DROPS_PROGRAM: &str = "steer_rfs_drops";
 const DROPS_TRACEPOINT: &str = "xdp_cpumap_enqueue";
@@ -112,6 +116,9 @@ pub struct RfsProgram {
     stats: MapFd,
     enq: MapFd,
     deq: MapFd,
+    llc: MapFd,
+    /// The in-kernel recorder's tracepoint link, while it records.
+    recorder: Mutex<Option<Link>>,
     /// Whether it runs in libxdp's dispatcher (seen at attach).
     dispatched: bool,
     /// The interface's owner lock, released after the drop detached.
@@ -216,8 +223,10 @@ impl RfsProgram {
             .map_err(|_| XdpError::Config("too many possible CPUs".into()))?;
         let mut obj =
             BpfObject::open_mem(OBJECT).map_err(program_err("opening the embedded object"))?;
-        obj.set_max_entries(CPUS, entries)
-            .map_err(program_err("sizing the per-CPU maps"))?;
+        for map in [CPUS, LLC] {
+            obj.set_max_entries(map, entries)
+                .map_err(program_err("sizing the per-CPU maps"))?;
+        }
         for map in [ENQ, DEQ] {
             obj.set_max_entries(map, (entries + 1) * entries)
                 .map_err(program_err("sizing the per-CPU maps"))?;
@@ -268,6 +277,7 @@ impl RfsProgram {
                     map(STATS)?,
                     map(ENQ)?,
                     map(DEQ)?,
+                    map(LLC)?,
                 ],
             ))
         })();
@@ -275,7 +285,7 @@ impl RfsProgram {
             Ok(f) => f,
             Err(e) => return Err(detach_on_err(&mut prog, e)),
         };
-        let [owned, desired, state, cpus, settings, stats, enq, deq] = maps;
+        let [owned, desired, state, cpus, settings, stats, enq, deq, llc] = maps;
         let cpumap_id = cpus.id();
         let netns = match sys::NetNs::current() {
             Ok(n) => n,
@@ -304,6 +314,8 @@ impl RfsProgram {
             stats,
             enq,
             deq,
+            llc,
+            recorder: Mutex::new(None),
             dispatched: attached_programs(ifindex).iter().any(|p| p.dispatched),
             _lock: lock,
         };
@@ -431,6 +443,66 @@ impl RfsProgram {
     pub fn attach_socket(&self, socket: BorrowedFd<'_>) -> Result<()> {
         sys::attach_socket_filter(socket, self.socket_prog.as_fd())
             .map_err(|e| XdpError::io("attaching the RFS socket filter (SO_ATTACH_BPF)", e))
+    }
+
+    /// Records in the kernel: whenever an application reads a connected TCP
+    /// socket of an owned port, the reading CPU becomes the flow's desired
+    /// CPU under `rule` (a BPF program on the `sock_recv_length`
+    /// tracepoint: `rps_record_sock_flow` for applications that never call
+    /// steer). `llc_of` gives the LLC of each CPU flows may be steered to
+    /// (each needs a cpumap entry, [`RfsProgram::enable_cpu`]); reads on
+    /// other CPUs are ignored. [`RfsRecord::Off`] stops recording. Needs
+    /// CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to attach.
+    ///
+    /// ```no_run
+    /// use xdp_io::rfs::{RfsProgram, RfsRecord};
+    /// use xdp_io::{Proto, XdpMode};
+    /// # fn main() -> xdp_io::Result<()> {
+    /// let rfs = RfsProgram::attach("eth1", XdpMode::Auto, false)?;
+    /// rfs.set_owned(Proto::Tcp, 5201, true)?;
+    /// for cpu in 0..4 {
+    ///     rfs.enable_cpu(cpu, xdp_io::rfs::DEFAULT_QUEUE_SIZE)?;
+    /// }
+    /// // CPUs 0-1 share an LLC, 2-3 another.
+    /// rfs.record_in_kernel(RfsRecord::Llc, &[(0, 0), (1, 0), (2, 1), (3, 1)])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record_in_kernel(&self, rule: RfsRecord, llc_of: &[(u32, u32)]) -> Result<()> {
+        let mut recorder = self.recorder.lock().unwrap_or_else(PoisonError::into_inner);
+        if rule == RfsRecord::Off {
+            self.set(Setting::Record, rule.code())?;
+            *recorder = None;
+            return Ok(());
+        }
+        for cpu in 0..self.cpus_possible as u32 {
+            let llc = llc_of
+                .iter()
+                .find(|&&(c, _)| c == cpu)
+                .map_or(NO_LLC, |&(_, l)| l.min(NO_LLC - 1));
+            self.llc
+                .update(&cpu.to_ne_bytes(), &llc.to_ne_bytes(), 0)
+                .map_err(map_err(
+                    LLC,
+                    "the CPUs must be below the possible CPU count",
+                ))?;
+        }
+        self.set(Setting::Record, rule.code())?;
+        if recorder.is_none() {
+            let prog = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
+            let link = prog
+                .attach_raw_tracepoint(RECORD_PROGRAM, RECORD_TRACEPOINT)
+                .map_err(program_err(
+                    "attaching the in-kernel recorder (needs CAP_BPF and CAP_PERFMON)",
+                ));
+            match link {
+                Ok(l) => *recorder = Some(l),
+                Err(e) => {
+                    self.set(Setting::Record, RfsRecord::Off.code())?;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Chooses the rule that lets a flow leave the CPU serving it.
@@ -577,6 +649,13 @@ fn duration_ns(d: Duration) -> u64 {
 
 impl Drop for RfsProgram {
     fn drop(&mut self) {
+        // The recorder first: nothing writes the maps once it is gone.
+        drop(
+            self.recorder
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
         let prog = match self.prog.get_mut() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
