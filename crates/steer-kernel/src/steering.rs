@@ -309,7 +309,7 @@ fn llcs(layout: &CpuLayout, cpus: CpuSet) -> Vec<(u32, u32)> {
     cpus.iter()
         .filter_map(|c| {
             let llc = layout.llc_of(c)?;
-            Some((u32::try_from(c).ok()?, u32::try_from(llc).ok()?))
+            Some((u32::try_from(c).ok()?, u32::from(llc)))
         })
         .collect()
 }
