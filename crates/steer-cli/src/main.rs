@@ -26,6 +26,7 @@ mod logging;
 mod plot;
 mod proxy;
 mod replay;
+mod rfs;
 mod stats;
 mod tcp_echo;
 mod tcp_load;
@@ -70,6 +71,10 @@ enum Command {
     /// TCP echo on kernel sockets, steered to the CPU that reads each
     /// connection (XDP RFS through a cpumap), or not (`--steer none`).
     TcpEcho(tcp_echo::TcpEchoArgs),
+    /// LLC-aware RFS for unmodified applications: their TCP connections on
+    /// the given ports are steered to the CPU that reads them, recorded in
+    /// the kernel (XDP RFS through a cpumap).
+    Rfs(rfs::RfsArgs),
     /// TCP echo clients: many connections, messages per second as JSON.
     TcpLoad(tcp_load::TcpLoadArgs),
     /// Replay a trace or a pcap capture through steer's steering decision;
@@ -102,6 +107,7 @@ impl Command {
             Self::Echo(_) => "echo",
             Self::Proxy(_) => "proxy",
             Self::TcpEcho(_) => "tcp-echo",
+            Self::Rfs(_) => "rfs",
             Self::TcpLoad(_) => "tcp-load",
             Self::Replay(_) => "replay",
             Self::BalanceSim(_) => "balance-sim",
@@ -131,6 +137,7 @@ fn main() -> ExitCode {
         Command::Echo(a) => echo::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| ExitCode::SUCCESS),
         Command::TcpEcho(a) => tcp_echo::run(a),
+        Command::Rfs(a) => rfs::run(a),
         Command::TcpLoad(a) => tcp_load::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replay(a) => replay::run(a).map(|()| ExitCode::SUCCESS),
         Command::BalanceSim(a) => balance_sim::run(a).map(|()| ExitCode::SUCCESS),

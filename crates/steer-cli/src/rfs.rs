@@ -1,0 +1,209 @@
+//! `steer rfs`: LLC-aware RFS for applications that never heard of steer.
+//! It attaches the XDP RFS program to an interface and the in-kernel
+//! recorder (a BPF program on the `sock_recv_length` tracepoint): whenever
+//! any process reads a connected TCP socket of one of the given ports, the
+//! reading CPU becomes the flow's desired CPU under the LLC rule (or
+//! always), and the flow's segments are handed to that CPU's stack through
+//! a cpumap, in order. Nothing runs in the applications; this process only
+//! holds the programs, prints the counters once a second and, at
+//! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
+//! (also as JSON). A `kill -9` leaves the programs attached until the next
+//! start, which replaces them (the interface's owner lock tells a dead run
+//! from a live one).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use steer_core::cpu::CpuSet;
+use steer_core::policy::Policy;
+use steer_kernel::{KernelSteering, Proto, RfsStats, XdpMode};
+
+use crate::args::AttachMode;
+
+/// `steer rfs` arguments.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    steer rfs -i eth1 -p 5201                        iperf3's connections steered to their reader's CPU\n  \
+    steer rfs -i eth1 -p 80 -p 443 --policy always   every change of reading CPU is written\n  \
+    steer rfs -i eth1 -p 5201 --topology 'pack:1 l3:2 core:1 pu:1'   a 2-LLC model on a 1-LLC machine")]
+pub struct RfsArgs {
+    /// The interface the connections arrive on.
+    #[arg(long, short = 'i')]
+    pub interface: String,
+    /// A TCP port whose connections are steered (repeat for more).
+    #[arg(long = "port", short = 'p', required = true,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub ports: Vec<u16>,
+    /// Update policy: `llc` (write a new CPU only across LLCs, or when the
+    /// old CPU is gone) or `always`.
+    #[arg(long, default_value = "llc")]
+    pub policy: Policy,
+    /// Use this hwloc synthetic topology for the LLC rule instead of the
+    /// machine's (e.g. `pack:1 l3:2 core:1 pu:1`: two CPUs in two LLCs).
+    #[arg(long)]
+    pub topology: Option<String>,
+    /// CPUs connections may be steered to, kernel list format (default: all
+    /// this process may run on); reads on other CPUs are not recorded.
+    #[arg(long, value_parser = crate::args::cpu_list)]
+    pub cpus: Option<CpuSet>,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: AttachMode,
+    /// Replace a steer RFS program left attached, also by this process (a
+    /// crashed run's is replaced anyway; a live owner never is).
+    #[arg(long)]
+    pub replace_stale: bool,
+    /// Write the final counters here on exit.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long, value_parser = crate::args::seconds)]
+    pub duration: Option<f64>,
+    /// Do not print the live rows.
+    #[arg(long)]
+    pub no_table: bool,
+    /// Keep every capability after set-up (by default all go but
+    /// CAP_NET_ADMIN, which detaches the program at stop).
+    #[arg(long)]
+    pub keep_capabilities: bool,
+}
+
+fn delta(a: &[u64], b: &[u64]) -> Vec<u64> {
+    a.iter()
+        .zip(b.iter().chain(std::iter::repeat(&0)))
+        .map(|(x, y)| x.saturating_sub(*y))
+        .collect()
+}
+
+/// One live row: what changed in the last `secs`.
+fn row(now: &RfsStats, before: &RfsStats, landed: &[u64], secs: f64) -> String {
+    let updates = now.recorder_updates - before.recorder_updates;
+    format!(
+        "reads {} | new flows {} | updates {} ({:.0}/s) suppressed {} | redirected {} held back {} | landed per CPU {landed:?}",
+        now.recorded - before.recorded,
+        now.recorder_new_flows - before.recorder_new_flows,
+        updates,
+        updates as f64 / secs.max(1e-9),
+        now.recorder_suppressed - before.recorder_suppressed,
+        now.redirected - before.redirected,
+        now.held_back - before.held_back,
+    )
+}
+
+fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_json::Value {
+    json!({
+        "interface": args.interface,
+        "ports": args.ports,
+        "policy": args.policy.name(),
+        "topology": args.topology.clone().unwrap_or_else(|| "live".into()),
+        "elapsed_s": elapsed,
+        "recorder": {
+            "reads": s.recorded,
+            "new_flows": s.recorder_new_flows,
+            "updates": s.recorder_updates,
+            "updates_per_s": s.recorder_updates as f64 / elapsed.max(1e-9),
+            "suppressed": s.recorder_suppressed,
+        },
+        "program": {
+            "redirected": s.redirected,
+            "moves": s.moves,
+            "held_back": s.held_back,
+            "untracked": s.untracked,
+            "queue_drops": s.queue_drops,
+            "redirect_errors": s.redirect_errors,
+            "csum_completed": s.csum_completed,
+        },
+        "landed_per_cpu": landed,
+    })
+}
+
+pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
+    let stop = xdp_io::shutdown::install()?;
+    let (_owner, shared) = xdp_io::owner_lock::InterfaceLock::acquire_noting(&args.interface)?;
+    let mut b = KernelSteering::builder(&args.interface)
+        .policy(args.policy)
+        .record_in_kernel(true)
+        // Taken fresh, the lock says no steer process serves the
+        // interface: what a dead run left is replaced.
+        .replace_stale(args.replace_stale || !shared)
+        .drop_privileges(!args.keep_capabilities)
+        .xdp_mode(match args.xdp_mode {
+            AttachMode::Auto => XdpMode::Auto,
+            AttachMode::Native => XdpMode::Native,
+            AttachMode::Generic => XdpMode::Generic,
+        });
+    for &port in &args.ports {
+        b = b.own(Proto::Tcp, port);
+    }
+    if let Some(spec) = &args.topology {
+        b = b.topology(topology::Topology::synthetic(spec)?.layout());
+    }
+    if let Some(cpus) = args.cpus {
+        b = b.cpus(cpus);
+    }
+    let steering = b.start()?;
+    let program = steering
+        .program()
+        .context("the RFS program is not attached")?;
+    println!(
+        "steer rfs: recording tcp ports {:?} on {}, policy {}, xdp {:?}, CPUs {}",
+        args.ports,
+        args.interface,
+        args.policy,
+        program.mode(),
+        steering.cpus(),
+    );
+    let landed = || program.landed_per_cpu().unwrap_or_default();
+    let stats = || program.stats().unwrap_or_default();
+    let started = Instant::now();
+    let deadline = args.duration.map(|s| started + Duration::from_secs_f64(s));
+    let landed_start = landed();
+    let mut previous = (stats(), landed_start.clone());
+    let mut next_row = started + Duration::from_secs(1);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next_row {
+            next_row += Duration::from_secs(1);
+            let current = (stats(), landed());
+            if !args.no_table {
+                println!(
+                    "{}",
+                    row(
+                        &current.0,
+                        &previous.0,
+                        &delta(&current.1, &previous.1),
+                        1.0
+                    )
+                );
+            }
+            previous = current;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (total, landed_total) = (stats(), delta(&landed(), &landed_start));
+    steering.stop();
+    println!(
+        "steer rfs: stopped after {elapsed:.1} s: {} reads recorded, {} new flows, {} updates ({:.0}/s), {} suppressed by the LLC rule, {} segments redirected, landed per CPU {landed_total:?}",
+        total.recorded,
+        total.recorder_new_flows,
+        total.recorder_updates,
+        total.recorder_updates as f64 / elapsed.max(1e-9),
+        total.recorder_suppressed,
+        total.redirected,
+    );
+    if let Some(path) = &args.stats_json {
+        let report = summary(args, elapsed, &total, &landed_total);
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

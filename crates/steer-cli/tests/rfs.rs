@@ -1,0 +1,107 @@
+//! `steer rfs` as an operator runs it, beside an unmodified iperf3 server
+//! pinned to CPU 1: the server's connections are recorded in the kernel
+//! and land on CPU 1, the live rows and the JSON summary say so, and
+//! SIGINT detaches the program. Needs root, two CPUs and iperf3, as CI
+//! runs it.
+
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::net::TestNet;
+
+const PORT: u16 = 7410;
+
+#[test]
+fn steer_rfs_steers_an_unmodified_iperf3_to_its_reading_cpu() {
+    let net = TestNet::new();
+    let json = std::env::temp_dir().join(format!("steer-rfs-{}.json", std::process::id()));
+    let mut rfs = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args([
+            "rfs",
+            "-i",
+            &net.host,
+            "-p",
+            &PORT.to_string(),
+            "--cpus",
+            "0,1",
+        ])
+        .arg("--stats-json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("recording tcp ports [7410]"), "{line}");
+    assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+
+    // A server that never heard of steer, on CPU 1.
+    let mut server = Command::new("taskset")
+        .args(["-c", "1", "iperf3", "-s", "-1", "-p", &PORT.to_string()])
+        .args(["-B", &net.host_v4.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 runs (install iperf3)");
+    std::thread::sleep(Duration::from_millis(500));
+    let client = net.ns_cmd(&[
+        "iperf3",
+        "-c",
+        &net.host_v4.to_string(),
+        "-p",
+        &PORT.to_string(),
+        "-t",
+        "2",
+    ]);
+    assert!(
+        client.status.success(),
+        "{}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let _ = server.wait();
+    // A live row saw the reads.
+    let mut rows = String::new();
+    for _ in 0..3 {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        rows.push_str(&line);
+    }
+    assert!(rows.contains("reads "), "{rows}");
+
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);
+    let out = rfs.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("libbpf") && !stderr.contains("libxdp"),
+        "{stderr}"
+    );
+    assert!(
+        !net.link_show().contains("xdp"),
+        "still attached: {}",
+        net.link_show()
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let rec = &report["recorder"];
+    assert!(rec["new_flows"].as_u64().unwrap() >= 2, "{report:#}");
+    assert!(rec["reads"].as_u64().unwrap() > 0, "{report:#}");
+    let landed: Vec<u64> = serde_json::from_value(report["landed_per_cpu"].clone()).unwrap();
+    assert!(
+        landed[1] > 10 * landed[0].max(1),
+        "the segments landed on the reader's CPU 1: {report:#}"
+    );
+}
