@@ -16,7 +16,8 @@
 //! Layering, each module importing only those before it: `socket` (a
 //! socket's 4-tuple), `hook` (the map backend and its shadow of placed
 //! flows) and `checksum` (the namespace's checksum failures); `shared`
-//! (what the owner shares: table, hook, counters; `place`); `flow` (one
+//! (what the owner shares: table, hook, counters; `place`); `in_kernel`
+//! (forgetting the in-kernel recorder's idle flows); `flow` (one
 //! connection's handle) and `recorder` (one application thread's handle);
 //! `steering` (the owner: program, shared state, sweeper). `unsafe` is denied: system calls go
 //! through socket2 and xdp-io.
@@ -53,6 +54,8 @@ mod error;
 mod flow;
 /// The steering hook writing the RFS program's map, and its backend seam.
 pub mod hook;
+/// Forgetting the in-kernel recorder's flows once idle.
+mod in_kernel;
 /// One application thread's recording handle.
 mod recorder;
 /// What the steering shares with recorders, flows and the sweeper.

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) hasher: KeyedHasher,
     pub(crate) cpus: CpuSet,
     pub(crate) hook: Mutex<MapHook>,
+    /// Flows of the in-kernel recorder forgotten once idle.
+    pub(crate) in_kernel_forgotten: AtomicU64,
     pub(crate) not_steerable: AtomicU64,
     pub(crate) checksums: ChecksumWatch,
 }

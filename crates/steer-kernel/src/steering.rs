@@ -28,6 +28,7 @@ use xdp_io::{Proto, XdpMode};
 
 use crate::checksum::{ChecksumErrors, ChecksumWatch};
 use crate::hook::{MapHook, RfsBackend, UpdateTimes};
+use crate::in_kernel::IdleSweep;
 use crate::recorder::KernelRecorder;
 use crate::shared::{Recorded, Shared};
 use crate::socket::SocketTuple;
@@ -96,6 +97,8 @@ pub struct KernelStats {
     pub not_steerable: u64,
     /// The XDP program's counters (`None` over a fake backend).
     pub program: Option<RfsStats>,
+    /// Flows the in-kernel recorder made that were forgotten once idle.
+    pub in_kernel_forgotten: u64,
     /// Segments and datagrams the namespace's stack dropped for a bad
     /// checksum since steering started (all of the namespace's traffic, not
     /// only steered flows). Steered frames whose checksum state the
@@ -133,6 +136,7 @@ impl KernelSteering {
                 cpus,
                 hook: Mutex::new(MapHook::new(backend, 65_536)),
                 not_steerable: AtomicU64::new(0),
+                in_kernel_forgotten: AtomicU64::new(0),
                 checksums: ChecksumWatch::start(),
             }),
             program: None,
@@ -233,6 +237,7 @@ impl KernelSteering {
             removed: hook.removes(),
             not_steerable: self.shared.not_steerable.load(Ordering::Relaxed),
             program: self.program.as_ref().and_then(|p| p.stats().ok()),
+            in_kernel_forgotten: self.shared.in_kernel_forgotten.load(Ordering::Relaxed),
             csum_errors: self.shared.checksums.since_start(),
         }
     }
@@ -294,6 +299,36 @@ pub struct KernelSteeringBuilder {
     max_flows: usize,
     drop_privileges: bool,
     in_kernel: bool,
+}
+
+/// Forgets the in-kernel recorder's flows idle for `idle_sweeps` sweeps
+/// (those the user-space hook placed are its own).
+fn forget_idle_recorded(
+    program: &RfsProgram,
+    shared: &Shared,
+    sweep: &mut IdleSweep,
+    idle_sweeps: u32,
+) {
+    let tracked = match program.tracked() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(error = %e, "walking the tracked flows failed");
+            return;
+        }
+    };
+    let recorded = {
+        let hook = shared.hook();
+        tracked
+            .into_iter()
+            .filter(|(flow, _)| hook.cpu_of(flow).is_none())
+            .map(|(flow, state)| (flow, state.seen))
+            .collect::<Vec<_>>()
+    };
+    for flow in sweep.idle(recorded, idle_sweeps) {
+        if program.forget(&flow).is_ok() {
+            shared.in_kernel_forgotten.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The in-kernel recorder's rule for `policy`.
@@ -536,6 +571,7 @@ impl KernelSteeringBuilder {
             cpus,
             hook: Mutex::new(MapHook::new(backend, self.max_flows)),
             not_steerable: AtomicU64::new(0),
+            in_kernel_forgotten: AtomicU64::new(0),
             checksums: ChecksumWatch::start(),
         });
         let idle_sweeps =
@@ -543,9 +579,11 @@ impl KernelSteeringBuilder {
                 .unwrap_or(u32::MAX)
                 .max(1);
         let stop = Arc::new(AtomicBool::new(false));
+        let in_kernel = self.in_kernel;
         let sweeper = {
             let (shared, stop, every) = (shared.clone(), stop.clone(), self.sweep_every);
             let program = program.clone();
+            let mut recorded = IdleSweep::default();
             std::thread::Builder::new()
                 .name("steer-sweep".into())
                 .spawn(move || {
@@ -553,6 +591,9 @@ impl KernelSteeringBuilder {
                         std::thread::park_timeout(every);
                         if !stop.load(Ordering::Relaxed) {
                             shared.hook().sweep(idle_sweeps);
+                            if in_kernel {
+                                forget_idle_recorded(&program, &shared, &mut recorded, idle_sweeps);
+                            }
                             let redirected = program.stats().map_or(0, |s| s.redirected);
                             shared.checksums.check(redirected);
                         }

@@ -4,8 +4,8 @@
 //! each flow, and the RFS program hands the flow's segments to that CPU's
 //! stack. When the server moves to another CPU mid-run, the LLC rule keeps
 //! the entry if the CPUs share an LLC (counted as suppressed) and moves the
-//! flow if they do not (a synthetic 2-LLC model). Needs root, two CPUs and
-//! iperf3.
+//! flow if they do not (a synthetic 2-LLC model); closed connections are
+//! forgotten once idle. Needs root, two CPUs and iperf3.
 
 mod support;
 
@@ -28,6 +28,8 @@ fn start(pair: &Pair, cpus_per_llc: usize) -> KernelSteering {
             .topology(Arc::new(CpuLayout::uniform(2, cpus_per_llc).unwrap()))
             .cpus(CpuSet::first(2))
             .record_in_kernel(true)
+            .idle_timeout(Duration::from_millis(400))
+            .sweep_every(Duration::from_millis(100))
             .start()
             .expect("steering with the in-kernel recorder starts")
     })
@@ -134,4 +136,15 @@ fn a_move_within_the_llc_is_not_written() {
     assert_eq!(st.recorder_updates, st.recorder_new_flows, "{st:?}");
     assert!(st.recorder_suppressed > 0, "{st:?}");
     assert!(moved[1] > moved[0], "the flow stayed on CPU 1: {moved:?}");
+    // The connections are closed: once idle, the recorder's flows are
+    // forgotten (the maps do not fill up with dead connections).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !steering.program().unwrap().tracked().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idle flows were never forgotten"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(steering.stats().in_kernel_forgotten >= 2);
 }

@@ -113,6 +113,25 @@ impl FlowMapKey {
     }
 }
 
+impl FlowMapKey {
+    /// The key of `struct steer_flow_key` bytes (as a map walk yields them);
+    /// `None` when they are not 40 bytes.
+    pub(crate) fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; 40] = b.try_into().ok()?;
+        let mut k = FlowMapKey {
+            saddr: [0; 16],
+            daddr: [0; 16],
+            sport: u16::from_be_bytes([b[32], b[33]]),
+            dport: u16::from_be_bytes([b[34], b[35]]),
+            proto: b[36],
+            family: b[37],
+        };
+        k.saddr.copy_from_slice(&b[..16]);
+        k.daddr.copy_from_slice(&b[16..32]);
+        Some(k)
+    }
+}
+
 fn to_v6(ip: std::net::IpAddr) -> std::net::Ipv6Addr {
     match ip {
         std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
@@ -123,6 +142,18 @@ fn to_v6(ip: std::net::IpAddr) -> std::net::Ipv6Addr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flow_keys_come_back_from_their_bytes() {
+        for (src, dst) in [
+            ("10.0.0.1:40000", "10.0.0.2:9000"),
+            ("[fd00::1]:5", "[fd00::2]:6"),
+        ] {
+            let k = FlowMapKey::new(Proto::Tcp, src.parse().unwrap(), dst.parse().unwrap());
+            assert_eq!(FlowMapKey::from_bytes(&k.to_bytes()), Some(k));
+        }
+        assert_eq!(FlowMapKey::from_bytes(&[0u8; 39]), None);
+    }
 
     #[test]
     fn port_key_bytes_follow_steer_port_key() {

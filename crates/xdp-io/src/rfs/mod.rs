@@ -436,6 +436,25 @@ impl RfsProgram {
         }
     }
 
+    /// Every tracked flow and its state (a walk of the state map: flows
+    /// made or forgotten meanwhile may be missed).
+    pub fn tracked(&self) -> Result<Vec<(FlowMapKey, RfsFlow)>> {
+        let keys = self
+            .state
+            .keys()
+            .map_err(map_err(STATE, "check `bpftool map`"))?;
+        let mut flows = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(flow) = FlowMapKey::from_bytes(&key) else {
+                continue;
+            };
+            if let Some(state) = self.flow(&flow)? {
+                flows.push((flow, state));
+            }
+        }
+        Ok(flows)
+    }
+
     /// Attaches the program's socket filter to the UDP socket `socket`: it
     /// counts the frames of tracked flows that reach the socket, which the
     /// UDP move rule waits for. It replaces any filter the socket had, keeps

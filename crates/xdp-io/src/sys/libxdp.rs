@@ -622,6 +622,26 @@ impl MapFd {
         check_rc(unsafe { xdp::bpf_map_delete_elem(self.fd.as_raw_fd(), key.as_ptr().cast()) })
     }
 
+    /// Every key of the map now (a hash map's keys as `bpf_map_get_next_key`
+    /// walks them: keys deleted or added meanwhile may be missed or seen).
+    pub(crate) fn keys(&self) -> io::Result<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let mut next = vec![0u8; self.key_len];
+            let cur = keys.last().map_or(std::ptr::null(), |k| k.as_ptr().cast());
+            // SAFETY: the descriptor is a map's; `cur` is null or a key of
+            // exactly `key_len` bytes, and `next` has room for one.
+            let rc = unsafe {
+                xdp::bpf_map_get_next_key(self.fd.as_raw_fd(), cur, next.as_mut_ptr().cast())
+            };
+            match check_rc(rc) {
+                Ok(()) => keys.push(next),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(keys),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Reads the value of `key` into `value`; ENOENT when it is absent.
     pub(crate) fn lookup(&self, key: &[u8], value: &mut [u8]) -> io::Result<()> {
         self.check(key, Some(value.len()))?;
