@@ -46,5 +46,7 @@ pub mod servers;
 pub mod sockperf;
 /// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).
 pub mod sys;
+/// `steer rfs` beside an unmodified iperf3 whose reader moves.
+pub mod transparent;
 /// The XDP programs of this crate.
 pub mod xdp;

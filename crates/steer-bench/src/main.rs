@@ -59,6 +59,10 @@ enum Cmd {
     /// answers and latency, the proxy's descriptors and memory, for steer's
     /// proxy and the plain tokio one.
     Hostile(HostileArgs),
+    /// `steer rfs` beside an unmodified iperf3 whose reading thread moves
+    /// between CPUs: steering updates under `llc` and `always`, segments
+    /// out of order, throughput, against the kernel path alone.
+    Transparent(TransparentArgs),
     /// The seed reproductions (benches/seeds/README.md) and their medians.
     #[command(subcommand)]
     Seed(steer_bench::seeds::SeedCmd),
@@ -140,6 +144,54 @@ fn parse_cpu_pair(s: &str) -> Result<(usize, usize), String> {
         ));
     }
     Ok((a, b))
+}
+
+#[derive(Debug, Args)]
+struct TransparentArgs {
+    /// Seconds of iperf3 per run.
+    #[arg(long, default_value_t = 10)]
+    secs: u32,
+    /// Parallel iperf3 streams.
+    #[arg(long, default_value_t = 8)]
+    streams: u32,
+    /// Milliseconds between two moves of the server's thread.
+    #[arg(long, default_value_t = 100)]
+    move_every_ms: u64,
+    /// Each stream's rate, iperf3 `-b` (e.g. 100M); default: as fast as it
+    /// goes (on veth, losses in its XDP ring then dominate the counters).
+    #[arg(long)]
+    bitrate: Option<String>,
+    /// Interleaved runs of every mode.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Write every result here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn run_transparent(a: &TransparentArgs) -> Result<()> {
+    use steer_bench::transparent::{self, TransparentConfig};
+    let steer_bin = std::env::current_exe()?.with_file_name("steer");
+    if !steer_bin.exists() {
+        bail!(
+            "{} not found: build it (cargo build --release -p steer-cli)",
+            steer_bin.display()
+        );
+    }
+    let cfg = TransparentConfig {
+        steer_bin,
+        secs: a.secs.max(1),
+        streams: a.streams.max(1),
+        bitrate: a.bitrate.clone(),
+        move_every: std::time::Duration::from_millis(a.move_every_ms.max(1)),
+        log_dir: std::env::temp_dir().join(format!("steer-bench-rfs-{}", std::process::id())),
+    };
+    let results = transparent::run(&cfg, a.runs)?;
+    print!("{}", transparent::table(&results));
+    if let Some(path) = &a.json {
+        transparent::write_json(&results, path)?;
+    }
+    Ok(())
 }
 
 fn run_hostile(a: &HostileArgs) -> Result<()> {
@@ -439,6 +491,7 @@ fn main() -> ExitCode {
         Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
         Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::Hostile(a) => run_hostile(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Transparent(a) => run_transparent(&a).map(|()| ExitCode::SUCCESS),
         Cmd::KernelEcho { addr, cpus } => {
             steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
         }

@@ -151,9 +151,9 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         .program()
         .context("the RFS program is not attached")?;
     println!(
-        "steer rfs: recording tcp ports {:?} on {}, policy {}, xdp {:?}, CPUs {}",
-        args.ports,
+        "steer rfs: ready on {}: recording tcp ports {:?}, policy {}, xdp {:?}, CPUs {}",
         args.interface,
+        args.ports,
         args.policy,
         program.mode(),
         steering.cpus(),

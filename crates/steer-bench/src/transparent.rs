@@ -1,0 +1,351 @@
+//! `steer-bench transparent`: `steer rfs` beside an unmodified iperf3
+//! server whose reading thread a mover shifts between CPU 0 and CPU 1 every
+//! `move_every`, against the kernel path alone. Per run: the steering
+//! updates the in-kernel recorder wrote (and their rate), those the LLC
+//! rule suppressed, the segments queued out of order at the server
+//! (`TcpExt:TCPOFOQueue` of /proc/net/netstat, the server's namespace:
+//! behind a reordering or behind a loss), the client's retransmissions
+//! (losses) and the throughput iperf3 reports.
+//!
+//! The server end of the test bed is in the root namespace; iperf3's client
+//! sends from the bed's namespace over the veth pair. Modes: `none` (no
+//! steer: the kernel's own path), `pass` (the RFS program attached but
+//! steering another port: the kernel path through native XDP, the fair
+//! baseline on veth), `llc` and `always`, each on the live topology and on
+//! a synthetic 2-LLC model (`pack:1 l3:2 core:1 pu:1`).
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::netns::TestBed;
+use crate::seeds::procs::{tail, Proc, Spawn};
+
+const PORT: u16 = 5299;
+
+/// A 2-LLC model of a 2-CPU machine: every move crosses an LLC.
+pub const TWO_LLCS: &str = "pack:1 l3:2 core:1 pu:1";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TransparentConfig {
+    /// The `steer` binary.
+    pub steer_bin: PathBuf,
+    /// Seconds of iperf3.
+    pub secs: u32,
+    /// Parallel iperf3 streams.
+    pub streams: u32,
+    /// Each stream's rate (iperf3 `-b`, e.g. `100M`; `None`: as fast as it
+    /// goes, where veth's XDP ring overflows and losses dominate).
+    pub bitrate: Option<String>,
+    /// How often the mover shifts the server between CPU 0 and CPU 1.
+    pub move_every: Duration,
+    /// Where logs and reports go.
+    pub log_dir: PathBuf,
+}
+
+/// One mode's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransparentResult {
+    /// `none`, `llc` or `always`.
+    pub mode: String,
+    /// `live` or the synthetic topology.
+    pub topology: String,
+    /// Times the mover shifted the server.
+    pub moves: u64,
+    /// Reads the recorder saw.
+    pub reads: u64,
+    /// Flows it placed.
+    pub new_flows: u64,
+    /// Desired CPUs it wrote (placements and moves): the costly updates.
+    pub updates: u64,
+    /// Per second of the run.
+    pub updates_per_s: f64,
+    /// CPU changes the LLC rule left unwritten.
+    pub suppressed: u64,
+    /// Segments the server queued out of order.
+    pub ofo_queue: u64,
+    /// Segments the client retransmitted (its namespace's RetransSegs):
+    /// losses on the way, which also leave holes the server queues out of
+    /// order behind.
+    pub retrans: u64,
+    /// iperf3's received throughput, Gbit/s.
+    pub gbps: f64,
+}
+
+/// `TcpExt` counters of /proc/net/netstat (the calling thread's namespace).
+fn tcp_ext() -> HashMap<String, u64> {
+    let text = fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+    match lines.as_slice() {
+        [names, values, ..] => names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .skip(1)
+            .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
+            .collect(),
+        _ => HashMap::new(),
+    }
+}
+
+/// `Tcp: RetransSegs` of /proc/net/snmp: this namespace's, or `ns`'s.
+fn retrans_segs(ns: Option<&str>) -> u64 {
+    let text = match ns {
+        None => fs::read_to_string("/proc/net/snmp").unwrap_or_default(),
+        Some(ns) => Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("Tcp:")).collect();
+    let [names, values, ..] = lines.as_slice() else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RetransSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn received_gbps(json: &str) -> f64 {
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v["end"]["sum_received"]["bits_per_second"].as_f64())
+        .map_or(0.0, |b| b / 1e9)
+}
+
+/// Moves every thread of `pid` between CPU 0 and CPU 1 every `every` until
+/// `stop`; returns the moves made.
+fn mover(pid: u32, every: Duration, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut moves = 0;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(every);
+            let cpu = (moves + 1) % 2;
+            let ok = Command::new("taskset")
+                .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                break; // the server is gone
+            }
+            moves += 1;
+        }
+        moves
+    })
+}
+
+/// One run on `bed`: `mode` is `none` (no steer), `llc` or `always`.
+pub fn run_one(
+    cfg: &TransparentConfig,
+    bed: &TestBed,
+    mode: &str,
+    topology: Option<&str>,
+) -> Result<TransparentResult> {
+    fs::create_dir_all(&cfg.log_dir)?;
+    let report = cfg.log_dir.join(format!(
+        "rfs-{mode}-{}.json",
+        topology.map_or("live", |_| "2llc")
+    ));
+    let _ = fs::remove_file(&report);
+    let mut steer = if mode == "none" {
+        None
+    } else {
+        // `pass`: the program attached, steering a port nobody uses (the
+        // kernel path through native XDP: veth then hands on MTU-sized
+        // frames instead of 64 KiB GSO ones).
+        let (port, policy) = match mode {
+            "pass" => (PORT + 1, "llc"),
+            m => (PORT, m),
+        };
+        let mut argv = vec![
+            cfg.steer_bin.to_string_lossy().into_owned(),
+            "rfs".into(),
+            "-i".into(),
+            bed.host_if.clone(),
+            "-p".into(),
+            port.to_string(),
+            "--policy".into(),
+            policy.into(),
+            "--no-table".into(),
+            "--stats-json".into(),
+            report.to_string_lossy().into_owned(),
+        ];
+        if let Some(t) = topology {
+            argv.extend(["--topology".into(), t.into()]);
+        }
+        let log = cfg.log_dir.join(format!("rfs-{mode}.log"));
+        let mut p = Proc::spawn("steer rfs", &argv, &log, &Spawn::default())?;
+        p.wait_ready(Duration::from_secs(30))?;
+        Some(p)
+    };
+    let (ext0, retrans0) = (tcp_ext(), retrans_segs(Some(&bed.ns)));
+    let mut server = Command::new("taskset")
+        .args(["-c", "1", "iperf3", "-s", "-1", "-p", &PORT.to_string()])
+        .args(["-B", &bed.host_v4.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 (install iperf3)")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let stop = Arc::new(AtomicBool::new(false));
+    let moving = mover(server.id(), cfg.move_every, Arc::clone(&stop));
+    let client = Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "iperf3", "-J", "-c"])
+        .arg(bed.host_v4.to_string())
+        .args(["-p", &PORT.to_string(), "-t", &cfg.secs.to_string()])
+        .args(["-P", &cfg.streams.to_string()])
+        .args(
+            cfg.bitrate
+                .as_ref()
+                .map(|b| vec!["-b".to_string(), b.clone()])
+                .unwrap_or_default(),
+        )
+        .output()
+        .context("running the iperf3 client")?;
+    stop.store(true, Ordering::Relaxed);
+    let moves = moving.join().unwrap_or(0);
+    let _ = server.wait();
+    let (ext1, retrans1) = (tcp_ext(), retrans_segs(Some(&bed.ns)));
+    if !client.status.success() {
+        bail!(
+            "iperf3 -c failed: {}",
+            String::from_utf8_lossy(&client.stdout)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    let gbps = received_gbps(&String::from_utf8_lossy(&client.stdout));
+    let ofo = |m: &HashMap<String, u64>| m.get("TCPOFOQueue").copied().unwrap_or(0);
+    let mut result = TransparentResult {
+        mode: mode.into(),
+        topology: topology.unwrap_or("live").into(),
+        moves,
+        reads: 0,
+        new_flows: 0,
+        updates: 0,
+        updates_per_s: 0.0,
+        suppressed: 0,
+        ofo_queue: ofo(&ext1).saturating_sub(ofo(&ext0)),
+        retrans: retrans1.saturating_sub(retrans0),
+        gbps,
+    };
+    if let Some(p) = steer.as_mut() {
+        let code = p.stop(Duration::from_secs(5))?;
+        if code != 0 {
+            bail!("steer rfs exited with {code}: {}", tail(&p.log, 6));
+        }
+        let v: serde_json::Value = serde_json::from_str(
+            &fs::read_to_string(&report).with_context(|| format!("{}", report.display()))?,
+        )?;
+        let rec = &v["recorder"];
+        let n = |k: &str| rec[k].as_u64().unwrap_or(0);
+        result.reads = n("reads");
+        result.new_flows = n("new_flows");
+        result.updates = n("updates");
+        result.updates_per_s = rec["updates_per_s"].as_f64().unwrap_or(0.0);
+        result.suppressed = n("suppressed");
+    }
+    Ok(result)
+}
+
+/// Every mode and topology, `runs` times interleaved.
+pub fn run(cfg: &TransparentConfig, runs: u32) -> Result<Vec<TransparentResult>> {
+    let bed = TestBed::create(2)?;
+    let mut out = Vec::new();
+    for run in 0..runs.max(1) {
+        for (mode, topology) in [
+            ("none", None),
+            ("pass", None),
+            ("llc", None),
+            ("always", None),
+            ("llc", Some(TWO_LLCS)),
+            ("always", Some(TWO_LLCS)),
+        ] {
+            eprintln!(
+                "run {}/{runs}: {mode} on the {} topology",
+                run + 1,
+                topology.unwrap_or("live")
+            );
+            out.push(run_one(cfg, &bed, mode, topology)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The results as a Markdown table.
+pub fn table(results: &[TransparentResult]) -> String {
+    let mut s = String::from(
+        "| mode | topology | moves | reads | new flows | updates | updates/s | suppressed | OFO queued | retrans | Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {:.2} |\n",
+            r.mode,
+            r.topology,
+            r.moves,
+            r.reads,
+            r.new_flows,
+            r.updates,
+            r.updates_per_s,
+            r.suppressed,
+            r.ofo_queue,
+            r.retrans,
+            r.gbps
+        );
+    }
+    s
+}
+
+/// Writes `results` as JSON to `path`.
+pub fn write_json(results: &[TransparentResult], path: &Path) -> Result<()> {
+    fs::write(path, serde_json::to_string_pretty(results)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iperf3_throughput_is_read_from_its_json() {
+        let json = r#"{"end": {"sum_received": {"bits_per_second": 2.5e9}}}"#;
+        assert_eq!(received_gbps(json), 2.5);
+        assert_eq!(received_gbps("not json"), 0.0);
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_result() {
+        let r = TransparentResult {
+            mode: "llc".into(),
+            topology: "live".into(),
+            moves: 10,
+            reads: 100,
+            new_flows: 9,
+            updates: 9,
+            updates_per_s: 0.9,
+            suppressed: 80,
+            ofo_queue: 0,
+            retrans: 1,
+            gbps: 3.0,
+        };
+        let t = table(&[r.clone(), r]);
+        assert_eq!(t.lines().count(), 4);
+        assert!(t.contains("| llc | live | 10 | 100 | 9 | 9 | 0.9 | 80 | 0 | 1 | 3.00 |"));
+    }
+}
