@@ -85,6 +85,25 @@ pub fn pin(cpu: usize) -> io::Result<()> {
     pin_task(0, &[cpu])
 }
 
+/// Gives `cmd`'s child the default action for SIGINT and SIGTERM before it
+/// execs: a bench started in the background (`cmd &`, where the shell sets
+/// SIGINT to ignored and children inherit it) can still stop its servers
+/// with SIGINT.
+pub fn default_stop_signals_in_child(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls signal(2), which is async-signal-safe, with constants.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM] {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes `cmd`'s child pin itself to `cpus` before it execs.
 pub fn pin_child(cmd: &mut Command, cpus: &[usize]) {
     let set = cpu_set(cpus);

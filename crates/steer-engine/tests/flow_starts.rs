@@ -2,7 +2,8 @@
 //! `max_starting` flows offered and not yet read, further new flows are
 //! refused (counted as `overload`) while an established flow's datagrams
 //! still arrive; reading a flow, or dropping it unread, gives its start
-//! back. Needs root, as CI runs it.
+//! back; a full accept backlog drops new flows (the worker goes on) and
+//! their starts come back. Needs root, as CI runs it.
 
 mod support;
 
@@ -111,5 +112,46 @@ fn new_flows_past_the_start_bound_are_refused_and_reads_give_starts_back() {
         std::thread::sleep(Duration::from_millis(5));
     };
     assert_eq!(got, b"established 1");
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_full_backlog_drops_new_flows_and_gives_their_starts_back() {
+    let net = TestNet::with_queues(1);
+    let engine = Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .frames(4096, 512)
+        .deliver_flows(FlowOptions {
+            max_starting: 16,
+            backlog: 2,
+            ..FlowOptions::default()
+        })
+        .start()
+        .expect("engine with flow delivery starts on the test veth");
+    let listener = engine.listener().unwrap();
+    let zero = engine.flow_stats().unwrap();
+    // 5 new flows, nobody accepting: 2 wait in the backlog, 3 are dropped
+    // (and the worker that dropped them goes on).
+    new_flows(&net, 5, "backlog");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let s = loop {
+        let s = engine.flow_stats().unwrap();
+        if s.accepted - zero.accepted + s.accept_drops - zero.accept_drops >= 5
+            || Instant::now() > deadline
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(s.accepted - zero.accepted, 2, "{s:?}");
+    assert_eq!(s.accept_drops - zero.accept_drops, 3, "{s:?}");
+    assert_eq!(s.open, 2, "the dropped flows are not open: {s:?}");
+    // Their starts came back: 14 more fit once the backlog is drained.
+    let waiting = accept_all(&listener);
+    assert_eq!(waiting.len(), 2);
+    let before = engine.flow_stats().unwrap();
+    new_flows(&net, 2, "after the drops");
+    let s = decided(&engine, &before, 2);
+    assert_eq!(s.accepted - before.accepted, 2, "{s:?}");
     engine.stop().unwrap();
 }

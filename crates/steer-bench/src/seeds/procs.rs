@@ -92,6 +92,8 @@ impl Proc {
         if let Some(cpus) = &how.pin {
             crate::sys::pin_child(&mut cmd, cpus);
         }
+        // `stop` sends SIGINT: it must not be ignored by inheritance.
+        crate::sys::default_stop_signals_in_child(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("{name}: starting {prog} (is it installed?)"))?;

@@ -248,8 +248,9 @@ where
 
     fn run_loop(&mut self) {
         let mut idle_rounds = 0u32;
-        // Naps in a row that found no work (deferral, see `Defer`).
-        let mut empty_naps = 0u32;
+        // Naps in a row that found no work (deferral, see `Defer`); MAX:
+        // no work since the last sleep, so no nap either.
+        let mut empty_naps = u32::MAX;
         let mut rounds = 0u32;
         let mut last_tick: Tick = 0;
         // The clock as last read: a round that did work was busy from here.
@@ -346,9 +347,10 @@ where
                     },
                     self.common.cfg.sleep_timeout,
                 );
-                // Asleep is not busy. Woken, the worker may nap again.
+                // Asleep is not busy. Woken, it naps again only after it
+                // finds work (a timeout wakes it to nothing).
                 mark = Instant::now();
-                empty_naps = 0;
+                empty_naps = u32::MAX;
             } else {
                 // Spinning before a sleep, or busy-polling: a sleeper that
                 // runs deferred work gets its turn (a no-op by default).

@@ -51,14 +51,13 @@ impl AcceptQueue {
         self.starting.fetch_sub(1, Relaxed);
     }
 
-    /// Queues a new flow and wakes the acceptor; `false` when full (the
-    /// flow is dropped, which closes it).
-    pub(crate) fn offer(&self, flow: Flow) -> bool {
-        let ok = self.flows.push(flow).is_ok();
-        if ok {
-            self.readiness.notify();
-        }
-        ok
+    /// Queues a new flow and wakes the acceptor; the flow back when the
+    /// backlog is full (the caller drops it, which closes it, once it holds
+    /// no lock the drop takes).
+    pub(crate) fn offer(&self, flow: Flow) -> Result<(), Flow> {
+        self.flows.push(flow)?;
+        self.readiness.notify();
+        Ok(())
     }
 }
 

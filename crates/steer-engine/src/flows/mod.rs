@@ -395,9 +395,15 @@ impl Hub {
             now,
         ));
         queue.begin_start();
-        // Dropped unread when the backlog is full: the start is given back.
-        if !queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self), listener)) {
+        if let Err(unoffered) =
+            queue.offer(Flow::new(Arc::clone(&shared), Arc::clone(self), listener))
+        {
             self.accept_drops.fetch_add(1, Ordering::Relaxed);
+            // The backlog is full. Dropped unread, the flow gives its start
+            // back and forgets itself, which takes the admissions lock:
+            // released first.
+            drop(guard);
+            drop(unoffered);
             return None;
         }
         admissions.table.insert(Arc::clone(&shared));
