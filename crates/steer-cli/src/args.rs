@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use steer_core::cpu::CpuSet;
+use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode, WorkerLoss};
@@ -115,6 +115,18 @@ pub struct EngineArgs {
     /// CPU (a power of two; the kernel uses 4096).
     #[arg(long, value_name = "BUCKETS")]
     pub flow_limit: Option<usize>,
+    /// The steering hook called on every move of a flow (the
+    /// `ndo_rx_flow_steer` analog): `none` (software steering only) or
+    /// `ntuple` (an ethtool ntuple rule sends each moved flow to the rx
+    /// queue of its new CPU, queue i being served by the i-th worker CPU;
+    /// needs a NIC with ntuple filters, `ethtool -K IF ntuple on`). The
+    /// rules go when steer stops.
+    #[arg(long, value_enum, default_value = "none")]
+    pub steer_hook: SteerHookArg,
+    /// Most ntuple rules each rx queue's hook installs (`--steer-hook
+    /// ntuple`); past it the oldest flow's rule is replaced.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ntuple_rules: u32,
     /// Busy-poll instead of sleeping when idle (same as `--idle busy-poll`).
     #[arg(long)]
     pub busy_poll: bool,
@@ -222,6 +234,15 @@ pub struct EngineArgs {
     pub on_worker_loss: WorkerLossArg,
 }
 
+/// The steering hook (`--steer-hook`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SteerHookArg {
+    /// Software steering only.
+    None,
+    /// ethtool ntuple rules on the NIC.
+    Ntuple,
+}
+
 /// How an idle worker waits (`--idle`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Idle {
@@ -234,6 +255,39 @@ pub enum Idle {
 }
 
 impl EngineArgs {
+    /// The ntuple hook's factory, after a probe of the device: a device
+    /// without ntuple filters is refused here, in one line.
+    fn ntuple_hook(
+        &self,
+    ) -> anyhow::Result<impl Fn(u32) -> Box<dyn steer_core::hook::SteerHook + Send> + Send + Sync>
+    {
+        use xdp_io::ntuple::NtupleSteering;
+        let interface = self.interface.clone();
+        NtupleSteering::new(&interface, |_| None, 1).map_err(|e| {
+            anyhow::anyhow!("--steer-hook ntuple (drop it to steer in software only): {e}")
+        })?;
+        let workers: Option<Vec<CpuId>> = self.cpus.map(|c| c.iter().collect());
+        let budget = self.ntuple_rules as usize;
+        Ok(
+            move |rxq: u32| -> Box<dyn steer_core::hook::SteerHook + Send> {
+                let workers = workers.clone();
+                // Queue i is served by the i-th worker CPU (CPU i when the
+                // workers are every CPU).
+                let queue_of = move |cpu: CpuId| match &workers {
+                    Some(w) => w.iter().position(|&c| c == cpu).map(|i| i as u32),
+                    None => u32::try_from(cpu).ok(),
+                };
+                match NtupleSteering::new(&interface, queue_of, budget) {
+                    Ok(hook) => Box::new(hook),
+                    Err(e) => {
+                        tracing::warn!(rxq, error = %e, "no ntuple hook for this rx queue: software steering only");
+                        Box::new(steer_core::hook::NoopHook)
+                    }
+                }
+            },
+        )
+    }
+
     /// An engine builder with every flag applied (the application part,
     /// owned ports and handler or flow delivery, is the command's).
     pub fn builder(&self) -> anyhow::Result<EngineBuilder> {
@@ -292,6 +346,9 @@ impl EngineArgs {
         }
         if self.no_stats_socket {
             builder = builder.stats_socket(false);
+        }
+        if self.steer_hook == SteerHookArg::Ntuple {
+            builder = builder.hook(self.ntuple_hook()?);
         }
         builder = builder.drop_privileges(!self.keep_capabilities);
         builder = builder.on_worker_loss(match self.on_worker_loss {

@@ -90,6 +90,14 @@ const BAD: &[&[&str]] = &[
     &["echo", "--nope"],
     &["no-such-command"],
     &["balance-sim", "--workers", "0"],
+    // The ntuple hook on a device without ntuple filters (lo), before
+    // anything is attached; a zero rule budget.
+    &["echo", "-i", "lo", "-p", "9", "--steer-hook", "ntuple"],
+    &["echo", "-i", "lo", "-p", "9", "--ntuple-rules", "0"],
+    // steer rfs: no port, port 0, an unknown interface.
+    &["rfs", "-i", "lo"],
+    &["rfs", "-i", "lo", "-p", "0"],
+    &["rfs", "-i", "nosuchif0", "-p", "9", "--duration", "1"],
 ];
 
 #[test]
