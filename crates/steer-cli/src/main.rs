@@ -22,6 +22,7 @@ mod args;
 mod balance_sim;
 mod demo;
 mod echo;
+mod kernel_args;
 mod logging;
 mod plot;
 mod proxy;

@@ -11,7 +11,6 @@
 //! start, which replaces them (the interface's owner lock tells a dead run
 //! from a live one).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -19,11 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
-use steer_core::cpu::CpuSet;
-use steer_core::policy::Policy;
-use steer_kernel::{KernelSteering, Proto, RfsStats, XdpMode};
+use steer_kernel::{Proto, RfsStats};
 
-use crate::args::AttachMode;
+use crate::kernel_args::{delta, KernelSteeringArgs};
 
 /// `steer rfs` arguments.
 #[derive(Debug, Args)]
@@ -39,45 +36,10 @@ pub struct RfsArgs {
     #[arg(long = "port", short = 'p', required = true,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub ports: Vec<u16>,
-    /// Update policy: `llc` (write a new CPU only across LLCs, or when the
-    /// old CPU is gone) or `always`.
-    #[arg(long, default_value = "llc")]
-    pub policy: Policy,
-    /// Use this hwloc synthetic topology for the LLC rule instead of the
-    /// machine's (e.g. `pack:1 l3:2 core:1 pu:1`: two CPUs in two LLCs).
-    #[arg(long)]
-    pub topology: Option<String>,
-    /// CPUs connections may be steered to, kernel list format (default: all
-    /// this process may run on); reads on other CPUs are not recorded.
-    #[arg(long, value_parser = crate::args::cpu_list)]
-    pub cpus: Option<CpuSet>,
-    /// XDP attach mode.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub xdp_mode: AttachMode,
-    /// Replace a steer RFS program left attached, also by this process (a
-    /// crashed run's is replaced anyway; a live owner never is).
-    #[arg(long)]
-    pub replace_stale: bool,
-    /// Write the final counters here on exit.
-    #[arg(long)]
-    pub stats_json: Option<PathBuf>,
-    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long, value_parser = crate::args::seconds)]
-    pub duration: Option<f64>,
-    /// Do not print the live rows.
-    #[arg(long)]
-    pub no_table: bool,
-    /// Keep every capability after set-up (by default all go but
-    /// CAP_NET_ADMIN, which detaches the program at stop).
-    #[arg(long)]
-    pub keep_capabilities: bool,
-}
-
-fn delta(a: &[u64], b: &[u64]) -> Vec<u64> {
-    a.iter()
-        .zip(b.iter().chain(std::iter::repeat(&0)))
-        .map(|(x, y)| x.saturating_sub(*y))
-        .collect()
+    /// The steering's flags (reads on CPUs outside `--cpus` are not
+    /// recorded).
+    #[command(flatten)]
+    pub steering: KernelSteeringArgs,
 }
 
 /// One live row: what changed in the last `secs`.
@@ -99,8 +61,8 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
     json!({
         "interface": args.interface,
         "ports": args.ports,
-        "policy": args.policy.name(),
-        "topology": args.topology.clone().unwrap_or_else(|| "live".into()),
+        "policy": args.steering.policy.name(),
+        "topology": args.steering.topology_name(),
         "elapsed_s": elapsed,
         "recorder": {
             "reads": s.recorded,
@@ -125,26 +87,14 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
 pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let stop = xdp_io::shutdown::install()?;
     let (_owner, shared) = xdp_io::owner_lock::InterfaceLock::acquire_noting(&args.interface)?;
-    let mut b = KernelSteering::builder(&args.interface)
-        .policy(args.policy)
-        .record_in_kernel(true)
-        // Taken fresh, the lock says no steer process serves the
-        // interface: what a dead run left is replaced.
-        .replace_stale(args.replace_stale || !shared)
-        .drop_privileges(!args.keep_capabilities)
-        .xdp_mode(match args.xdp_mode {
-            AttachMode::Auto => XdpMode::Auto,
-            AttachMode::Native => XdpMode::Native,
-            AttachMode::Generic => XdpMode::Generic,
-        });
+    // Taken fresh, the lock says no steer process serves the interface:
+    // what a dead run left is replaced.
+    let mut b = args
+        .steering
+        .builder(&args.interface, !shared)?
+        .record_in_kernel(true);
     for &port in &args.ports {
         b = b.own(Proto::Tcp, port);
-    }
-    if let Some(spec) = &args.topology {
-        b = b.topology(topology::Topology::synthetic(spec)?.layout());
-    }
-    if let Some(cpus) = args.cpus {
-        b = b.cpus(cpus);
     }
     let steering = b.start()?;
     let program = steering
@@ -154,14 +104,17 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         "steer rfs: ready on {}: recording tcp ports {:?}, policy {}, xdp {:?}, CPUs {}",
         args.interface,
         args.ports,
-        args.policy,
+        args.steering.policy,
         program.mode(),
         steering.cpus(),
     );
     let landed = || program.landed_per_cpu().unwrap_or_default();
     let stats = || program.stats().unwrap_or_default();
     let started = Instant::now();
-    let deadline = args.duration.map(|s| started + Duration::from_secs_f64(s));
+    let deadline = args
+        .steering
+        .duration
+        .map(|s| started + Duration::from_secs_f64(s));
     let landed_start = landed();
     let mut previous = (stats(), landed_start.clone());
     let mut next_row = started + Duration::from_secs(1);
@@ -173,7 +126,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         if now >= next_row {
             next_row += Duration::from_secs(1);
             let current = (stats(), landed());
-            if !args.no_table {
+            if !args.steering.no_table {
                 println!(
                     "{}",
                     row(
@@ -200,7 +153,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         total.recorder_suppressed,
         total.redirected,
     );
-    if let Some(path) = &args.stats_json {
+    if let Some(path) = &args.steering.stats_json {
         let report = summary(args, elapsed, &total, &landed_total);
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

@@ -7,7 +7,6 @@
 //! frames landed (per CPU); at the end a summary, also as JSON. Stops at
 //! SIGINT/SIGTERM with the program detached.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,12 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use steer_core::cpu::CpuSet;
-use steer_core::policy::{Policy, WriteReason};
-use steer_kernel::{KernelStats, KernelSteering, Proto, XdpMode};
+use steer_core::policy::WriteReason;
+use steer_kernel::{KernelStats, KernelSteering, Proto};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::args::AttachMode;
+use crate::kernel_args::{delta, KernelSteeringArgs};
 
 /// Who steers the connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,41 +46,12 @@ pub struct TcpEchoArgs {
     /// Who steers the connections.
     #[arg(long, value_enum, default_value = "kernel-sockets")]
     pub steer: SteerMode,
-    /// Desired-table update policy: `llc` (rewrite only across LLCs) or `always`.
-    #[arg(long, default_value = "llc")]
-    pub policy: Policy,
-    /// Use this hwloc synthetic topology for the LLC rule instead of the
-    /// machine's (e.g. `pack:1 l3:2 core:1 pu:1`: two CPUs in two LLCs).
-    #[arg(long)]
-    pub topology: Option<String>,
     /// tokio worker threads (default: one per CPU).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// CPUs connections may be steered to, kernel list format (default: all
-    /// this process may run on).
-    #[arg(long, value_parser = crate::args::cpu_list)]
-    pub cpus: Option<CpuSet>,
-    /// XDP attach mode.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub xdp_mode: AttachMode,
-    /// Replace a steer RFS program left attached, also by this process (a
-    /// crashed run's is replaced anyway: no steer process holds the
-    /// interface's lock; a live owner is never replaced).
-    #[arg(long)]
-    pub replace_stale: bool,
-    /// Write the final counters here on exit.
-    #[arg(long)]
-    pub stats_json: Option<PathBuf>,
-    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long, value_parser = crate::args::seconds)]
-    pub duration: Option<f64>,
-    /// Do not print the live table.
-    #[arg(long)]
-    pub no_table: bool,
-    /// Keep every capability after set-up (by default all go but
-    /// CAP_NET_ADMIN, which detaches the program at stop).
-    #[arg(long)]
-    pub keep_capabilities: bool,
+    /// The steering's flags.
+    #[command(flatten)]
+    pub steering: KernelSteeringArgs,
 }
 
 /// What the connection tasks count.
@@ -116,13 +85,6 @@ fn softnet_processed() -> Vec<u64> {
                 .and_then(|v| u64::from_str_radix(v, 16).ok())
                 .unwrap_or(0)
         })
-        .collect()
-}
-
-fn delta(a: &[u64], b: &[u64]) -> Vec<u64> {
-    a.iter()
-        .zip(b.iter().chain(std::iter::repeat(&0)))
-        .map(|(x, y)| x.saturating_sub(*y))
         .collect()
 }
 
@@ -190,8 +152,8 @@ fn summary(
 ) -> serde_json::Value {
     let mut v = json!({
         "steer": match args.steer { SteerMode::KernelSockets => "kernel-sockets", SteerMode::None => "none" },
-        "policy": args.policy.name(),
-        "topology": args.topology.clone().unwrap_or_else(|| "live".into()),
+        "policy": args.steering.policy.name(),
+        "topology": args.steering.topology_name(),
         "elapsed_s": elapsed,
         "connections": served.connections.load(Ordering::Relaxed),
         "reads": served.reads.load(Ordering::Relaxed),
@@ -259,26 +221,14 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             // Taken fresh, the lock says no steer process serves the
             // interface: what a dead run left is replaced.
             let fresh = owner.as_ref().is_some_and(|(_, shared)| !shared);
-            let mut b = KernelSteering::builder(interface)
-                .own(Proto::Tcp, args.port)
-                .policy(args.policy)
-                .replace_stale(args.replace_stale || fresh)
-                .drop_privileges(!args.keep_capabilities)
-                .xdp_mode(match args.xdp_mode {
-                    AttachMode::Auto => XdpMode::Auto,
-                    AttachMode::Native => XdpMode::Native,
-                    AttachMode::Generic => XdpMode::Generic,
-                });
-            if let Some(spec) = &args.topology {
-                b = b.topology(topology::Topology::synthetic(spec)?.layout());
-            }
-            if let Some(cpus) = args.cpus {
-                b = b.cpus(cpus);
-            }
+            let b = args
+                .steering
+                .builder(interface, fresh)?
+                .own(Proto::Tcp, args.port);
             Some(Arc::new(b.start()?))
         }
     };
-    if steering.is_none() && !args.keep_capabilities {
+    if steering.is_none() && !args.steering.keep_capabilities {
         // The kernel's own path: nothing privileged is left to do.
         xdp_io::privileges::drop_all_but(&Default::default()).context("dropping capabilities")?;
     }
@@ -302,7 +252,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
         } else {
             "none"
         },
-        args.policy,
+        args.steering.policy,
         threads,
         steering
             .as_ref()
@@ -319,6 +269,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     let softnet_start = softnet_processed();
     let landed_start = steering.as_deref().map(landed).unwrap_or_default();
     let deadline = args
+        .steering
         .duration
         .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
     let mut previous = steering.as_ref().map(|s| (s.stats(), landed(s)));
@@ -332,7 +283,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             next_table += Duration::from_secs(1);
             if let (Some(s), Some((prev, prev_landed))) = (&steering, &previous) {
                 let (stats, l) = (s.stats(), landed(s));
-                if !args.no_table {
+                if !args.steering.no_table {
                     println!("{}", row(&stats, prev, &delta(&l, prev_landed), 1.0));
                 }
                 previous = Some((stats, l));
@@ -380,7 +331,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             s.csum_errors.udp,
         )),
     );
-    if let Some(path) = &args.stats_json {
+    if let Some(path) = &args.steering.stats_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
