@@ -686,19 +686,26 @@ static __always_inline int v4_mapped(const struct in6_addr *a)
 	       a->in6_u.u6_addr32[2] == bpf_htonl(0xffff);
 }
 
-/* The key the XDP program builds for the socket's incoming frames: from
- * the peer to the local address. 0 on success. */
+/* The key the XDP program builds for the socket's incoming frames (from
+ * the peer to the local address), once the protocol and local port said
+ * the socket is an owned one: the tracepoint fires for every read on the
+ * host, and most sockets leave after two reads. 0 on success. */
 static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flow)
 {
-	unsigned short family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+	struct steer_port_key pk = {};
+	unsigned short family;
 	__be32 d4, s4;
 
-	if (proto != IPPROTO_TCP)
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return -1;
+	pk.proto = IPPROTO_TCP;
+	pk.port = bpf_htons(BPF_CORE_READ(sk, __sk_common.skc_num));
+	if (!bpf_map_lookup_elem(&owned_ports, &pk))
 		return -1;
 	flow->proto = IPPROTO_TCP;
+	flow->dport = pk.port;
 	flow->sport = BPF_CORE_READ(sk, __sk_common.skc_dport);
-	flow->dport = bpf_htons(BPF_CORE_READ(sk, __sk_common.skc_num));
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (family == 10 /* AF_INET6 */) {
 		struct in6_addr d6, s6;
 		BPF_CORE_READ_INTO(&d6, sk, __sk_common.skc_v6_daddr);
@@ -730,15 +737,10 @@ int steer_rfs_record(struct bpf_raw_tracepoint_args *ctx)
 	int flags = (int)ctx->args[2];
 	__u64 rule = setting(RFS_SET_RECORD);
 	struct steer_flow_key flow = {};
-	struct steer_port_key pk = {};
 
 	if (rule == RFS_RECORD_OFF || !sk || ret <= 0 || (flags & 2 /* MSG_PEEK */))
 		return 0;
 	if (sock_flow(sk, &flow))
-		return 0;
-	pk.proto = flow.proto;
-	pk.port = flow.dport;
-	if (!bpf_map_lookup_elem(&owned_ports, &pk))
 		return 0;
 	count(RFS_STAT_RECORDED, 1);
 
