@@ -80,40 +80,44 @@ pub struct TransparentResult {
     pub gbps: f64,
 }
 
-/// `TcpExt` counters of /proc/net/netstat (the calling thread's namespace).
-fn tcp_ext() -> HashMap<String, u64> {
-    let text = fs::read_to_string("/proc/net/netstat").unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
-    match lines.as_slice() {
-        [names, values, ..] => names
-            .split_whitespace()
-            .zip(values.split_whitespace())
-            .skip(1)
-            .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
-            .collect(),
-        _ => HashMap::new(),
-    }
-}
-
-/// `Tcp: RetransSegs` of /proc/net/snmp: this namespace's, or `ns`'s.
-fn retrans_segs(ns: Option<&str>) -> u64 {
-    let text = match ns {
-        None => fs::read_to_string("/proc/net/snmp").unwrap_or_default(),
+/// The text of /proc/net/`file`: this namespace's, or `ns`'s.
+fn proc_net(file: &str, ns: Option<&str>) -> String {
+    let path = format!("/proc/net/{file}");
+    match ns {
+        None => fs::read_to_string(&path).unwrap_or_default(),
         Some(ns) => Command::new("ip")
-            .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+            .args(["netns", "exec", ns, "cat", &path])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default(),
-    };
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("Tcp:")).collect();
-    let [names, values, ..] = lines.as_slice() else {
-        return 0;
+    }
+}
+
+/// One group of counters (`Tcp:`, `TcpExt:`, ...) of /proc/net/snmp or
+/// /proc/net/netstat text: a line of names, then a line of values.
+fn counter_group(text: &str, prefix: &str) -> HashMap<String, u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return HashMap::new();
     };
     names
         .split_whitespace()
         .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "RetransSegs")
-        .and_then(|(_, v)| v.parse().ok())
+        .skip(1)
+        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+/// `TcpExt` counters of this namespace (the server's).
+fn tcp_ext() -> HashMap<String, u64> {
+    counter_group(&proc_net("netstat", None), "TcpExt:")
+}
+
+/// `Tcp: RetransSegs` of namespace `ns` (the client's).
+fn retrans_segs(ns: &str) -> u64 {
+    counter_group(&proc_net("snmp", Some(ns)), "Tcp:")
+        .get("RetransSegs")
+        .copied()
         .unwrap_or(0)
 }
 
@@ -191,7 +195,7 @@ pub fn run_one(
         p.wait_ready(Duration::from_secs(30))?;
         Some(p)
     };
-    let (ext0, retrans0) = (tcp_ext(), retrans_segs(Some(&bed.ns)));
+    let (ext0, retrans0) = (tcp_ext(), retrans_segs(&bed.ns));
     let mut server = Command::new("taskset")
         .args(["-c", "1", "iperf3", "-s", "-1", "-p", &PORT.to_string()])
         .args(["-B", &bed.host_v4.to_string()])
@@ -218,7 +222,7 @@ pub fn run_one(
     stop.store(true, Ordering::Relaxed);
     let moves = moving.join().unwrap_or(0);
     let _ = server.wait();
-    let (ext1, retrans1) = (tcp_ext(), retrans_segs(Some(&bed.ns)));
+    let (ext1, retrans1) = (tcp_ext(), retrans_segs(&bed.ns));
     if !client.status.success() {
         bail!(
             "iperf3 -c failed: {}",
@@ -321,6 +325,15 @@ pub fn write_json(results: &[TransparentResult], path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_group_is_its_names_over_its_values() {
+        let text = "Ip: Forwarding\nIp: 1\nTcp: ActiveOpens RetransSegs\nTcp: 3 17\n";
+        let tcp = counter_group(text, "Tcp:");
+        assert_eq!(tcp.get("RetransSegs"), Some(&17));
+        assert_eq!(tcp.get("ActiveOpens"), Some(&3));
+        assert!(counter_group(text, "TcpExt:").is_empty());
+    }
 
     #[test]
     fn iperf3_throughput_is_read_from_its_json() {
