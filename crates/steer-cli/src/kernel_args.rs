@@ -3,6 +3,8 @@
 //! per-CPU counter deltas their live rows print.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use steer_core::cpu::CpuSet;
@@ -69,6 +71,26 @@ impl KernelSteeringArgs {
             b = b.cpus(cpus);
         }
         Ok(b)
+    }
+
+    /// Runs until `stop` is set or `--duration` has passed since `started`,
+    /// calling `each_second` once a second (for the live row).
+    pub fn run_live(&self, stop: &AtomicBool, started: Instant, mut each_second: impl FnMut()) {
+        let deadline = self
+            .duration
+            .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+        let mut next = started + Duration::from_secs(1);
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            if now >= next {
+                next += Duration::from_secs(1);
+                each_second();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The topology's name for reports.

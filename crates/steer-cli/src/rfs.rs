@@ -12,8 +12,7 @@
 //! from a live one).
 
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
@@ -111,36 +110,23 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let landed = || program.landed_per_cpu().unwrap_or_default();
     let stats = || program.stats().unwrap_or_default();
     let started = Instant::now();
-    let deadline = args
-        .steering
-        .duration
-        .map(|s| started + Duration::from_secs_f64(s));
     let landed_start = landed();
     let mut previous = (stats(), landed_start.clone());
-    let mut next_row = started + Duration::from_secs(1);
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            break;
+    args.steering.run_live(stop, started, || {
+        let current = (stats(), landed());
+        if !args.steering.no_table {
+            println!(
+                "{}",
+                row(
+                    &current.0,
+                    &previous.0,
+                    &delta(&current.1, &previous.1),
+                    1.0
+                )
+            );
         }
-        if now >= next_row {
-            next_row += Duration::from_secs(1);
-            let current = (stats(), landed());
-            if !args.steering.no_table {
-                println!(
-                    "{}",
-                    row(
-                        &current.0,
-                        &previous.0,
-                        &delta(&current.1, &previous.1),
-                        1.0
-                    )
-                );
-            }
-            previous = current;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        previous = current;
+    });
     let elapsed = started.elapsed().as_secs_f64();
     let (total, landed_total) = (stats(), delta(&landed(), &landed_start));
     steering.stop();

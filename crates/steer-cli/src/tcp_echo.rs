@@ -268,29 +268,16 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let softnet_start = softnet_processed();
     let landed_start = steering.as_deref().map(landed).unwrap_or_default();
-    let deadline = args
-        .steering
-        .duration
-        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
     let mut previous = steering.as_ref().map(|s| (s.stats(), landed(s)));
-    let mut next_table = started + Duration::from_secs(1);
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-        if now >= next_table {
-            next_table += Duration::from_secs(1);
-            if let (Some(s), Some((prev, prev_landed))) = (&steering, &previous) {
-                let (stats, l) = (s.stats(), landed(s));
-                if !args.steering.no_table {
-                    println!("{}", row(&stats, prev, &delta(&l, prev_landed), 1.0));
-                }
-                previous = Some((stats, l));
+    args.steering.run_live(stop, started, || {
+        if let (Some(s), Some((prev, prev_landed))) = (&steering, &previous) {
+            let (stats, l) = (s.stats(), landed(s));
+            if !args.steering.no_table {
+                println!("{}", row(&stats, prev, &delta(&l, prev_landed), 1.0));
             }
+            previous = Some((stats, l));
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     let elapsed = started.elapsed().as_secs_f64();
     let stats = steering.as_ref().map(|s| s.stats());
     let landed_total = steering
