@@ -246,39 +246,34 @@ impl FlowBudget {
     }
 }
 
-/// A token bucket: `rate` tokens a second, at most `burst` held; it
-/// starts full.
+/// A token bucket's level: the tokens it holds and when they were
+/// counted. Its rate and depth are the owner's (one pair for many buckets,
+/// as the per-source limiter has).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Pace {
-    rate: f64,
-    burst: f64,
+pub(crate) struct Tokens {
     tokens: f64,
     stamp_ns: u64,
 }
 
-impl Pace {
-    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+impl Tokens {
+    /// A full bucket of `burst` tokens at `now_ns` (monotonic).
+    pub(crate) fn full(burst: f64, now_ns: u64) -> Self {
         Self {
-            rate,
-            burst,
             tokens: burst,
-            stamp_ns: 0,
+            stamp_ns: now_ns,
         }
     }
 
-    /// Refills for the time since the last call (monotonic `now_ns`).
-    fn refill(&mut self, now_ns: u64) {
-        let elapsed = now_ns.saturating_sub(self.stamp_ns) as f64 / 1e9;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.stamp_ns = now_ns;
-    }
-
-    /// Whether a token is there at `now_ns` (none is taken).
-    pub(crate) fn ready(&mut self, now_ns: u64) -> bool {
-        if self.rate.is_infinite() {
+    /// Refills at `rate` a second, up to `burst`, for the time since the
+    /// last call; whether a token is there at `now_ns` (none is taken).
+    /// An infinite rate always has one.
+    pub(crate) fn ready(&mut self, rate: f64, burst: f64, now_ns: u64) -> bool {
+        if rate.is_infinite() {
             return true;
         }
-        self.refill(now_ns);
+        let elapsed = now_ns.saturating_sub(self.stamp_ns) as f64 / 1e9;
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.stamp_ns = now_ns;
         self.tokens >= 1.0
     }
 
@@ -297,8 +292,7 @@ const SOURCE_SLOTS: usize = 8192;
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     source: u128,
-    tokens: f64,
-    stamp_ns: u64,
+    tokens: Tokens,
 }
 
 /// One token bucket per source address for new flows: a source that opens
@@ -346,24 +340,17 @@ impl SourceLimiter {
         let key = Self::source_key(src);
         let slot = (self.keys.hash_one(key) as usize) % SOURCE_SLOTS;
         let bucket = match &mut self.slots[slot] {
-            Some(b) if b.source == key => {
-                let elapsed = now_ns.saturating_sub(b.stamp_ns) as f64 / 1e9;
-                b.tokens = (b.tokens + elapsed * self.rate).min(self.burst);
-                b.stamp_ns = now_ns;
-                b
-            }
+            Some(b) if b.source == key => b,
             other => other.insert(Bucket {
                 source: key,
-                tokens: self.burst,
-                stamp_ns: now_ns,
+                tokens: Tokens::full(self.burst, now_ns),
             }),
         };
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            true
-        } else {
-            false
+        let ready = bucket.tokens.ready(self.rate, self.burst, now_ns);
+        if ready {
+            bucket.tokens.take();
         }
+        ready
     }
 }
 

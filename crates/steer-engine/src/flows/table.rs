@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use steer_core::flow::{FlowAddrs, FlowKey};
 
-use super::budget::{FlowLimits, Pace, SourceLimiter};
+use super::budget::{FlowLimits, SourceLimiter, Tokens};
 use super::flow::FlowShared;
 
 /// The flow map is allocated for at most this many flows at start (more
@@ -132,7 +132,9 @@ pub(crate) struct FlowTable {
     open: usize,
     limits: FlowLimits,
     sources: SourceLimiter,
-    evictions: Pace,
+    /// The eviction pace's bucket (rate `limits.evictions_per_second`, a
+    /// second's worth deep).
+    evictions: Tokens,
     pub(crate) counts: TableCounts,
 }
 
@@ -155,10 +157,7 @@ impl FlowTable {
             homes: (0..workers.max(1)).map(|_| Home::default()).collect(),
             open: 0,
             sources: SourceLimiter::new(&limits),
-            evictions: Pace::new(
-                limits.evictions_per_second,
-                limits.evictions_per_second.max(1.0),
-            ),
+            evictions: Tokens::full(limits.evictions_per_second.max(1.0), 0),
             limits,
             counts: TableCounts::default(),
         }
@@ -189,7 +188,8 @@ impl FlowTable {
         let at_budget = |t: &Self| {
             t.homes[home].open >= t.limits.max_flows_per_worker || t.open >= t.limits.max_flows
         };
-        if at_budget(self) && !self.evictions.ready(now_ns) {
+        let rate = self.limits.evictions_per_second;
+        if at_budget(self) && !self.evictions.ready(rate, rate.max(1.0), now_ns) {
             self.counts.refused += 1;
             return Err(Refusal::Full);
         }
