@@ -1,6 +1,8 @@
 //! Real worker threads: per-flow order and exact frame accounting while
-//! consumers migrate concurrently; a worker whose handler panics is routed
-//! around and loses no frame; idle workers sleep and are woken.
+//! consumers migrate concurrently; a worker whose handler panics restarts
+//! in place, losing only the packet it panicked on and keeping every flow
+//! in order; past its restart limit it is routed around and loses no other
+//! frame; idle workers sleep and are woken.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +18,7 @@ use steer_core::dispatch::FramePool;
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{
-    Defer, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState,
+    Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState,
 };
 use steer_core::wake::{Sleeper, ThreadSleeper};
 
@@ -55,6 +57,9 @@ struct App {
     cpu0_sleeper: Option<Arc<CondSleeper>>,
     /// Every worker's sleeper counts its idle turns here.
     idle_turns: Option<Arc<AtomicUsize>>,
+    /// (flow, seq) of the packets any handler panics on (each once: a
+    /// packet is not delivered again).
+    marked: Vec<(u32, u32)>,
 }
 
 /// Thread parking that counts the worker's idle turns.
@@ -97,11 +102,15 @@ impl Setup<usize> for App {
     fn handler(&self, cpu: CpuId) -> Self::Handler {
         let log = self.log.clone();
         let poison = self.poison;
+        let marked = self.marked.clone();
         Box::new(move |d, pool: &mut PoolHandle| {
             let f = pool.0.bytes[d];
             let (flow, seq) = common::read(&f);
             if poison == Some((flow, cpu)) {
                 panic!("poisoned packet on CPU {cpu}");
+            }
+            if marked.contains(&(flow, seq)) {
+                panic!("marked packet {flow}/{seq} on CPU {cpu}");
             }
             log.lock().unwrap().entry(flow).or_default().push(seq);
             pool.release(d);
@@ -162,6 +171,7 @@ fn order_and_accounting_under_concurrent_migration() {
             poison: None,
             cpu0_sleeper: None,
             idle_turns: None,
+            marked: Vec::new(),
         });
         let feeds = [Feed::default(), Feed::default()];
         let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap()); // two LLCs: every move crosses
@@ -228,6 +238,150 @@ fn order_and_accounting_under_concurrent_migration() {
     }
 }
 
+/// Runs 4,000 packets over 16 flows (flow 3 recorded on CPU 1) with the
+/// handlers panicking on `marked` packets, under `limit`; returns the
+/// runtime's final worker reports, stats, released frames and the log.
+fn run_with_marked(
+    marked: Vec<(u32, u32)>,
+    limit: RestartLimit,
+) -> (
+    Vec<steer_core::runtime::WorkerReport>,
+    steer_core::stats::LocalStats,
+    usize,
+    usize,
+    HashMap<u32, Vec<u32>>,
+) {
+    let (frames, queues) = frames(16, 4_000);
+    let log: Log = Default::default();
+    let app = Arc::new(App {
+        frames: frames.clone(),
+        log: log.clone(),
+        poison: None,
+        cpu0_sleeper: None,
+        idle_turns: None,
+        marked: marked.clone(),
+    });
+    let feeds = [Feed::default(), Feed::default()];
+    let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
+    let rt = Runtime::start_with_layout(
+        RuntimeConfig {
+            worker_restarts: limit,
+            ..config(256)
+        },
+        layout.clone(),
+        app,
+        feeds
+            .iter()
+            .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
+            .collect(),
+    )
+    .unwrap();
+    rt.shared()
+        .desired
+        .record(flow_hash(3), 1, &CpuSet::first(2), &layout)
+        .unwrap();
+    for (q, feed) in queues.iter().zip(&feeds) {
+        feed.0.lock().unwrap().extend(q);
+    }
+    let sent = frames.bytes.len();
+    wait_for(
+        "every frame handled or lost",
+        Duration::from_secs(20),
+        || {
+            frames.released.load(Ordering::Relaxed) + marked.len() >= sent
+                && feeds.iter().all(|f| f.0.lock().unwrap().is_empty())
+        },
+    );
+    let reports = rt.worker_states_handle().reports();
+    let stats = rt.stats().total;
+    rt.stop();
+    let released = frames.released.load(Ordering::Relaxed);
+    let log = log.lock().unwrap().clone();
+    (reports, stats, sent, released, log)
+}
+
+#[test]
+fn a_worker_restarts_in_place_losing_only_the_packets_it_panicked_on() {
+    // Three packets of flow 3 (on CPU 1) and one of flow 4 make a handler
+    // panic: four restarts, within the default limit of five a minute.
+    let marked = vec![(3, 10), (3, 11), (3, 100), (4, 7)];
+    let (reports, stats, sent, released, log) =
+        run_with_marked(marked.clone(), RestartLimit::default());
+    assert!(
+        reports.iter().all(|r| r.state == WorkerState::Running),
+        "{reports:?}"
+    );
+    let restarts: u32 = reports.iter().map(|r| r.restarts).sum();
+    assert_eq!(restarts, 4, "{reports:?}");
+    let cpu1 = reports.iter().find(|r| r.cpu == 1).unwrap();
+    assert!(cpu1.restarts >= 3, "{reports:?}");
+    assert!(
+        cpu1.last_panic
+            .as_deref()
+            .is_some_and(|m| m.contains("marked")),
+        "{reports:?}"
+    );
+    // Exactly the marked packets are lost; everything else was handled, in
+    // order, by the restarted workers (no flow moved), or dropped on a full
+    // ring while a worker restarted (counted).
+    assert_eq!(released, sent - marked.len());
+    let handled: usize = log.values().map(Vec::len).sum();
+    assert_eq!(handled as u64, stats.processed, "{stats:?}");
+    assert_eq!(
+        handled as u64 + stats.dropped,
+        (sent - marked.len()) as u64,
+        "{stats:?}"
+    );
+    for (flow, seqs) in &log {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "flow {flow} reordered"
+        );
+        for &(f, seq) in &marked {
+            if f == *flow {
+                assert!(!seqs.contains(&seq));
+            }
+        }
+    }
+    assert_eq!(stats.worker_gone_drops, marked.len() as u64, "{stats:?}");
+    assert_eq!(stats.rx as usize, sent, "{stats:?}");
+    assert_eq!(
+        stats.rx,
+        stats.processed + stats.dropped + stats.worker_gone_drops,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn past_its_restart_limit_a_worker_dies_and_is_routed_around() {
+    // Flow 3 runs on CPU 1; its third marked packet is past a limit of two.
+    let marked = vec![(3, 10), (3, 20), (3, 30)];
+    let limit = RestartLimit {
+        burst: 2,
+        interval: Duration::from_secs(60),
+    };
+    let (reports, stats, sent, released, log) = run_with_marked(marked.clone(), limit);
+    let cpu1 = reports.iter().find(|r| r.cpu == 1).unwrap();
+    assert_eq!(cpu1.restarts, 2, "{reports:?}");
+    assert!(
+        matches!(&cpu1.state, WorkerState::Panicked(m) if m.contains("3/30")),
+        "{reports:?}"
+    );
+    let cpu0 = reports.iter().find(|r| r.cpu == 0).unwrap();
+    assert_eq!(cpu0.state, WorkerState::Running);
+    // The survivor took flow 3 over; only the marked packets are lost.
+    assert!(log[&3].iter().any(|&s| s > 30), "{:?}", log[&3]);
+    assert_eq!(released, sent - marked.len());
+    for seqs in log.values() {
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    }
+    assert_eq!(
+        stats.rx,
+        stats.processed + stats.dropped + stats.worker_gone_drops,
+        "{stats:?}"
+    );
+}
+
 #[test]
 fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
     let (frames, queues) = frames(16, 4_000);
@@ -239,11 +393,15 @@ fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
         poison: Some((3, 1)),
         cpu0_sleeper: None,
         idle_turns: None,
+        marked: Vec::new(),
     });
     let feeds = [Feed::default(), Feed::default()];
     let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
     let rt = Runtime::start_with_layout(
-        config(256),
+        RuntimeConfig {
+            worker_restarts: RestartLimit::NEVER,
+            ..config(256)
+        },
         layout.clone(),
         app,
         feeds
@@ -310,6 +468,7 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
         poison: None,
         cpu0_sleeper: Some(cpu0.clone()),
         idle_turns: None,
+        marked: Vec::new(),
     });
     let feeds = [Feed::default(), Feed::default()];
     let rt = Runtime::start_with_layout(
@@ -369,6 +528,7 @@ fn rounds_without_work_that_do_not_sleep_give_the_sleeper_idle_turns() {
             poison: None,
             cpu0_sleeper: None,
             idle_turns: Some(turns.clone()),
+            marked: Vec::new(),
         });
         let rt = Runtime::start_with_layout(
             RuntimeConfig {
@@ -434,6 +594,7 @@ fn shared_state_built_before_start_steers_from_the_first_packet() {
         poison: None,
         cpu0_sleeper: None,
         idle_turns: None,
+        marked: Vec::new(),
     });
     let stats = shared.stats.clone();
     let pins = shared.pins.clone();
@@ -475,6 +636,7 @@ fn shared_state_sized_for_other_cpus_is_refused() {
         poison: None,
         cpu0_sleeper: None,
         idle_turns: None,
+        marked: Vec::new(),
     });
     let err = Runtime::start(cfg, shared, app, vec![Box::new(Feed::default())]).unwrap_err();
     assert_eq!(
@@ -501,6 +663,7 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
         poison: None,
         cpu0_sleeper: Some(cpu0.clone()),
         idle_turns: None,
+        marked: Vec::new(),
     });
     let feed = Feed::default();
     let rt = Runtime::start_with_layout(

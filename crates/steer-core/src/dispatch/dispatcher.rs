@@ -201,13 +201,34 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
         P: FramePool<D>,
         F: Handler<D, P> + ?Sized,
     {
+        self.local.rx += batch.len() as u64;
+        self.dispatch_received(batch, pool, handler);
+    }
+
+    /// Dispatches the rest of a batch whose [`Dispatcher::dispatch`] was
+    /// interrupted by a panicking handler (the descriptors from
+    /// [`Dispatcher::taken_in_batch`] on), with a fresh handler: like
+    /// `dispatch`, but they were counted as received already. They are
+    /// the next packets of their flows, so order holds.
+    pub fn resume<P, F>(&mut self, rest: &[D], pool: &mut P, handler: &mut F)
+    where
+        P: FramePool<D>,
+        F: Handler<D, P> + ?Sized,
+    {
+        self.dispatch_received(rest, pool, handler);
+    }
+
+    fn dispatch_received<P, F>(&mut self, batch: &[D], pool: &mut P, handler: &mut F)
+    where
+        P: FramePool<D>,
+        F: Handler<D, P> + ?Sized,
+    {
         self.pins.refresh();
         // The caller flushed after the last batch.
         self.inline_unflushed = false;
         let fast_path = self.shared.switches.fast_path.load(Ordering::Relaxed);
         let flow_limit = self.shared.switches.flow_limit.load(Ordering::Relaxed);
         let balance = self.shared.balance.is_on();
-        self.local.rx += batch.len() as u64;
         for desc in batch.iter().take(PREFETCH_AHEAD) {
             pool.prefetch(desc);
         }
@@ -381,9 +402,11 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     where
         F: Handler<D, P> + ?Sized,
     {
-        self.local.processed += 1;
         self.inline_unflushed = true;
         handler.handle(desc, pool);
+        // Counted once handled: a packet its handler panicked on is lost,
+        // not processed.
+        self.local.processed += 1;
     }
 
     /// Plain RPS: the flow hash scaled over the configured CPUs that still

@@ -28,7 +28,16 @@
 //! is on ([`RuntimeConfig::balance`], switchable at run time through
 //! `Shared::balance`); it sleeps while it is off.
 //!
-//! A worker whose handler panics is detected: its CPU is marked offline (the
+//! A worker whose handler panics is restarted in place, up to
+//! [`RuntimeConfig::worker_restarts`]: the packet it panicked on is lost
+//! (counted in `worker_gone_drops`), the replies its handler staged before
+//! go out before any ring head passes them, a fresh
+//! [`Setup::handler`] takes over on the same CPU with the same rings and rx
+//! queues, and the rest of an interrupted rx batch is dispatched with it. No
+//! flow moves, so none is reordered. Each restart is counted in
+//! [`WorkerStates::reports`].
+//!
+//! A worker past its restart limit dies: its CPU is marked offline (the
 //! LLC rule's "old CPU invalid" case re-steers its flows on the next record),
 //! the frames still queued to it are returned to the pool and counted in
 //! `worker_gone_drops`, its rx queues are adopted by a surviving worker, and its rings
@@ -52,6 +61,7 @@
 //! queues, finish, panic recovery).
 
 mod balance;
+mod restart;
 mod source;
 mod worker;
 
@@ -60,6 +70,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use restart::RestartLimit;
 pub use source::{RxSource, Setup};
 
 use crate::balance::BalanceConfig;
@@ -124,6 +135,9 @@ pub struct RuntimeConfig {
     pub balance_config: BalanceConfig,
     /// Time between two load balancer rounds.
     pub balance_interval: Duration,
+    /// How often a worker whose handler panicked is restarted in place
+    /// before it is given up (see the module docs).
+    pub worker_restarts: RestartLimit,
 }
 
 /// Interrupt deferral, NAPI's `napi_defer_hard_irqs` with
@@ -184,6 +198,7 @@ impl Default for RuntimeConfig {
             balance: false,
             balance_config: BalanceConfig::default(),
             balance_interval: Duration::from_millis(5),
+            worker_restarts: RestartLimit::default(),
         }
     }
 }
@@ -291,38 +306,66 @@ pub enum WorkerState {
     Running,
     /// Stopped on request.
     Stopped,
-    /// Its handler panicked with this message; its work moved elsewhere.
+    /// Its handler panicked with this message past its restart limit (or
+    /// the restart itself failed); its work moved elsewhere.
     Panicked(String),
+}
+
+/// One worker's state and its restarts, from [`WorkerStates::reports`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// The worker's CPU.
+    pub cpu: CpuId,
+    /// Running, stopped, or given up after a panic.
+    pub state: WorkerState,
+    /// Times its handler panicked and it was restarted in place.
+    pub restarts: u32,
+    /// The message of the last panic it was restarted after.
+    pub last_panic: Option<String>,
 }
 
 /// Each worker's state, readable from any thread while the runtime runs
 /// (a health watcher, a stats snapshot): a handle on the list the workers
-/// update when they end.
+/// update when they restart or end.
 ///
 /// ```
 /// # use steer_core::runtime::{WorkerState, WorkerStates};
 /// let states = WorkerStates::new([1, 2]);
 /// assert_eq!(states.snapshot(), vec![(1, WorkerState::Running), (2, WorkerState::Running)]);
+/// assert_eq!(states.reports()[0].restarts, 0);
 /// ```
 #[derive(Debug, Clone)]
-pub struct WorkerStates(Arc<Mutex<Vec<(CpuId, WorkerState)>>>);
+pub struct WorkerStates(Arc<Mutex<Vec<WorkerReport>>>);
 
 impl WorkerStates {
     /// Every worker of `cpus` running.
     pub fn new(cpus: impl IntoIterator<Item = CpuId>) -> Self {
         Self(Arc::new(Mutex::new(
             cpus.into_iter()
-                .map(|c| (c, WorkerState::Running))
+                .map(|cpu| WorkerReport {
+                    cpu,
+                    state: WorkerState::Running,
+                    restarts: 0,
+                    last_panic: None,
+                })
                 .collect(),
         )))
     }
 
     /// Each worker's state now.
     pub fn snapshot(&self) -> Vec<(CpuId, WorkerState)> {
+        self.lock()
+            .iter()
+            .map(|r| (r.cpu, r.state.clone()))
+            .collect()
+    }
+
+    /// Each worker's state and restarts now.
+    pub fn reports(&self) -> Vec<WorkerReport> {
         self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(CpuId, WorkerState)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<WorkerReport>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -330,14 +373,22 @@ impl WorkerStates {
     pub fn running(&self) -> usize {
         self.lock()
             .iter()
-            .filter(|(_, s)| *s == WorkerState::Running)
+            .filter(|r| r.state == WorkerState::Running)
             .count()
     }
 
     /// Sets the state of the worker on `cpu`.
     pub(crate) fn set(&self, cpu: CpuId, state: WorkerState) {
-        if let Some(s) = self.lock().iter_mut().find(|(c, _)| *c == cpu) {
-            s.1 = state;
+        if let Some(r) = self.lock().iter_mut().find(|r| r.cpu == cpu) {
+            r.state = state;
+        }
+    }
+
+    /// Counts a restart of the worker on `cpu` after a panic with `msg`.
+    pub(crate) fn restarted(&self, cpu: CpuId, msg: &str) {
+        if let Some(r) = self.lock().iter_mut().find(|r| r.cpu == cpu) {
+            r.restarts += 1;
+            r.last_panic = Some(msg.to_owned());
         }
     }
 }

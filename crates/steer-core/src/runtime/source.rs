@@ -49,8 +49,15 @@ pub trait Setup<D>: Send + Sync + 'static {
     fn hook(&self, rxq: u32) -> Self::Hook;
     /// The pool handle of the worker on `cpu`.
     fn pool(&self, cpu: CpuId) -> Self::Pool;
-    /// The handler of the worker on `cpu`.
+    /// The handler of the worker on `cpu`: called when the worker starts,
+    /// and again each time it is restarted after a panic.
     fn handler(&self, cpu: CpuId) -> Self::Handler;
+    /// The worker thread of `cpu` is ending (stopped, or given up after a
+    /// panic): per-thread state built in [`Setup::sleeper`] or
+    /// [`Setup::prepare_thread`] ends here, not when a handler is dropped
+    /// (a worker restarted after a panic drops its handler and builds a new
+    /// one on the same thread). Default: nothing.
+    fn finish_thread(&self, _cpu: CpuId) {}
     /// How the worker on `cpu` sleeps (default: thread parking).
     fn sleeper(&self, _cpu: CpuId) -> Box<dyn Sleeper> {
         Box::new(ThreadSleeper::current())

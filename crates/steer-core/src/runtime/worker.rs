@@ -17,7 +17,14 @@
 //!   whichever survivor sees them first.
 //! - Finish (stop requested): drain until every running worker has stopped
 //!   polling, so no frame is left in a ring, then flush.
-//! - Panic recovery ([`Worker::run`] catches the unwind): the CPU is marked
+//! - Restart ([`Worker::run`] catches the unwind; within
+//!   [`RuntimeConfig::worker_restarts`](super::RuntimeConfig::worker_restarts)):
+//!   the old handler's staged replies go out and only then are the rings'
+//!   heads published past what it took (the packet it panicked on is lost,
+//!   counted in `worker_gone_drops`); a fresh handler replaces it, the rest
+//!   of an interrupted rx batch is dispatched with it, and the loop goes
+//!   on with the same CPU, rings and rx queues.
+//! - Panic recovery past the restart limit: the CPU is marked
 //!   offline, the batch being dispatched goes back to its source, frames
 //!   queued to the worker return to the pool (counted in `worker_gone_drops`), its rings
 //!   are abandoned so dispatchers route around it, and its rx queues are
@@ -29,6 +36,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Barrier, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::restart::RestartHistory;
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
 use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
@@ -134,6 +142,7 @@ where
             })
             .collect();
         Worker::new(cpu, common, inbound, rx, bell).run();
+        setup.finish_thread(cpu);
     }
 }
 
@@ -179,10 +188,17 @@ struct Worker<D, St: Setup<D>> {
     handler: St::Handler,
     bell: Arc<Doorbell>,
     buf: Vec<D>,
-    /// Descriptors in `buf` from the last poll, and the rx part being
-    /// dispatched (for recovery when the handler panics mid-batch).
+    /// Descriptors in `buf` from the last poll, where in `buf` the batch
+    /// being dispatched starts, and its rx part (for recovery when the
+    /// handler panics mid-batch).
     polled: usize,
+    batch_from: usize,
     dispatching: Option<usize>,
+    /// A batch interrupted by a panic, to finish after a restart: the rx
+    /// part and where in `buf` the undispatched rest starts.
+    interrupted: Option<(usize, usize)>,
+    /// Inside `drain_rings` (a panic there loses the packet being handled).
+    draining: bool,
     local: LocalStats,
     start: Instant,
     /// `DispatchSwitches::layout_epoch` as last seen.
@@ -214,7 +230,10 @@ where
             bell,
             buf: vec![D::default(); batch],
             polled: 0,
+            batch_from: 0,
             dispatching: None,
+            interrupted: None,
+            draining: false,
             local: LocalStats::default(),
             start: Instant::now(),
             // Not the current epoch: a change between this thread's
@@ -225,21 +244,70 @@ where
     }
 
     fn run(mut self) {
-        let result = catch_unwind(AssertUnwindSafe(|| self.run_loop()));
-        match result {
-            Ok(()) => {
-                self.finish();
-                self.set_state(WorkerState::Stopped);
-            }
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                self.die(msg);
+        let mut restarts = RestartHistory::default();
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.run_loop())) {
+                Ok(()) => {
+                    self.finish();
+                    self.set_state(WorkerState::Stopped);
+                    return;
+                }
+                Err(panic) => {
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    let limit = self.common.cfg.worker_restarts;
+                    if restarts.allow(&limit, Instant::now()) && self.restart(&msg) {
+                        continue;
+                    }
+                    self.die(msg);
+                    return;
+                }
             }
         }
+    }
+
+    /// The handler panicked and a restart is allowed: the worker goes on
+    /// with a fresh handler on the same CPU, rings and rx queues. Returns
+    /// false when no fresh handler could be built (then the worker dies).
+    fn restart(&mut self, msg: &str) -> bool {
+        // The replies staged for packets handled before the panic go out
+        // before any ring head passes those packets (the drain that
+        // panicked published nothing); then the heads move past everything
+        // taken, the packet that panicked included.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
+        for inbound in &mut self.inbound {
+            inbound.consumer.publish();
+        }
+        let setup = Arc::clone(&self.common.setup);
+        let cpu = self.cpu;
+        let Ok(fresh) = catch_unwind(AssertUnwindSafe(|| setup.handler(cpu))) else {
+            return false;
+        };
+        let old = std::mem::replace(&mut self.handler, fresh);
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(old)));
+        // The packet the handler panicked on (if it panicked on one) is
+        // lost with it.
+        if self.dispatching.is_some() || self.draining {
+            self.local.worker_gone_drops += 1;
+        }
+        self.draining = false;
+        // What the interrupted batch had not reached is dispatched first
+        // thing in the next round, with the fresh handler: those are the
+        // next packets of their flows.
+        if let Some(i) = self.dispatching.take() {
+            let from = self.batch_from + self.rx[i].dispatcher.taken_in_batch();
+            if from < self.polled {
+                self.interrupted = Some((i, from));
+            }
+        }
+        if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
+            block.flush(&mut self.local);
+        }
+        self.common.states.restarted(self.cpu, msg);
+        true
     }
 
     fn set_state(&self, state: WorkerState) {
@@ -259,7 +327,7 @@ where
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
                 self.adopt();
             }
-            let work = self.poll_sources() + self.drain_rings();
+            let work = self.resume_interrupted() + self.poll_sources() + self.drain_rings();
             if work > 0 {
                 self.flush();
                 empty_naps = 0;
@@ -386,6 +454,7 @@ where
                 continue;
             }
             self.polled = n;
+            self.batch_from = 0;
             self.dispatching = Some(i);
             let part = &mut self.rx[i];
             part.dispatcher
@@ -396,21 +465,43 @@ where
         work
     }
 
+    /// After a restart: dispatches what the interrupted batch had not
+    /// reached, before anything newer from any source.
+    fn resume_interrupted(&mut self) -> usize {
+        let Some((i, from)) = self.interrupted.take() else {
+            return 0;
+        };
+        self.batch_from = from;
+        self.dispatching = Some(i);
+        let part = &mut self.rx[i];
+        part.dispatcher.resume(
+            &self.buf[from..self.polled],
+            &mut self.pool,
+            &mut self.handler,
+        );
+        self.dispatching = None;
+        self.polled - from
+    }
+
     fn drain_rings(&mut self) -> usize {
         let batch = self.common.cfg.batch.max(1);
         let mut work = 0;
+        self.draining = true;
         for inbound in &mut self.inbound {
             let pool = &mut self.pool;
             let handler = &mut self.handler;
-            // Published by `flush`, once the replies are out.
-            let got = inbound
-                .consumer
-                .consume_unpublished(batch, |d| handler.handle(d, pool));
+            let local = &mut self.local;
+            // Published by `flush`, once the replies are out. Counted per
+            // packet once handled, so a panic loses only the packet it
+            // happened on from the count.
+            let got = inbound.consumer.consume_unpublished(batch, |d| {
+                handler.handle(d, pool);
+                local.processed += 1;
+            });
             if got == 0 {
                 continue;
             }
             work += got;
-            self.local.processed += got as u64;
             let local_rxq = self
                 .rx
                 .iter()
@@ -422,6 +513,7 @@ where
                 self.local.time_squeeze += 1;
             }
         }
+        self.draining = false;
         work
     }
 
@@ -477,19 +569,32 @@ where
         }
     }
 
-    /// The handler panicked: route everything around this worker.
-    fn die(mut self, msg: String) {
+    /// The handler panicked past the restart limit: route everything
+    /// around this worker.
+    fn die(&mut self, msg: String) {
         // Announce first, so whoever sees the frames come back sees why.
         self.set_state(WorkerState::Panicked(msg));
         self.common.shared.layout.set_online(self.cpu, false);
+        // The packet the handler panicked on (if it panicked on one) is
+        // lost with it.
+        if self.dispatching.is_some() || self.draining {
+            self.local.worker_gone_drops += 1;
+        }
         // The batch being dispatched when the handler panicked: what it had
         // not reached yet goes back to its source.
         if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {
-            let from = part.dispatcher.taken_in_batch().min(self.polled);
+            let from = (self.batch_from + part.dispatcher.taken_in_batch()).min(self.polled);
             part.source.give_back(&self.buf[from..self.polled]);
             // Received (counted in rx), never handled: dropped with the
             // worker. (A source that queues them again receives them anew.)
             self.local.worker_gone_drops += (self.polled - from) as u64;
+        } else if let Some((i, from)) = self.interrupted.take() {
+            // A batch a restart left to finish, not reached before this
+            // panic.
+            if let Some(part) = self.rx.get_mut(i) {
+                part.source.give_back(&self.buf[from..self.polled]);
+                self.local.worker_gone_drops += (self.polled - from) as u64;
+            }
         }
         // What the handler staged before it panicked still goes out, if the
         // handler can still do that much: before any head is published past
