@@ -14,8 +14,9 @@
 //!
 //! `unsafe` is fenced: denied at this root and allowed only in [`umem`]
 //! (frame memory), [`socket`] (the rings) and the private `sys` modules that
-//! make system calls and libxdp/libbpf calls. Every unsafe block there says
-//! why it is sound.
+//! make system calls and libxdp/libbpf calls, and in the privilege tests
+//! that make the raw calls a seccomp filter must refuse. Every unsafe block
+//! there says why it is sound.
 #![deny(unsafe_code)]
 
 /// Frame accounting: per-socket place counters and the census check.
@@ -34,7 +35,7 @@ pub mod object;
 pub mod owner_lock;
 /// The owner: program + UMEM + sockets.
 pub mod port;
-/// Dropping the capabilities a set-up process no longer needs.
+/// Least privilege once set up: capabilities, the user, the seccomp allowlist.
 pub mod privileges;
 /// The steer XDP program and its maps.
 pub mod program;

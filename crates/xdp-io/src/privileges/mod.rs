@@ -1,7 +1,8 @@
-//! Dropping the capabilities a set-up steer process no longer needs
-//! (the engine's `drop_privileges`, kernel-socket steering's): the calling
-//! thread keeps exactly `keep`, and every thread it starts afterwards
-//! inherits that.
+//! Least privilege for a set-up steer process: dropping the capabilities
+//! it no longer needs (the engine's `drop_privileges`, kernel-socket
+//! steering's: the calling thread keeps exactly `keep`, and every thread it
+//! starts afterwards inherits that), running as another user
+//! ([`RunAs`], `--user`), and the seccomp allowlist ([`seccomp`]).
 //!
 //! Invariants: capability sets belong to each thread, so the caller drops
 //! before it starts the threads that should run reduced; the bounding set
@@ -10,8 +11,13 @@
 //! the inheritable and ambient sets are emptied; the permitted and
 //! effective sets keep exactly `keep`.
 
+mod allowlist;
+mod run_as;
+pub mod seccomp;
+
 use caps::CapSet;
 pub use caps::{errors::CapsError, Capability, CapsHashSet};
+pub use run_as::{RunAs, RunAsError};
 
 /// Drops every capability of the calling thread but `keep`, from every set.
 ///
@@ -22,12 +28,7 @@ pub use caps::{errors::CapsError, Capability, CapsHashSet};
 /// # Ok::<(), xdp_io::privileges::CapsError>(())
 /// ```
 pub fn drop_all_but(keep: &CapsHashSet) -> Result<(), CapsError> {
-    let bounding = caps::read(None, CapSet::Bounding)?;
-    for cap in bounding.difference(keep) {
-        caps::drop(None, CapSet::Bounding, *cap)?;
-    }
-    caps::clear(None, CapSet::Ambient)?;
-    caps::clear(None, CapSet::Inheritable)?;
+    lower_bounding(keep)?;
     let effective = caps::read(None, CapSet::Effective)?;
     let permitted = caps::read(None, CapSet::Permitted)?;
     // Effective first: it must stay within the permitted set.
@@ -42,6 +43,17 @@ pub fn drop_all_but(keep: &CapsHashSet) -> Result<(), CapsError> {
         &permitted.intersection(keep).copied().collect(),
     )?;
     Ok(())
+}
+
+/// Lowers the calling thread's bounding set to `keep` and empties its
+/// ambient and inheritable sets (needs CAP_SETPCAP in the effective set).
+fn lower_bounding(keep: &CapsHashSet) -> Result<(), CapsError> {
+    let bounding = caps::read(None, CapSet::Bounding)?;
+    for cap in bounding.difference(keep) {
+        caps::drop(None, CapSet::Bounding, *cap)?;
+    }
+    caps::clear(None, CapSet::Ambient)?;
+    caps::clear(None, CapSet::Inheritable)
 }
 
 /// What a process holding a program attached through netlink needs to
