@@ -5,9 +5,9 @@
 //! makes, so one can ask "how many updates would the LLC rule save on my
 //! traffic, on my machine?".
 //!
-//! Input: a text trace (`trace.rs`: a file, or stdin when the file is
-//! absent or `-` and no capture is given), a pcap/pcapng capture
-//! (`--pcap`, `pcap.rs`), or both (the trace's events merged into the
+//! Input: a text trace (`steer_replay::trace`: a file, or stdin when the
+//! file is absent or `-` and no capture is given), a pcap/pcapng capture
+//! (`--pcap`, `steer_replay::packets`), or both (the trace's events merged into the
 //! capture by time). Who consumes the flows: the trace's `c` events, or a
 //! `--consumer` model. The machine: the trace's `topology`/`llcs` line or
 //! `--topology` (live, an hwloc synthetic spec, or an XML export).
@@ -19,10 +19,8 @@
 //! and the dispatch counts; `--policy both` replays under both rules and
 //! adds what the LLC rule saved. A bad line exits non-zero with its number.
 //!
-//! This module parses and prints; every decision is steer-core's.
-
-mod pcap;
-mod trace;
+//! This module drives and prints; reading its inputs is steer-replay's,
+//! every decision steer-core's.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -40,8 +38,8 @@ use steer_core::table::DesiredCpuTable;
 use topology::Topology;
 
 use crate::args::{OnOff, Rps};
-use pcap::PcapStats;
-use trace::{EngineLine, Event, Flow, LineError};
+use steer_replay::packets::{self, PathError, PcapStats};
+use steer_replay::trace::{self, EngineLine, Event, Flow, LineError};
 
 /// Default desired-table slots for a trace without a `table` line.
 const DEFAULT_TABLE: usize = 4096;
@@ -603,13 +601,17 @@ fn replay(
         anyhow::bail!("--pcap needs a machine: --topology live|<spec>|<file.xml>");
     }
     let mut pending = deferred.into_iter().peekable();
-    let stats = pcap::read(path, ports, |t, key| {
+    let stats = packets::read_path(path, ports, |t, key| -> anyhow::Result<()> {
         while let Some((tt, n, event)) = pending.next_if(|(tt, _, _)| *tt <= t) {
             replay
                 .timed(Some(tt), event)
                 .map_err(|reason| LineError { line: n, reason })?;
         }
         replay.captured(t, &key).map_err(anyhow::Error::msg)
+    })
+    .map_err(|e| match e {
+        PathError::Capture(text) => anyhow::Error::msg(text),
+        PathError::Stopped(e) => e,
     })?;
     for (tt, n, event) in pending {
         replay

@@ -1,97 +1,14 @@
-//! The text trace `steer replay` reads and `--record-trace` writes: one
-//! event per line, `#` starts a comment.
-//!
-//! ```text
-//! topology pack:2 l3:16 core:8 pu:1   # the machine: hwloc synthetic spec ...
-//! llcs 0-3 4-7                        # ... or its LLCs, one CPU list each
-//! table 4096                          # desired-table slots, before any c or p
-//! engine workers=0-7 queues=8 rps=local fast_path=on rx_table=4096 ring=1024
-//! p 0x9e3779b9 2 t=1500               # a packet of that flow on rx queue 2
-//! c 0x9e3779b9 3 t=2100               # a thread on CPU 3 consumed the flow
-//! c udp/10.0.0.1:5000/10.0.0.2:53 17 allowed=16-31
-//! off 3 t=9000                        # CPU 3 goes offline
-//! on 3                                # ... and comes back
-//! ```
-//!
-//! A flow is a non-zero u32 hash (decimal or 0x hex) or a 5-tuple
-//! `proto/src:port/dst:port` (IPv6 addresses in brackets), hashed by the
-//! replay. `t=` is the event's time in ns (the previous event's when
-//! absent, 0 at the start); times never go backwards. Today's traces
-//! (`topology`, `table`, `c`, `off`, `on` without times) read as before.
+//! Parsing one trace line into an [`Event`].
 
-use std::fmt;
 use std::net::SocketAddr;
 
 use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::flow::{FlowAddrs, FlowKey, Ports};
 use steer_core::runtime::RpsMode;
 
-/// A flow as a trace names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    /// The flow hash itself (non-zero).
-    Hash(u32),
-    /// A 5-tuple, hashed by the replay.
-    Tuple(FlowKey),
-}
+use super::{EngineLine, Event, Flow};
 
-/// The engine settings an `engine` line gives (each optional).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EngineLine {
-    pub workers: Option<CpuSet>,
-    pub queues: Option<usize>,
-    pub rps: Option<RpsMode>,
-    pub fast_path: Option<bool>,
-    pub rx_table: Option<usize>,
-    pub ring: Option<usize>,
-    pub idle_ms: Option<u32>,
-}
-
-/// One trace event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// `topology <hwloc synthetic spec>`.
-    Topology(String),
-    /// `llcs <cpulist>...`: the CPUs behind each LLC.
-    Llcs(Vec<CpuSet>),
-    /// `table <entries>`.
-    Table(usize),
-    /// `engine key=value...`.
-    Engine(EngineLine),
-    /// `c <flow> <cpu> [allowed=<cpulist>] [t=<ns>]`.
-    Consume {
-        flow: Flow,
-        cpu: CpuId,
-        allowed: Option<CpuSet>,
-        t: Option<u64>,
-    },
-    /// `p <flow> <rxq> [t=<ns>]`.
-    Packet {
-        flow: Flow,
-        rxq: u32,
-        t: Option<u64>,
-    },
-    /// `off <cpu> [t=<ns>]`.
-    Off(CpuId, Option<u64>),
-    /// `on <cpu> [t=<ns>]`.
-    On(CpuId, Option<u64>),
-}
-
-/// A bad trace line: its 1-based number and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    pub line: usize,
-    pub reason: String,
-}
-
-impl fmt::Display for LineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.reason)
-    }
-}
-
-impl std::error::Error for LineError {}
-
+/// A flow hash: a non-zero u32 in decimal or 0x hex.
 pub fn parse_hash(s: &str) -> Result<u32, String> {
     let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),
@@ -146,6 +63,7 @@ fn parse_flow(s: &str) -> Result<Flow, String> {
     }))
 }
 
+/// A CPU number.
 pub fn parse_cpu(s: &str) -> Result<CpuId, String> {
     s.parse::<CpuId>()
         .map_err(|_| format!("bad CPU {s:?}: expected a CPU number"))
@@ -173,11 +91,11 @@ fn parse_count(s: &str, what: &str, max: usize) -> Result<usize, String> {
 }
 
 /// Most rx queues a trace may name (a NIC's channels are far fewer).
-const MAX_QUEUES: usize = 1024;
+pub const MAX_QUEUES: usize = 1024;
 /// Largest rx table a trace may ask for (the engine's own limit is lower).
-const MAX_RX_TABLE: usize = 1 << 24;
+pub const MAX_RX_TABLE: usize = 1 << 24;
 /// Largest worker ring a trace may ask for.
-const MAX_RING: usize = 1 << 20;
+pub const MAX_RING: usize = 1 << 20;
 
 /// The `key=value` options after an event's fields: `t=` always, plus
 /// `allowed=` where `allow_allowed`.
