@@ -196,7 +196,28 @@ pub fn headline(live: &LiveStats) -> String {
         line.push_str(" | ");
         line.push_str(&down);
     }
+    if let Some(restarted) = workers_restarted(live) {
+        line.push_str(" | ");
+        line.push_str(&restarted);
+    }
     line
+}
+
+/// The running workers that were restarted after a panic, if any.
+pub fn workers_restarted(live: &LiveStats) -> Option<String> {
+    let restarted: Vec<String> = live
+        .workers
+        .iter()
+        .filter(|w| w.up && w.restarts > 0)
+        .map(|w| match &w.panic {
+            Some(p) => format!("cpu{} x{} (last: {p})", w.cpu, w.restarts),
+            None => format!("cpu{} x{}", w.cpu, w.restarts),
+        })
+        .collect();
+    if restarted.is_empty() {
+        return None;
+    }
+    Some(format!("restarted {}", restarted.join(", ")))
 }
 
 /// The workers that died, if any (`None`: every worker runs).
@@ -323,11 +344,13 @@ mod tests {
                 cpu: 0,
                 up: true,
                 panic: None,
+                restarts: 0,
             },
             steer_engine::observe::WorkerStatus {
                 cpu: 1,
                 up: false,
                 panic: Some("boom".into()),
+                restarts: 5,
             },
         ];
         assert!(
@@ -337,6 +360,11 @@ mod tests {
         );
         live.workers[1].up = true;
         assert!(!headline(&live).contains("DOWN"));
+        assert!(
+            headline(&live).ends_with("| restarted cpu1 x5 (last: boom)"),
+            "{}",
+            headline(&live)
+        );
     }
 
     #[test]

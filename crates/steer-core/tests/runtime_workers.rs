@@ -326,7 +326,12 @@ fn a_worker_restarts_in_place_losing_only_the_packets_it_panicked_on() {
     // ring while a worker restarted (counted).
     assert_eq!(released, sent - marked.len());
     let handled: usize = log.values().map(Vec::len).sum();
-    assert_eq!(handled as u64, stats.processed, "{stats:?}");
+    // The marked packets were handed over (processed), then lost.
+    assert_eq!(
+        handled + marked.len(),
+        stats.processed as usize,
+        "{stats:?}"
+    );
     assert_eq!(
         handled as u64 + stats.dropped,
         (sent - marked.len()) as u64,
@@ -343,7 +348,7 @@ fn a_worker_restarts_in_place_losing_only_the_packets_it_panicked_on() {
             }
         }
     }
-    assert_eq!(stats.worker_gone_drops, marked.len() as u64, "{stats:?}");
+    assert_eq!(stats.worker_gone_drops, 0, "nothing given up: {stats:?}");
     assert_eq!(stats.rx as usize, sent, "{stats:?}");
     assert_eq!(
         stats.rx,

@@ -1,7 +1,10 @@
-//! Losing workers fails loudly, then open (or closed). A handler panics on
-//! a marker payload; the marker is sent on many flows until every worker
-//! has died. Each death shows in the live stats and the metrics
-//! (`steer_worker_up`, `steer_worker_deaths_total`); with every worker gone
+//! A handler panics on a marker payload. One marker restarts its worker in
+//! place: every CPU still echoes, in order, and the restart shows in the
+//! live stats and the metrics (`steer_worker_restarts_total`). Then the
+//! marker is sent on many flows until every worker is past its restart
+//! limit (5 a minute) and has died. Each death shows in the live stats and
+//! the metrics (`steer_worker_up`, `steer_worker_deaths_total`, 5 restarts
+//! per CPU before it); with every worker gone
 //! the default fails open, so datagrams to the owned port reach a kernel
 //! socket on it, and `WorkerLoss::FailClosed` instead says so through
 //! `Engine::workers_lost`. Needs root and two CPUs.
@@ -16,7 +19,7 @@ use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, PacketContext, Verdict, WorkerLoss};
 use steer_engine::observe::metrics;
 use support::net::TestNet;
-use support::PORT;
+use support::{drive_flows, PORT};
 use xdp_io::Proto;
 
 const MARKER: &[u8] = b"PANIC";
@@ -92,6 +95,60 @@ fn kernel_receives(net: &TestNet, n: usize) -> usize {
 }
 
 #[test]
+fn a_panicking_handler_restarts_its_worker_and_every_cpu_still_echoes() {
+    let net = TestNet::new();
+    let engine = engine(&net, WorkerLoss::FailClosed);
+    let to = SocketAddr::new(net.host_v4.into(), PORT);
+    net.in_ns(|| {
+        let s = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        s.send_to(MARKER, to).unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while engine
+        .live_stats()
+        .workers
+        .iter()
+        .map(|w| w.restarts)
+        .sum::<u32>()
+        == 0
+    {
+        assert!(Instant::now() < deadline, "no restart seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = engine.live_stats();
+    // 32 flows over both CPUs: every datagram answered, in order.
+    let got = drive_flows(&net, 32, 20, 5);
+    for (i, seqs) in got.iter().enumerate() {
+        assert_eq!(*seqs, (0..20).collect::<Vec<u32>>(), "flow {i}");
+    }
+    let after = engine.live_stats();
+    for (b, a) in before.per_cpu.iter().zip(&after.per_cpu) {
+        assert!(
+            a.core.processed > b.core.processed,
+            "cpu {} served nothing after the restart",
+            a.cpu
+        );
+    }
+    assert!(after.workers.iter().all(|w| w.up), "{:?}", after.workers);
+    let restarted: Vec<_> = after.workers.iter().filter(|w| w.restarts > 0).collect();
+    assert_eq!(restarted.len(), 1, "{:?}", after.workers);
+    assert_eq!(restarted[0].restarts, 1);
+    assert!(restarted[0]
+        .panic
+        .as_deref()
+        .is_some_and(|p| p.contains("marker")));
+    let text = metrics::encode(&after).unwrap();
+    assert_eq!(
+        support::metric_sum(&text, "steer_worker_restarts_total"),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("steer_worker_deaths_total 0"), "{text}");
+    assert!(!engine.workers_lost());
+    drop(engine.stop());
+}
+
+#[test]
 fn with_every_worker_dead_the_kernel_gets_the_traffic_and_the_counters_say_so() {
     let net = TestNet::new();
     let engine = engine(&net, WorkerLoss::FailOpen);
@@ -120,6 +177,11 @@ fn with_every_worker_dead_the_kernel_gets_the_traffic_and_the_counters_say_so() 
         "{text}"
     );
     assert!(text.contains("steer_worker_up{cpu=\"0\"} 0"), "{text}");
+    // Each was restarted five times (the default limit a minute) first.
+    for w in &live.workers {
+        let line = format!("steer_worker_restarts_total{{cpu=\"{}\"}} 5", w.cpu);
+        assert!(text.contains(&line), "{text}");
+    }
 
     // Failed open: the kernel's socket on the port gets what follows.
     assert_eq!(kernel_receives(&net, 20), 20);

@@ -402,11 +402,11 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
     where
         F: Handler<D, P> + ?Sized,
     {
+        // Counted when handed over: the handler owns what becomes of it,
+        // also when it panics (it counts that itself).
+        self.local.processed += 1;
         self.inline_unflushed = true;
         handler.handle(desc, pool);
-        // Counted once handled: a packet its handler panicked on is lost,
-        // not processed.
-        self.local.processed += 1;
     }
 
     /// Plain RPS: the flow hash scaled over the configured CPUs that still

@@ -30,7 +30,7 @@
 //!
 //! A worker whose handler panics is restarted in place, up to
 //! [`RuntimeConfig::worker_restarts`]: the packet it panicked on is lost
-//! (counted in `worker_gone_drops`), the replies its handler staged before
+//! (it counts as processed: the handler had it), the replies its handler staged before
 //! go out before any ring head passes them, a fresh
 //! [`Setup::handler`] takes over on the same CPU with the same rings and rx
 //! queues, and the rest of an interrupted rx batch is dispatched with it. No

@@ -20,8 +20,8 @@
 //! - Restart ([`Worker::run`] catches the unwind; within
 //!   [`RuntimeConfig::worker_restarts`](super::RuntimeConfig::worker_restarts)):
 //!   the old handler's staged replies go out and only then are the rings'
-//!   heads published past what it took (the packet it panicked on is lost,
-//!   counted in `worker_gone_drops`); a fresh handler replaces it, the rest
+//!   heads published past what it took (the packet it panicked on was
+//!   handed over, counted as processed, and is lost); a fresh handler replaces it, the rest
 //!   of an interrupted rx batch is dispatched with it, and the loop goes
 //!   on with the same CPU, rings and rx queues.
 //! - Panic recovery past the restart limit: the CPU is marked
@@ -197,8 +197,6 @@ struct Worker<D, St: Setup<D>> {
     /// A batch interrupted by a panic, to finish after a restart: the rx
     /// part and where in `buf` the undispatched rest starts.
     interrupted: Option<(usize, usize)>,
-    /// Inside `drain_rings` (a panic there loses the packet being handled).
-    draining: bool,
     local: LocalStats,
     start: Instant,
     /// `DispatchSwitches::layout_epoch` as last seen.
@@ -233,7 +231,6 @@ where
             batch_from: 0,
             dispatching: None,
             interrupted: None,
-            draining: false,
             local: LocalStats::default(),
             start: Instant::now(),
             // Not the current epoch: a change between this thread's
@@ -286,14 +283,10 @@ where
         let Ok(fresh) = catch_unwind(AssertUnwindSafe(|| setup.handler(cpu))) else {
             return false;
         };
+        // The packet it panicked on was counted as processed (handed over):
+        // what became of it is the handler's to count.
         let old = std::mem::replace(&mut self.handler, fresh);
         let _ = catch_unwind(AssertUnwindSafe(move || drop(old)));
-        // The packet the handler panicked on (if it panicked on one) is
-        // lost with it.
-        if self.dispatching.is_some() || self.draining {
-            self.local.worker_gone_drops += 1;
-        }
-        self.draining = false;
         // What the interrupted batch had not reached is dispatched first
         // thing in the next round, with the fresh handler: those are the
         // next packets of their flows.
@@ -486,17 +479,16 @@ where
     fn drain_rings(&mut self) -> usize {
         let batch = self.common.cfg.batch.max(1);
         let mut work = 0;
-        self.draining = true;
         for inbound in &mut self.inbound {
             let pool = &mut self.pool;
             let handler = &mut self.handler;
             let local = &mut self.local;
             // Published by `flush`, once the replies are out. Counted per
-            // packet once handled, so a panic loses only the packet it
-            // happened on from the count.
+            // packet as it is handed over, so the count holds when the
+            // handler panics (the handler owns the packet then).
             let got = inbound.consumer.consume_unpublished(batch, |d| {
-                handler.handle(d, pool);
                 local.processed += 1;
+                handler.handle(d, pool);
             });
             if got == 0 {
                 continue;
@@ -513,7 +505,6 @@ where
                 self.local.time_squeeze += 1;
             }
         }
-        self.draining = false;
         work
     }
 
@@ -575,11 +566,6 @@ where
         // Announce first, so whoever sees the frames come back sees why.
         self.set_state(WorkerState::Panicked(msg));
         self.common.shared.layout.set_online(self.cpu, false);
-        // The packet the handler panicked on (if it panicked on one) is
-        // lost with it.
-        if self.dispatching.is_some() || self.draining {
-            self.local.worker_gone_drops += 1;
-        }
         // The batch being dispatched when the handler panicked: what it had
         // not reached yet goes back to its source.
         if let Some(part) = self.dispatching.and_then(|i| self.rx.get_mut(i)) {

@@ -13,9 +13,7 @@
 //! later reply sent before an earlier one.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Handler;
@@ -200,22 +198,6 @@ pub(crate) struct WorkerHandler {
     pub(crate) tx: TxPath,
     pub(crate) counters: Arc<EngineCounters>,
     pub(crate) local: WorkerCounts,
-    /// Set once the engine is stopping (its tasks may then take a grace
-    /// period to end).
-    pub(crate) stopping: Arc<AtomicBool>,
-}
-
-/// How long a stopping worker lets the tasks it runs see the stop and end.
-const TASK_GRACE: Duration = Duration::from_secs(1);
-
-impl Drop for WorkerHandler {
-    /// The worker thread is ending: so do the tasks it ran
-    /// ([`Application::tasks_on_workers`]), after a grace period when the
-    /// engine is stopping (not when the worker died).
-    fn drop(&mut self) {
-        let grace = self.stopping.load(Ordering::SeqCst).then_some(TASK_GRACE);
-        crate::tasks::finish(grace);
-    }
 }
 
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
@@ -269,8 +251,18 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
 /// one; flow delivery ([`crate::flows`]) is another, built from the
 /// [`EngineParts`] the engine hands it before any worker starts.
 pub trait Application: Send + Sync + 'static {
-    /// The handler of the worker on `cpu`, built on that worker's thread.
+    /// The handler of the worker on `cpu`, built on that worker's thread
+    /// when it starts, and again each time the worker is restarted after
+    /// its handler panicked
+    /// ([`EngineBuilder::worker_restarts`](super::EngineBuilder::worker_restarts)):
+    /// start once-per-worker work in [`Application::worker_started`].
     fn handler(&self, cpu: CpuId) -> Box<dyn PacketHandler>;
+
+    /// The worker thread of `cpu` has started, with its task executor
+    /// installed when [`Application::tasks_on_workers`]: called once per
+    /// worker, before its first handler (default: nothing). Tasks spawned
+    /// here run as long as the worker, across restarts of its handler.
+    fn worker_started(&self, _cpu: CpuId) {}
 
     /// The engine is stopping; called before the workers stop (default:
     /// nothing). Whatever the application sends must stop here.

@@ -1,6 +1,7 @@
 //! Worker health: a small thread of the engine that follows the workers'
-//! states, says in the log when one dies (its handler panicked: its rx
-//! queues and flows already moved to the survivors), and acts when none is
+//! states, says in the log when one was restarted after its handler
+//! panicked (once per new count) and when one dies (past its restart limit:
+//! its rx queues and flows already moved to the survivors), and acts when none is
 //! left, as [`WorkerLoss`] says: fail open (the XDP program passes owned
 //! traffic to the kernel, whose sockets on the port get it, instead of
 //! redirecting it into sockets nobody reads) or fail closed (the engine
@@ -8,17 +9,17 @@
 //! the command exits non-zero).
 //!
 //! Invariants: nothing here is on the packet path (one lock of the states
-//! list per period); each death is logged once; the action on losing every
+//! list per period); each restart and each death is logged once; the action on losing every
 //! worker is taken once; the thread ends when the engine stops.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use steer_core::cpu::CpuId;
-use steer_core::runtime::{WorkerState, WorkerStates};
+use steer_core::runtime::{WorkerReport, WorkerState, WorkerStates};
 use tracing::error;
 use xdp_io::{OwnedAction, OwnedActionSwitch};
 
@@ -72,7 +73,7 @@ impl HealthWatcher {
                     if flag.load(Ordering::Relaxed) {
                         break;
                     }
-                    for event in seen.update(&states.snapshot()) {
+                    for event in seen.update(&states.reports()) {
                         act(&interface, event, switch.as_ref(), on_loss, &health);
                     }
                 }
@@ -102,6 +103,9 @@ impl Drop for HealthWatcher {
 /// Something the watcher reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Event {
+    /// The worker on this CPU was restarted (this many times in all) after
+    /// a panic with this message.
+    Restarted(CpuId, u32, String),
     /// The worker on this CPU died, with this panic message.
     Died(CpuId, String),
     /// No worker is left.
@@ -111,25 +115,32 @@ enum Event {
 /// What the watcher has reported already.
 #[derive(Debug, Default)]
 struct Seen {
+    restarts: BTreeMap<CpuId, u32>,
     dead: BTreeSet<CpuId>,
     all_lost: bool,
 }
 
 impl Seen {
     /// The events `states` shows that were not reported yet.
-    fn update(&mut self, states: &[(CpuId, WorkerState)]) -> Vec<Event> {
+    fn update(&mut self, states: &[WorkerReport]) -> Vec<Event> {
         let mut events = Vec::new();
-        for (cpu, state) in states {
-            if let WorkerState::Panicked(msg) = state {
-                if self.dead.insert(*cpu) {
-                    events.push(Event::Died(*cpu, msg.clone()));
+        for r in states {
+            let seen = self.restarts.entry(r.cpu).or_default();
+            if r.restarts > *seen {
+                *seen = r.restarts;
+                let msg = r.last_panic.clone().unwrap_or_default();
+                events.push(Event::Restarted(r.cpu, r.restarts, msg));
+            }
+            if let WorkerState::Panicked(msg) = &r.state {
+                if self.dead.insert(r.cpu) {
+                    events.push(Event::Died(r.cpu, msg.clone()));
                 }
             }
         }
         let all_dead = !states.is_empty()
             && states
                 .iter()
-                .all(|(_, s)| matches!(s, WorkerState::Panicked(_)));
+                .all(|r| matches!(r.state, WorkerState::Panicked(_)));
         if all_dead && !self.all_lost {
             self.all_lost = true;
             events.push(Event::AllLost);
@@ -146,11 +157,18 @@ fn act(
     health: &Health,
 ) {
     match event {
+        Event::Restarted(cpu, restarts, msg) => error!(
+            interface,
+            cpu,
+            restarts,
+            panic = %msg,
+            "a worker's handler panicked; the worker was restarted in place (the packet it panicked on is lost)"
+        ),
         Event::Died(cpu, msg) => error!(
             interface,
             cpu,
             panic = %msg,
-            "a worker died (its handler panicked); its queues and flows moved to the other workers"
+            "a worker died (its handler panicked past its restart limit); its queues and flows moved to the other workers"
         ),
         Event::AllLost => {
             health.all_lost.store(true, Ordering::Relaxed);
@@ -182,21 +200,39 @@ fn act(
 mod tests {
     use super::*;
 
+    fn reports(states: &[(CpuId, WorkerState, u32)]) -> Vec<WorkerReport> {
+        states
+            .iter()
+            .map(|(cpu, state, restarts)| WorkerReport {
+                cpu: *cpu,
+                state: state.clone(),
+                restarts: *restarts,
+                last_panic: (*restarts > 0).then(|| format!("panic {restarts}")),
+            })
+            .collect()
+    }
+
     #[test]
-    fn each_death_and_the_loss_of_all_are_reported_once() {
+    fn each_restart_death_and_the_loss_of_all_are_reported_once() {
         let mut seen = Seen::default();
-        let running = vec![(0, WorkerState::Running), (1, WorkerState::Running)];
+        let running = reports(&[(0, WorkerState::Running, 0), (1, WorkerState::Running, 0)]);
         assert!(seen.update(&running).is_empty());
-        let one = vec![
-            (0, WorkerState::Running),
-            (1, WorkerState::Panicked("boom".into())),
-        ];
+        let restarted = reports(&[(0, WorkerState::Running, 0), (1, WorkerState::Running, 2)]);
+        assert_eq!(
+            seen.update(&restarted),
+            vec![Event::Restarted(1, 2, "panic 2".into())]
+        );
+        assert!(seen.update(&restarted).is_empty());
+        let one = reports(&[
+            (0, WorkerState::Running, 0),
+            (1, WorkerState::Panicked("boom".into()), 2),
+        ]);
         assert_eq!(seen.update(&one), vec![Event::Died(1, "boom".into())]);
         assert!(seen.update(&one).is_empty());
-        let both = vec![
-            (0, WorkerState::Panicked("bang".into())),
-            (1, WorkerState::Panicked("boom".into())),
-        ];
+        let both = reports(&[
+            (0, WorkerState::Panicked("bang".into()), 0),
+            (1, WorkerState::Panicked("boom".into()), 2),
+        ]);
         assert_eq!(
             seen.update(&both),
             vec![Event::Died(0, "bang".into()), Event::AllLost]
@@ -207,7 +243,7 @@ mod tests {
     #[test]
     fn workers_stopped_on_request_are_no_loss() {
         let mut seen = Seen::default();
-        let stopped = vec![(0, WorkerState::Stopped), (1, WorkerState::Stopped)];
+        let stopped = reports(&[(0, WorkerState::Stopped, 0), (1, WorkerState::Stopped, 0)]);
         assert!(seen.update(&stopped).is_empty());
     }
 

@@ -137,15 +137,16 @@ impl Publisher {
             flows: self.app.flow_stats(),
             workers: self
                 .workers
-                .snapshot()
+                .reports()
                 .into_iter()
-                .map(|(cpu, state)| WorkerStatus {
-                    cpu,
-                    up: state == WorkerState::Running,
-                    panic: match state {
+                .map(|r| WorkerStatus {
+                    cpu: r.cpu,
+                    up: r.state == WorkerState::Running,
+                    panic: match r.state {
                         WorkerState::Panicked(msg) => Some(msg),
-                        _ => None,
+                        _ => r.last_panic,
                     },
+                    restarts: r.restarts,
                 })
                 .collect(),
         }

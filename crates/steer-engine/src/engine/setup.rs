@@ -5,7 +5,7 @@
 //! or, when the application runs tasks on the workers, the worker's own
 //! tokio runtime).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -53,6 +53,9 @@ pub(super) struct EngineSetup {
     pub(super) steering: Arc<FlowSteering>,
     pub(super) hooks: Option<HookFactory>,
 }
+
+/// How long a stopping worker lets the tasks it runs see the stop and end.
+const TASK_GRACE: Duration = Duration::from_secs(1);
 
 /// A worker's timer slack, nanoseconds.
 const WORKER_TIMER_SLACK_NS: u64 = 1_000;
@@ -111,7 +114,6 @@ impl Setup<RawFrame> for EngineSetup {
             tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
             counters: Arc::clone(&self.counters),
             local: WorkerCounts::default(),
-            stopping: Arc::clone(&self.stopping),
         }
     }
 
@@ -123,13 +125,26 @@ impl Setup<RawFrame> for EngineSetup {
                 .position(|(c, _)| *c == cpu)
                 .map(|i| all.swap_remove(i).1)
         };
-        if let Some(tasks) = tasks {
-            return Box::new(tasks.install());
-        }
-        match self.sleepers.iter().find(|(c, _)| *c == cpu) {
-            Some((_, s)) => Box::new(SharedSleeper(Arc::clone(s))),
-            None => Box::new(steer_core::wake::ThreadSleeper::current()),
-        }
+        let sleeper: Box<dyn Sleeper> = match tasks {
+            Some(tasks) => Box::new(tasks.install()),
+            None => match self.sleepers.iter().find(|(c, _)| *c == cpu) {
+                Some((_, s)) => Box::new(SharedSleeper(Arc::clone(s))),
+                None => Box::new(steer_core::wake::ThreadSleeper::current()),
+            },
+        };
+        // Called once per worker thread, before its first handler: the
+        // application's per-worker tasks start here, not with a handler (a
+        // restarted worker builds a new handler on the same thread).
+        self.app.worker_started(cpu);
+        sleeper
+    }
+
+    fn finish_thread(&self, _cpu: CpuId) {
+        // The worker thread is ending: so do the tasks it ran
+        // (`Application::tasks_on_workers`), after a grace period when the
+        // engine is stopping (not when the worker died).
+        let grace = self.stopping.load(Ordering::SeqCst).then_some(TASK_GRACE);
+        crate::tasks::finish(grace);
     }
 }
 

@@ -558,8 +558,9 @@ pub(crate) struct HubHandle {
 }
 
 impl Application for HubHandle {
-    fn handler(&self, cpu: CpuId) -> Box<dyn PacketHandler> {
-        // On the worker's thread, whose executor is installed by now.
+    fn worker_started(&self, cpu: CpuId) {
+        // On the worker's thread, whose executor is installed by now; once
+        // per worker, however often its handler is rebuilt.
         if let Some(acceptor) = &self.acceptor {
             match self.hub.listener_of(Some(cpu)) {
                 Some(listener) => {
@@ -573,6 +574,9 @@ impl Application for HubHandle {
                 None => warn!(cpu, "no listener for this worker's CPU"),
             }
         }
+    }
+
+    fn handler(&self, _cpu: CpuId) -> Box<dyn PacketHandler> {
         Box::new(FlowDemux::new(
             Arc::clone(&self.hub),
             self.acceptor.is_some(),

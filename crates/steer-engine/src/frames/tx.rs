@@ -3,7 +3,8 @@
 //!
 //! Invariants: a staged frame is on the tx ring after the next flush, or,
 //! when the ring stays full, back in the socket's free pool and counted in
-//! `tx_dropped`: never lost. Packets of one flow leave in the order they were
+//! `tx_dropped`: never lost (a path dropped with frames staged recycles
+//! them). Packets of one flow leave in the order they were
 //! staged (one worker per flow at a time, one FIFO per worker).
 
 use std::sync::Arc;
@@ -59,6 +60,19 @@ impl TxPath {
                 .spill(&mut s, self.high_water / 2, &mut self.scratch);
         }
         counts
+    }
+}
+
+impl Drop for TxPath {
+    /// A handler dropped with replies still staged (a worker restarted
+    /// after its handler panicked mid-flush): the frames go back to the
+    /// socket's free pool rather than leak.
+    fn drop(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let mut s = lock(&self.socket);
+        self.spare.put_all(s.recycle(self.staged.drain(..)));
     }
 }
 

@@ -68,7 +68,7 @@ pub struct LiveStats {
     /// flows).
     #[serde(default)]
     pub flows: Option<HubStats>,
-    /// Each worker: up, or dead with its handler's panic message.
+    /// Each worker: up or dead, its restarts and its last panic message.
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,
 }
@@ -78,12 +78,20 @@ pub struct LiveStats {
 pub struct WorkerStatus {
     /// Its CPU.
     pub cpu: CpuId,
-    /// Whether it runs (false: its handler panicked; its queues and flows
-    /// moved to the others).
+    /// Whether it runs (false: its handler panicked past its restart
+    /// limit; its queues and flows moved to the others).
     pub up: bool,
-    /// The panic message of a dead worker.
+    /// The last panic message: the one it died of, or the last it was
+    /// restarted after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub panic: Option<String>,
+    /// Times it was restarted in place after its handler panicked.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl LiveStats {

@@ -233,23 +233,33 @@ const PER_SOCKET: &[SocketCounter] = &[
 ];
 
 /// The registry of one scrape of `live`.
-/// Whether each worker runs, and how many died.
+/// Whether each worker runs, its restarts, and how many died.
 fn workers(f: &Families, workers: &[super::live::WorkerStatus]) -> prometheus::Result<()> {
     if workers.is_empty() {
         return Ok(());
     }
     let up = f.gauges(
         "steer_worker_up",
-        "1 while this CPU's worker runs; 0 once its handler panicked (its queues and flows moved to the others).",
+        "1 while this CPU's worker runs; 0 once its handler panicked past its restart limit (its queues and flows moved to the others).",
         &["cpu"],
     )?;
     for w in workers {
         up.with_label_values(&[w.cpu.to_string().as_str()])
             .set(i64::from(w.up));
     }
+    let restarts = f.counters(
+        "steer_worker_restarts_total",
+        "Times this CPU's worker was restarted in place after its handler panicked (each loses the packet it panicked on).",
+        "cpu",
+    )?;
+    for w in workers {
+        restarts
+            .with_label_values(&[w.cpu.to_string().as_str()])
+            .inc_by(u64::from(w.restarts));
+    }
     let deaths = f.counter(
         "steer_worker_deaths_total",
-        "Workers whose handler panicked since the engine started.",
+        "Workers given up since the engine started (their handler panicked past the restart limit).",
     )?;
     deaths.inc_by(
         workers
@@ -630,12 +640,14 @@ mod tests {
             super::super::live::WorkerStatus {
                 cpu: 0,
                 up: true,
-                panic: None,
+                panic: Some("bang".into()),
+                restarts: 2,
             },
             super::super::live::WorkerStatus {
                 cpu: 1,
                 up: false,
                 panic: Some("boom".into()),
+                restarts: 5,
             },
         ];
         live.flows = Some(crate::flows::HubStats {
@@ -672,6 +684,8 @@ mod tests {
             "steer_worker_up{cpu=\"0\"} 1",
             "steer_worker_up{cpu=\"1\"} 0",
             "steer_worker_deaths_total 1",
+            "steer_worker_restarts_total{cpu=\"0\"} 2",
+            "steer_worker_restarts_total{cpu=\"1\"} 5",
             "steer_flows_open 900",
             "steer_flows_max 920",
             "steer_flows_refused_total{reason=\"rate_limit\"} 40",
