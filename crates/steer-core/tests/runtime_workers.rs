@@ -18,7 +18,8 @@ use steer_core::dispatch::FramePool;
 use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{
-    Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup, WorkerState,
+    AdaptiveSpin, Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup,
+    WorkerState,
 };
 use steer_core::wake::{Sleeper, ThreadSleeper};
 
@@ -708,4 +709,78 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
     let stats = rt.stats().per_cpu[0].1;
     assert!(stats.naps >= 1, "{stats:?}");
     rt.stop();
+}
+
+/// Packets every 20 us on one rx queue, each with a wake-up, for 300 ms;
+/// returns how often the worker slept and how many packets it handled.
+fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
+    let packets = 20_000usize;
+    let frames = Arc::new(Frames {
+        bytes: (0..packets as u32).map(|i| common::frame(1, i)).collect(),
+        released: AtomicUsize::new(0),
+    });
+    let sleeper = Arc::new(CondSleeper::default());
+    let app = Arc::new(App {
+        frames: frames.clone(),
+        log: Default::default(),
+        poison: None,
+        cpu0_sleeper: Some(sleeper.clone()),
+        idle_turns: None,
+        marked: Vec::new(),
+    });
+    let feed = Feed::default();
+    let rt = Runtime::start_with_layout(
+        RuntimeConfig {
+            cpus: CpuSet::first(1),
+            adaptive,
+            ..config(1024)
+        },
+        Arc::new(CpuLayout::uniform(2, 1).unwrap()),
+        app,
+        vec![Box::new(feed.clone())],
+    )
+    .unwrap();
+    let start = Instant::now();
+    let mut next = 0;
+    while start.elapsed() < Duration::from_millis(300) && next < packets {
+        feed.0.lock().unwrap().push_back(next);
+        next += 1;
+        SharedSleeper(sleeper.clone()).wake();
+        let sent = Instant::now();
+        while sent.elapsed() < Duration::from_micros(20) {
+            std::hint::spin_loop();
+        }
+    }
+    wait_for("the trickle handled", Duration::from_secs(10), || {
+        frames.released.load(Ordering::Relaxed) == next
+    });
+    let total = rt.stats().total;
+    rt.stop();
+    (total.sleeps, total.processed)
+}
+
+/// With adaptive polling a worker fed a packet every 20 us learns to poll
+/// across the gaps instead of sleeping at each (the haltpoll rule); with
+/// the fixed spin it sleeps between most packets. Loose bounds: the
+/// machine may preempt either side now and then.
+#[test]
+fn adaptive_polling_sleeps_far_less_under_a_steady_trickle() {
+    let (fixed_sleeps, fixed_handled) = sleeps_under_a_steady_trickle(None);
+    let (adaptive_sleeps, adaptive_handled) = sleeps_under_a_steady_trickle(Some(AdaptiveSpin {
+        // Polling across 20 us gaps is most of the time: with no budget
+        // the rule alone decides (the budget has unit tests).
+        budget_percent: 100,
+        ..AdaptiveSpin::default()
+    }));
+    assert!(fixed_handled > 1_000 && adaptive_handled > 1_000);
+    let fixed_rate = fixed_sleeps as f64 / fixed_handled as f64;
+    let adaptive_rate = adaptive_sleeps as f64 / adaptive_handled as f64;
+    eprintln!(
+        "sleeps per packet: fixed spin {fixed_rate:.3} ({fixed_sleeps}/{fixed_handled}), \
+         adaptive {adaptive_rate:.3} ({adaptive_sleeps}/{adaptive_handled})"
+    );
+    assert!(
+        adaptive_rate * 2.5 < fixed_rate,
+        "adaptive {adaptive_rate:.3} sleeps per packet against {fixed_rate:.3}"
+    );
 }

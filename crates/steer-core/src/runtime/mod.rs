@@ -18,8 +18,9 @@
 //!    compares against;
 //! 4. once per tick (a millisecond at most): maintenance, flow-table
 //!    expiry over a few buckets (more when idle), never per packet;
-//! 5. when idle, unless busy-polling: spins a little and sleeps on its
-//!    [`Doorbell`].
+//! 5. when idle, unless busy-polling: spins a little (or, with
+//!    [`RuntimeConfig::adaptive`], for a window that adapts to how long
+//!    its sleeps last) and sleeps on its [`Doorbell`].
 //!
 //! Each worker reads the clock once per round and adds the length of the
 //! rounds that did work to its CPU's `busy_ns` counter. A balancer thread
@@ -61,6 +62,7 @@
 //! queues, finish, panic recovery).
 
 mod balance;
+mod idle;
 mod restart;
 mod source;
 mod worker;
@@ -70,6 +72,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use idle::{AdaptiveSpin, BUDGET_PERIOD};
 pub use restart::RestartLimit;
 pub use source::{RxSource, Setup};
 
@@ -124,6 +127,12 @@ pub struct RuntimeConfig {
     /// woken at once). Ignored when `busy_poll`.
     #[doc(alias("napi_defer_hard_irqs", "gro_flush_timeout", "rx-usecs"))]
     pub defer: Option<Defer>,
+    /// Adaptive polling before sleep (`None`, the default: `idle_spins`
+    /// empty rounds, then sleep): after its last work a worker keeps
+    /// polling for a window that follows how long its sleeps turn out to
+    /// be, like the guest haltpoll governor. Ignored when `busy_poll`.
+    #[doc(alias("haltpoll", "guest_halt_poll_ns"))]
+    pub adaptive: Option<AdaptiveSpin>,
     /// Longest sleep (a safety net; a doorbell wakes sooner).
     pub sleep_timeout: Duration,
     /// A flow entry idle this long (milliseconds) may expire.
@@ -193,6 +202,7 @@ impl Default for RuntimeConfig {
             batch: 64,
             idle_spins: 64,
             defer: None,
+            adaptive: None,
             sleep_timeout: Duration::from_millis(10),
             flow_idle_ms: 10_000,
             balance: false,

@@ -36,6 +36,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Barrier, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::idle::SpinWindow;
 use super::restart::RestartHistory;
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
@@ -316,6 +317,14 @@ where
         let mut last_tick: Tick = 0;
         // The clock as last read: a round that did work was busy from here.
         let mut mark = Instant::now();
+        // When the last round with work ended, and the adaptive window.
+        let mut last_work = mark;
+        let mut spin = self
+            .common
+            .cfg
+            .adaptive
+            .filter(|_| !self.common.cfg.busy_poll)
+            .map(|cfg| SpinWindow::new(cfg, mark));
         while !self.common.stop.load(Ordering::Relaxed) {
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
                 self.adopt();
@@ -334,9 +343,12 @@ where
             // with work adds its length to the busy time the load balancer
             // reads.
             let now = Instant::now();
+            let round = now.saturating_duration_since(mark);
             if work > 0 {
-                let busy = now.saturating_duration_since(mark).as_nanos();
-                self.local.busy_ns += u64::try_from(busy).unwrap_or(u64::MAX);
+                self.local.busy_ns += u64::try_from(round.as_nanos()).unwrap_or(u64::MAX);
+                last_work = now;
+            } else if let Some(spin) = &mut spin {
+                spin.polled_idle(round, now);
             }
             mark = now;
             // The flow tables' tick moves every TICK_EVERY rounds, busy or
@@ -389,7 +401,12 @@ where
                 // spin count again only if it finds work.
                 mark = Instant::now();
                 idle_rounds = self.common.cfg.idle_spins;
-            } else if !self.common.cfg.busy_poll && idle_rounds > self.common.cfg.idle_spins {
+            } else if !self.common.cfg.busy_poll
+                && idle_rounds > self.common.cfg.idle_spins
+                && !spin
+                    .as_ref()
+                    .is_some_and(|w| w.keep_polling(now.saturating_duration_since(last_work)))
+            {
                 let inbound = &self.inbound;
                 let rx = &self.rx;
                 let common = &self.common;
@@ -410,7 +427,13 @@ where
                 );
                 // Asleep is not busy. Woken, it naps again only after it
                 // finds work (a timeout wakes it to nothing).
-                mark = Instant::now();
+                let woken = Instant::now();
+                if let Some(spin) = &mut spin {
+                    // The whole idle spell, polling and sleep (haltpoll's
+                    // block time): a window that long would have caught it.
+                    spin.slept(woken.saturating_duration_since(last_work), woken);
+                }
+                mark = woken;
                 empty_naps = u32::MAX;
             } else {
                 // Spinning before a sleep, or busy-polling: a sleeper that
