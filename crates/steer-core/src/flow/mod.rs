@@ -36,6 +36,7 @@ mod any;
 mod classify;
 mod fast;
 mod keyed;
+mod text;
 mod toeplitz;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -45,6 +46,7 @@ use crate::packet::{self, ipv4, ipv6, IpVersion, ParseError};
 pub use any::AnyHasher;
 pub use classify::{Classifier, FlowClassifier, FlowInfo, Malformed};
 pub use keyed::KeyedHasher;
+pub use text::FlowKeyParseError;
 pub use toeplitz::{KeyError, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 
 /// The addresses of a flow.
