@@ -3,80 +3,14 @@
 //! steer's workers ask for (100 us by default), so both servers are
 //! scheduled alike.
 //!
-//! Only the slice changes: each thread's policy and nice value are read
-//! with `sched_getattr` and written back; threads under a real-time or
-//! deadline policy are left alone.
+//! Each thread goes through [`xdp_io::sched::set_thread_slice`] (only the
+//! slice changes; real-time threads are left alone); this module walks a
+//! process's threads and reads back what the kernel shows.
 
-#![allow(unsafe_code)] // sched_getattr/sched_setattr: no safe wrapper exists
-
-use std::{fs, io, time::Duration};
+use std::{fs, time::Duration};
 
 use anyhow::{Context, Result};
-
-/// `struct sched_attr` (include/uapi/linux/sched/types.h), version 1.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-    sched_util_min: u32,
-    sched_util_max: u32,
-}
-
-/// `SCHED_OTHER` and `SCHED_BATCH`: the fair class, where the slice applies.
-const FAIR_POLICIES: [u32; 2] = [0, 3];
-
-fn get_attr(tid: i32) -> io::Result<SchedAttr> {
-    let mut attr = SchedAttr::default();
-    // SAFETY: sched_getattr(2) writes at most `size` bytes into the struct
-    // the pointer names.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            tid,
-            std::ptr::from_mut(&mut attr),
-            size_of::<SchedAttr>() as u32,
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(attr)
-}
-
-/// Gives thread `tid` the slice `slice`; `false` (nothing changed) when
-/// it is not in the fair class.
-pub fn set_thread_slice(tid: i32, slice: Duration) -> io::Result<bool> {
-    let mut attr = get_attr(tid)?;
-    if !FAIR_POLICIES.contains(&attr.sched_policy) {
-        return Ok(false);
-    }
-    attr.size = size_of::<SchedAttr>() as u32;
-    attr.sched_runtime = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
-    // Flags read back may include ones that are not valid on a write.
-    attr.sched_flags = 0;
-    // SAFETY: sched_setattr(2) reads a `struct sched_attr` of `attr.size`
-    // bytes from a valid pointer.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setattr,
-            tid,
-            std::ptr::from_ref(&attr),
-            0u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(true)
-}
+use xdp_io::sched::set_thread_slice;
 
 /// The slice thread `tid` of process `pid` runs with, ns (`se.slice` of
 /// /proc/PID/task/TID/sched), when the kernel shows it.
@@ -124,11 +58,11 @@ mod tests {
         let changed = set_process_slice(pid, Duration::from_micros(300));
         let tid = i32::try_from(pid).unwrap();
         let now = thread_slice_ns(pid, tid);
-        let attr = get_attr(tid);
+        let attr = xdp_io::sched::thread_slice(tid);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(changed.unwrap(), 1);
-        assert_eq!(attr.unwrap().sched_runtime, 300_000);
+        assert_eq!(attr.unwrap(), Some(Duration::from_micros(300)));
         // The kernel shows the slice it uses (when it has EEVDF slices).
         if let Some(ns) = now {
             assert_eq!(ns, 300_000);

@@ -43,6 +43,9 @@ pub mod program;
 pub mod readiness;
 /// XDP RFS for kernel sockets: flows redirected to a CPU's stack through a cpumap.
 pub mod rfs;
+/// A thread's scheduling slice (EEVDF), the one place that speaks sched_attr.
+#[allow(unsafe_code)]
+pub mod sched;
 /// SIGINT/SIGTERM as a stop flag, so the program gets detached on the way out.
 pub mod shutdown;
 /// One AF_XDP socket per rx queue: its rings and statistics.

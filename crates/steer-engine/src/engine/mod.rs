@@ -38,7 +38,6 @@ mod hotplug;
 mod nic_check;
 mod privileges;
 mod publish;
-mod sched;
 mod setup;
 mod stats;
 mod steering;

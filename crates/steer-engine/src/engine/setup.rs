@@ -20,7 +20,6 @@ use xdp_io::RawFrame;
 
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
-use super::sched;
 use super::steering::FlowSteering;
 use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
@@ -78,7 +77,7 @@ impl Setup<RawFrame> for EngineSetup {
             }
         }
         if let Some(slice) = self.slice {
-            match sched::set_current_slice(slice) {
+            match xdp_io::sched::set_thread_slice(0, slice) {
                 Ok(true) => {}
                 Ok(false) => info!(
                     cpu,
