@@ -31,6 +31,8 @@
 
 mod app;
 mod builder;
+/// Live control of a running engine (`steer ctl`).
+mod control;
 mod counters;
 /// Worker health: deaths logged, the loss of every worker acted on.
 mod health;
@@ -56,6 +58,7 @@ use xdp_io::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort
 
 pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHandler, Verdict};
 pub use builder::EngineBuilder;
+pub use control::{Control, ControlParseError, Controls};
 pub use counters::WorkerCounts;
 pub use health::WorkerLoss;
 pub use stats::{CpuRow, EngineReport, EngineStats};
