@@ -227,6 +227,9 @@ pub struct EngineArgs {
     /// all but CAP_NET_ADMIN with `netlink`).
     #[arg(long)]
     pub keep_capabilities: bool,
+    /// `--user`, `--group`, `--seccomp`.
+    #[command(flatten)]
+    pub privileges: crate::least_privilege::PrivilegeArgs,
     /// What to do when every worker died (each handler panicked): `open`
     /// passes the owned traffic to the kernel and keeps running; `closed`
     /// stops and exits non-zero.
@@ -351,6 +354,10 @@ impl EngineArgs {
             builder = builder.hook(self.ntuple_hook()?);
         }
         builder = builder.drop_privileges(!self.keep_capabilities);
+        // Looked up now: an unknown user fails before anything is touched.
+        if let Some(user) = self.privileges.run_as()? {
+            builder = builder.run_as(user);
+        }
         builder = builder.on_worker_loss(match self.on_worker_loss {
             WorkerLossArg::Open => WorkerLoss::FailOpen,
             WorkerLossArg::Closed => WorkerLoss::FailClosed,

@@ -68,6 +68,8 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         builder = builder.own(Proto::Udp, p);
     }
     let engine = builder.start()?;
+    // Set up: from here every thread runs under the allowlist.
+    args.engine.privileges.apply_seccomp()?;
     let modes = engine.modes();
     let on_off = |on: bool| if on { "on" } else { "off" };
     println!(

@@ -40,6 +40,9 @@ pub struct KernelSteeringArgs {
     /// CAP_NET_ADMIN, which detaches the program at stop).
     #[arg(long)]
     pub keep_capabilities: bool,
+    /// `--user`, `--group`, `--seccomp`.
+    #[command(flatten)]
+    pub privileges: crate::least_privilege::PrivilegeArgs,
     /// Write the final counters here on exit.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
@@ -69,6 +72,10 @@ impl KernelSteeringArgs {
         }
         if let Some(cpus) = self.cpus {
             b = b.cpus(cpus);
+        }
+        // Looked up now: an unknown user fails before anything is attached.
+        if let Some(user) = self.privileges.run_as()? {
+            b = b.run_as(user);
         }
         Ok(b)
     }

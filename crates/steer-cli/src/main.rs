@@ -23,6 +23,7 @@ mod balance_sim;
 mod demo;
 mod echo;
 mod kernel_args;
+mod least_privilege;
 mod logging;
 mod plot;
 mod proxy;

@@ -99,6 +99,8 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let program = steering
         .program()
         .context("the RFS program is not attached")?;
+    // Set up: from here every thread runs under the allowlist.
+    args.steering.privileges.apply_seccomp()?;
     println!(
         "steer rfs: ready on {}: recording tcp ports {:?}, policy {}, xdp {:?}, CPUs {}",
         args.interface,

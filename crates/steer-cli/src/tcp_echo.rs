@@ -209,8 +209,10 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             "--steer kernel-sockets needs the interface the connections arrive on: add -i IF",
         )?),
     };
-    // The interface first (another steer serving it is named), then the
-    // port, bound before the capabilities go (below 1024 it needs one).
+    // The user first (an unknown one fails before anything is touched),
+    // the interface (another steer serving it is named), then the port,
+    // bound before the capabilities go (below 1024 it needs one).
+    let run_as = args.steering.privileges.run_as()?;
     let owner = interface
         .map(xdp_io::owner_lock::InterfaceLock::acquire_noting)
         .transpose()?;
@@ -228,9 +230,20 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             Some(Arc::new(b.start()?))
         }
     };
-    if steering.is_none() && !args.steering.keep_capabilities {
+    if steering.is_none() {
         // The kernel's own path: nothing privileged is left to do.
-        xdp_io::privileges::drop_all_but(&Default::default()).context("dropping capabilities")?;
+        let keep = if args.steering.keep_capabilities {
+            xdp_io::privileges::permitted().context("reading the capabilities")?
+        } else {
+            Default::default()
+        };
+        match run_as {
+            Some(user) => user.switch(&keep)?,
+            None if !args.steering.keep_capabilities => {
+                xdp_io::privileges::drop_all_but(&keep).context("dropping capabilities")?
+            }
+            None => {}
+        }
     }
     let threads = args
         .threads
@@ -244,6 +257,8 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
         .block_on(async { tokio::net::TcpListener::from_std(listener) })
         .context("registering the listener")?;
     runtime.spawn(serve(listener, steering.clone(), served.clone()));
+    // Set up: from here every thread runs under the allowlist.
+    args.steering.privileges.apply_seccomp()?;
     println!(
         "steer tcp-echo: ready on tcp port {}, steer {}, policy {}, {} tokio threads{}",
         args.port,

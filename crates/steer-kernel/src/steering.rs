@@ -21,6 +21,7 @@ use steer_core::policy::Policy;
 use steer_core::record::CpuProbe;
 use steer_core::table::{DesiredCpuTable, RecordStats};
 use topology::thread::LiveProbe;
+use xdp_io::privileges::RunAs;
 use xdp_io::rfs::{
     RfsOrder, RfsProgram, RfsRecord, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE,
 };
@@ -298,6 +299,7 @@ pub struct KernelSteeringBuilder {
     sweep_every: Duration,
     max_flows: usize,
     drop_privileges: bool,
+    run_as: Option<RunAs>,
     in_kernel: bool,
 }
 
@@ -371,6 +373,7 @@ impl KernelSteeringBuilder {
             max_flows: 65_536,
             in_kernel: false,
             drop_privileges: false,
+            run_as: None,
         }
     }
 
@@ -384,6 +387,30 @@ impl KernelSteeringBuilder {
     /// before.
     pub fn drop_privileges(mut self, yes: bool) -> Self {
         self.drop_privileges = yes;
+        self
+    }
+
+    /// Once the program is attached, at the same point as
+    /// [`drop_privileges`](Self::drop_privileges), switches the whole
+    /// process to `user` ([`RunAs::switch`]: its ids on every thread),
+    /// keeping what `drop_privileges` would keep (with it off, every
+    /// capability the thread holds). Look the user up before building
+    /// ([`RunAs::lookup`]): an unknown name then fails before anything is
+    /// attached.
+    ///
+    /// ```no_run
+    /// use steer_kernel::{KernelSteering, Proto};
+    /// use xdp_io::privileges::RunAs;
+    /// let steering = KernelSteering::builder("eth1")
+    ///     .own(Proto::Tcp, 8080)
+    ///     .drop_privileges(true)
+    ///     .run_as(RunAs::lookup("nobody", None)?)
+    ///     .start()?;
+    /// // Runs as nobody with CAP_NET_ADMIN only, to detach at stop.
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_as(mut self, user: RunAs) -> Self {
+        self.run_as = Some(user);
         self
     }
 
@@ -555,9 +582,25 @@ impl KernelSteeringBuilder {
             // CAP_BPF and CAP_PERFMON.
             program.record_in_kernel(record_rule(self.policy), &llcs(&layout, cpus))?;
         }
-        if self.drop_privileges {
-            // Before the sweeper starts: it inherits the reduced sets.
-            let keep = xdp_io::privileges::needed_to_detach_netlink(program.dispatched());
+        // Before the sweeper starts: it inherits the reduced sets.
+        let keep = xdp_io::privileges::needed_to_detach_netlink(program.dispatched());
+        if let Some(user) = self.run_as {
+            let keep = if self.drop_privileges {
+                keep
+            } else {
+                xdp_io::privileges::permitted().map_err(|e| {
+                    KernelError::Config(format!("reading the capabilities after set-up: {e}"))
+                })?
+            };
+            user.switch(&keep)
+                .map_err(|e| KernelError::Config(e.to_string()))?;
+            tracing::info!(
+                uid = user.uid,
+                gid = user.gid,
+                kept = ?keep,
+                "running as another user"
+            );
+        } else if self.drop_privileges {
             xdp_io::privileges::drop_all_but(&keep).map_err(|e| {
                 KernelError::Config(format!("dropping capabilities after set-up: {e}"))
             })?;

@@ -495,6 +495,8 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                 })?,
         );
     }
+    // Set up: from here every thread runs under the allowlist.
+    args.engine.privileges.apply_seccomp()?;
     println!(
         "steer proxy: ready on {} udp port {} -> {}, policy {}, runtime {:?}, max flows {} \
          ({} per worker, {} backend sockets), new flows per source {}/s",

@@ -17,6 +17,7 @@ use steer_core::policy::Policy;
 use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
 use tracing::{info, warn};
+use xdp_io::privileges::RunAs;
 use xdp_io::{
     BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
 };
@@ -75,6 +76,8 @@ pub struct EngineBuilder {
     metrics: Option<SocketAddr>,
     /// Drop the capabilities not needed at run time once set up.
     drop_privileges: bool,
+    /// Run as this user and group once set up.
+    run_as: Option<RunAs>,
     /// Builds each rx queue's steering hook (default: none).
     hooks: Option<HookFactory>,
 }
@@ -117,6 +120,7 @@ impl EngineBuilder {
             stats_group: None,
             metrics: None,
             drop_privileges: false,
+            run_as: None,
             hooks: None,
         }
     }
@@ -535,6 +539,32 @@ impl EngineBuilder {
         self
     }
 
+    /// Once set up, at the same point as
+    /// [`drop_privileges`](Self::drop_privileges), switches the whole
+    /// process to `user` (its ids, all threads; [`RunAs::switch`]): what the
+    /// engine keeps across the switch is what `drop_privileges` would keep
+    /// (with it off, every capability the thread holds). The stats socket's
+    /// directory is given to the user first, so the engine still removes its
+    /// socket at stop. Look the user up before building ([`RunAs::lookup`]):
+    /// an unknown name then fails before anything is touched.
+    ///
+    /// ```no_run
+    /// use steer_engine::engine::{Engine, PacketContext, Verdict};
+    /// use xdp_io::privileges::RunAs;
+    /// let nobody = RunAs::lookup("nobody", None)?;
+    /// let engine = Engine::builder("eth1")
+    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .drop_privileges(true)
+    ///     .run_as(nobody)
+    ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
+    ///     .start()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_as(mut self, user: RunAs) -> Self {
+        self.run_as = Some(user);
+        self
+    }
+
     /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
     /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
     /// is called on every move of a flow, with the flow's key, its old and
@@ -668,13 +698,32 @@ impl EngineBuilder {
             )));
         }
         log_takeover(&interface, stale_socket, port.replaced_program());
-        if self.drop_privileges {
-            // Before the engine starts any thread: they inherit the rest.
-            let keep = privileges::needed_at_run_time(
-                port.attach_kind(),
-                port.program_dispatched(),
-                self.hooks.is_some(),
+        // Before the engine starts any thread: they inherit the rest.
+        let keep = privileges::needed_at_run_time(
+            port.attach_kind(),
+            port.program_dispatched(),
+            self.hooks.is_some(),
+        );
+        if let Some(user) = self.run_as {
+            if let Some(endpoint) = &endpoint {
+                endpoint.give_directory_to(user.uid, user.gid)?;
+            }
+            let keep = if self.drop_privileges {
+                keep
+            } else {
+                xdp_io::privileges::permitted()
+                    .map_err(|e| EngineError::Privileges(e.to_string()))?
+            };
+            user.switch(&keep)
+                .map_err(|e| EngineError::Privileges(e.to_string()))?;
+            info!(
+                interface = %interface,
+                uid = user.uid,
+                gid = user.gid,
+                kept = ?keep,
+                "running as another user"
             );
+        } else if self.drop_privileges {
             xdp_io::privileges::drop_all_but(&keep)
                 .map_err(|e| EngineError::Privileges(e.to_string()))?;
             info!(interface = %interface, kept = ?keep, "capabilities dropped");

@@ -21,7 +21,9 @@
 //!   left by an engine that is gone (removed, and the engine may take over
 //!   what that engine left on the interface); no socket, nobody.
 //! - The owner removes the socket when it stops, and only if the path still
-//!   holds the socket it created.
+//!   holds the socket it created; an engine that runs as another user once
+//!   set up owns the directory ([`StatsEndpoint::give_directory_to`]) so
+//!   that it still can.
 //! - A reader ([`query`]) never hangs: connecting to a left-over socket
 //!   fails at once (`ECONNREFUSED`), and a live engine that does not answer
 //!   within the timeout is an error.
@@ -319,6 +321,32 @@ impl StatsEndpoint {
             path,
             ino,
             replaced_stale,
+        })
+    }
+
+    /// Gives the socket's directory to `uid`:`gid` (the user the engine
+    /// runs as once set up, [`xdp_io::privileges::RunAs`]), so that the
+    /// engine can still remove its socket at stop. The socket stays root's,
+    /// with the mode it has.
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use steer_engine::observe::StatsEndpoint;
+    /// let endpoint = StatsEndpoint::claim(Path::new("/run/steer"), "eth1")?;
+    /// endpoint.give_directory_to(65534, 65534)?;
+    /// # Ok::<(), steer_engine::observe::ObserveError>(())
+    /// ```
+    pub fn give_directory_to(&self, uid: u32, gid: u32) -> Result<(), ObserveError> {
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        nix::unistd::chown(
+            dir,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )
+        .map_err(|e| ObserveError::Io {
+            context: "giving the stats directory to the user the engine runs as",
+            path: dir.to_path_buf(),
+            source: e.into(),
         })
     }
 

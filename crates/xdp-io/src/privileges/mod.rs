@@ -45,6 +45,18 @@ pub fn drop_all_but(keep: &CapsHashSet) -> Result<(), CapsError> {
     Ok(())
 }
 
+/// The calling thread's permitted capabilities (what a switch to another
+/// user keeps when nothing is to be dropped).
+///
+/// ```
+/// let held = xdp_io::privileges::permitted()?;
+/// # drop(held);
+/// # Ok::<(), xdp_io::privileges::CapsError>(())
+/// ```
+pub fn permitted() -> Result<CapsHashSet, CapsError> {
+    caps::read(None, CapSet::Permitted)
+}
+
 /// Lowers the calling thread's bounding set to `keep` and empties its
 /// ambient and inheritable sets (needs CAP_SETPCAP in the effective set).
 fn lower_bounding(keep: &CapsHashSet) -> Result<(), CapsError> {
