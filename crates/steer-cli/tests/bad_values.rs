@@ -94,6 +94,41 @@ const BAD: &[&[&str]] = &[
     // anything is attached; a zero rule budget.
     &["echo", "-i", "lo", "-p", "9", "--steer-hook", "ntuple"],
     &["echo", "-i", "lo", "-p", "9", "--ntuple-rules", "0"],
+    // Least privilege: an empty or unknown user or group, a group without
+    // a user, a seccomp mode that does not exist.
+    &["echo", "-i", "nosuchif0", "-p", "9", "--user", ""],
+    &[
+        "echo",
+        "-i",
+        "lo",
+        "-p",
+        "9",
+        "--user",
+        "steer-no-such-user",
+    ],
+    &[
+        "echo",
+        "-i",
+        "lo",
+        "-p",
+        "9",
+        "--user",
+        "nobody",
+        "--group",
+        "steer-no-such-group",
+    ],
+    &["echo", "-i", "lo", "-p", "9", "--group", "nogroup"],
+    &["echo", "-i", "lo", "-p", "9", "--seccomp", "maybe"],
+    &[
+        "tcp-echo",
+        "-p",
+        "9",
+        "--steer",
+        "none",
+        "--user",
+        "steer-no-such-user",
+    ],
+    &["rfs", "-i", "lo", "-p", "9", "--user", ""],
     // steer rfs: no port, port 0, an unknown interface.
     &["rfs", "-i", "lo"],
     &["rfs", "-i", "lo", "-p", "0"],

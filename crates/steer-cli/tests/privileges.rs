@@ -1,13 +1,15 @@
 //! Least privilege: once set up, `steer echo` and `steer proxy` run without
 //! the capabilities they no longer need, every thread of them (checked in
 //! `/proc/<pid>/task/*/status`), and still serve, report and stop cleanly
-//! (the program detached). Needs root, as CI runs it.
+//! (the program detached); with `--user nobody` every thread runs as
+//! nobody under the seccomp allowlist, and `steer tcp-echo` keeps exactly
+//! CAP_NET_ADMIN to detach its program. Needs root, as CI runs it.
 
 mod running;
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -194,4 +196,151 @@ fn stats_group_members_read_the_socket_and_nobody_else() {
     let line = running::one_line_error("echo", &out);
     assert!(line.contains("no group \"steer-no-such-group\""), "{line}");
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}
+
+/// `field` of every thread of `pid`, as the kernel prints it (tabs kept).
+fn thread_field(pid: i32, field: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        let get = |f: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{f}:")))
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        out.push((get("Name"), get(field)));
+    }
+    out
+}
+
+/// Every thread of `pid` runs as nobody (65534 in all four uids and gids,
+/// the only group), with NO_NEW_PRIVS and a seccomp filter.
+fn assert_nobody(pid: i32) {
+    let nobody = "65534\t65534\t65534\t65534";
+    for (field, want) in [
+        ("Uid", nobody),
+        ("Gid", nobody),
+        ("Groups", "65534"),
+        ("NoNewPrivs", "1"),
+        ("Seccomp", "2"),
+    ] {
+        let got = thread_field(pid, field);
+        assert!(got.len() > 2, "{got:?}");
+        assert!(got.iter().all(|(_, v)| v == want), "{field}: {got:?}");
+    }
+}
+
+/// A Prometheus scrape of `addr`: the body of `GET /metrics`.
+fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
+    let net = TestNet::new();
+    let echo = Echo::start(&net, &["--user", "nobody", "--metrics", "127.0.0.1:0"]);
+    let metrics = echo.metrics_addr();
+    assert_nobody(echo.pid());
+    assert_caps(echo.pid(), 0);
+    // The run directory is nobody's, so the engine can remove its socket.
+    let socket = format!("/run/steer/{}.sock", net.host);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::fs::metadata("/run/steer").unwrap();
+        assert_eq!((dir.uid(), dir.gid()), (65534, 65534));
+    }
+    let got = drive_flows(&net, 4, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let out = steer(&["stats", &net.host, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body = scrape(metrics);
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains("steer_"),
+        "{body}"
+    );
+    // Nothing the filter refused: no error in its log.
+    assert!(
+        !echo
+            .log()
+            .iter()
+            .any(|l| l.contains("ERROR") || l.contains("failed") || l.contains("denied")),
+        "{:?}",
+        echo.log()
+    );
+    echo.signal(libc::SIGTERM);
+    let mut echo = echo;
+    let status = echo.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        !std::path::Path::new(&socket).exists(),
+        "{socket} left behind"
+    );
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    // Root's again for the tests after it.
+    let _ = nix::unistd::chown("/run/steer", Some(0.into()), Some(0.into()));
+}
+
+#[test]
+fn tcp_echo_run_as_nobody_keeps_only_net_admin_and_detaches_at_stop() {
+    let net = TestNet::new();
+    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args(["tcp-echo", "-i", &net.host, "-p", "7791", "--no-table"])
+        .args(["--steer", "kernel-sockets", "--user", "nobody"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let child = &mut child.0;
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("ready"), "{line}");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let pid = child.id() as i32;
+    assert_nobody(pid);
+    // Exactly CAP_NET_ADMIN, in every thread: to detach at stop.
+    assert_caps(pid, CAP_NET_ADMIN);
+    assert!(net.link_show().contains("xdp"), "{}", net.link_show());
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+}
+
+#[test]
+fn an_unknown_user_is_one_line_before_anything_is_attached() {
+    let net = TestNet::new();
+    for args in [
+        &["echo", "-i", &net.host, "-p", "7777"][..],
+        &[
+            "tcp-echo",
+            "-i",
+            &net.host,
+            "-p",
+            "7792",
+            "--steer",
+            "kernel-sockets",
+        ][..],
+        &["rfs", "-i", &net.host, "-p", "7793"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--user", "steer-no-such-user"]);
+        let out = steer(&args);
+        let line = running::one_line_error(args[0], &out);
+        assert!(line.contains("no user \"steer-no-such-user\""), "{line}");
+        assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
+    }
 }
