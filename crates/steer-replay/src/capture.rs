@@ -170,6 +170,21 @@ fn pcapng_ns(ts: u64, resolution: u64, offset: i64) -> u64 {
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
+/// The length of the pcapng block at the start of `data` if it is less
+/// than the 12 bytes of a block's type and two lengths (`be`: the
+/// section's byte order). pcap-parser takes `length - 12` bytes of such a
+/// block without checking (a process information block claims a 4-byte
+/// header): an overflow, which panics in a debug build.
+fn short_block(data: &[u8], be: bool) -> Option<u32> {
+    let len: [u8; 4] = data.get(4..8)?.try_into().ok()?;
+    let len = if be {
+        u32::from_be_bytes(len)
+    } else {
+        u32::from_le_bytes(len)
+    };
+    (len < 12).then_some(len)
+}
+
 /// Reads the capture `input` (pcap or pcapng, told by its first bytes),
 /// calling `each` for every frame in capture order, until the input ends
 /// or `each` returns an error. Returns how many frames were read.
@@ -226,7 +241,18 @@ where
     let mut frames = 0u64;
     let mut legacy: Option<(Linktype, bool)> = None;
     let mut interfaces: Vec<Interface> = Vec::new();
+    // pcapng: the section's byte order, once its header block is read.
+    let mut section_be: Option<bool> = None;
     loop {
+        if let Some(be) = section_be {
+            if let Some(len) = short_block(reader.data(), be) {
+                return Err(CaptureError::Damaged {
+                    frames,
+                    detail: format!("a block of {len} bytes, shorter than its own header"),
+                }
+                .into());
+            }
+        }
         let frame = match reader.next() {
             Ok((offset, block)) => {
                 let frame = match block {
@@ -245,7 +271,8 @@ where
                             orig_len: b.origlen,
                         })
                     }
-                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                    PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                        section_be = Some(shb.big_endian());
                         interfaces.clear();
                         None
                     }
@@ -489,6 +516,32 @@ mod tests {
             frames(cut, BUFFER),
             Err(CaptureError::Truncated { frames: 2 })
         );
+    }
+
+    /// Found by the fuzz target `pcap`: a process information block of 9
+    /// bytes after the section header made pcap-parser subtract 12 from 9.
+    #[test]
+    fn a_block_shorter_than_its_header_is_damaged() {
+        let input = [
+            10, 13, 13, 10, 28, 0, 0, 0, 77, 60, 43, 26, 1, 0, 250, 255, 255, 255, 255, 255, 255,
+            255, 255, 255, 28, 0, 0, 0, 1, 0, 0, 128, 9, 0, 0, 0, 53, 64, 0,
+        ];
+        for buffer in [512, BUFFER] {
+            let e = frames(&input, buffer).unwrap_err();
+            assert!(
+                matches!(&e, CaptureError::Damaged { frames: 0, detail } if detail.contains("9 bytes")),
+                "{e}"
+            );
+        }
+        // Big-endian sections too.
+        let mut be = vec![
+            10, 13, 13, 10, 0, 0, 0, 28, 0x1a, 0x2b, 0x3c, 0x4d, 0, 1, 0, 0,
+        ];
+        be.extend_from_slice(&[255; 8]);
+        be.extend_from_slice(&[0, 0, 0, 28]);
+        be.extend_from_slice(&[0x80, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 4]);
+        let e = frames(&be, BUFFER).unwrap_err();
+        assert!(matches!(e, CaptureError::Damaged { frames: 0, .. }), "{e}");
     }
 
     #[test]

@@ -19,8 +19,8 @@
 //! absent, 0 at the start); times never go backwards. Today's traces
 //! (`topology`, `table`, `c`, `off`, `on` without times) read as before.
 //!
-//! [`parse_line`] reads one line ([`parse`](self) holds the grammar);
-//! an [`Event`]'s `Display` prints it as a line (`print`), the way the
+//! [`parse_line`] reads one line (the `parse` submodule); an [`Event`]'s
+//! `Display` prints it as one (the `print` submodule), the way the
 //! engine's recorder writes it: hashes in 0x hex, options `allowed=` then
 //! `t=`.
 //!
