@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
-rustfmt --check --edition 2021 crates/steer-core/fuzz/fuzz_targets/*.rs
+rustfmt --check --edition 2021 fuzz/fuzz_targets/*.rs

@@ -11,7 +11,7 @@
 #   ci/test.sh         unit, integration and doc tests; each bench once
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
 #   ci/loom.sh         loom model checks of the ring
-#   ci/fuzz.sh         a minute of the parser's cargo-fuzz target (nightly)
+#   ci/fuzz.sh         every cargo-fuzz target (parsers, pcap, trace, stats, metrics), 90 s in all (nightly)
 #   ci/asan.sh         AddressSanitizer over the ring and the UMEM/socket tests (nightly)
 #
 # Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`

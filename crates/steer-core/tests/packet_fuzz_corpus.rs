@@ -1,4 +1,4 @@
-//! Stable regression test over the fuzz seeds committed in
+//! Stable regression test over the fuzz seeds committed in the workspace's
 //! `fuzz/seeds/parse/` (and any crash reproducers later added there): each
 //! must go through the parser and the flow key without panicking and with
 //! the documented invariants. Runs on stable, without cargo-fuzz.
@@ -21,7 +21,8 @@ use steer_core::packet::ethernet::ethertype;
 use steer_core::packet::{ip_proto, parse};
 
 fn seed_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/parse")
+    // The workspace's fuzz crate, two levels up from crates/steer-core.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/parse")
 }
 
 fn check(data: &[u8]) {

@@ -43,6 +43,8 @@
 pub mod endpoint;
 pub mod live;
 pub mod metrics;
+#[doc(hidden)]
+pub mod replies;
 /// The observer's connections, served side by side against deadlines.
 mod server;
 

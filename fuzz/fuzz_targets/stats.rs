@@ -1,0 +1,57 @@
+//! Fuzzes the stats socket's request parser and reply, as the observer
+//! calls it on a connection's bytes so far: no bytes may panic it, and
+//! - it waits (no reply) only while the request line may still come: no
+//!   newline yet, the client still there, at most `MAX_REQUEST` bytes;
+//! - a reply is one line of JSON: the snapshot exactly when the first line
+//!   is `stats` (spaces allowed), else `{"error": "<one line>"}`, small
+//!   whatever was sent;
+//! - once the line has ended, what follows it changes nothing.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+use steer_engine::observe::endpoint::MAX_REQUEST;
+use steer_engine::observe::replies::stats;
+use steer_engine::observe::LiveStats;
+
+/// The longest error reply (the request is quoted in it, at most
+/// `MAX_REQUEST` bytes escaped).
+const MAX_ERROR: usize = 512;
+
+fn snapshot() -> LiveStats {
+    LiveStats::empty("fuzz0")
+}
+
+fuzz_target!(|data: &[u8]| {
+    // The observer reads at most 16 KiB from a client.
+    let data = &data[..data.len().min(16 * 1024)];
+    let want = serde_json::to_string(&snapshot()).unwrap();
+    for closed in [false, true] {
+        let Some(reply) = stats(data, closed, &snapshot) else {
+            assert!(!closed, "a closed client gets a reply");
+            assert!(!data.contains(&b'\n') && data.len() <= MAX_REQUEST);
+            continue;
+        };
+        let text = std::str::from_utf8(&reply).expect("the reply is UTF-8");
+        let body = text.strip_suffix('\n').expect("the reply ends its line");
+        assert!(!body.contains('\n'), "one line: {text:?}");
+        let v: Value = serde_json::from_str(body).expect("the reply is JSON");
+        let line = match data.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                let line = &data[..=i];
+                assert_eq!(stats(line, false, &snapshot).as_ref(), Some(&reply));
+                line
+            }
+            None => data,
+        };
+        let is_stats = line.len() <= MAX_REQUEST
+            && std::str::from_utf8(line).is_ok_and(|l| l.trim() == "stats");
+        if is_stats {
+            assert_eq!(body, want);
+        } else {
+            let e = v["error"].as_str().expect("an error reply");
+            assert!(!e.contains('\n'));
+            assert!(reply.len() <= MAX_ERROR, "{} bytes", reply.len());
+        }
+    }
+});
