@@ -21,6 +21,7 @@ use crate::args::EngineArgs;
     steer echo -i eth1 -p 11111 --cpus 1 --sockperf  one worker on CPU 1, answer sockperf clients\n  \
     steer echo -i eth1 -p 7 --policy always --stats-json /tmp/echo.json\n  \
     steer echo -i eth1 -p 7 --metrics 127.0.0.1:9464    Prometheus metrics on /metrics\n  \
+    steer echo -i eth1 -p 7 --user nobody             run as nobody once set up (seccomp on by default)\n  \
     steer echo -i eth1 -p 7 --cost-ns 2000 --balance on   a costly handler, the load balancer on")]
 pub struct EchoArgs {
     #[command(flatten)]

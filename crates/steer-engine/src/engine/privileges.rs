@@ -21,6 +21,13 @@
 //! any thread of its own (capability sets are per thread; the engine's
 //! threads inherit the reduced sets, threads the application started
 //! earlier keep theirs).
+//!
+//! With [`EngineBuilder::run_as`](super::EngineBuilder::run_as) the same
+//! point switches the process to another user instead
+//! ([`xdp_io::privileges::RunAs::switch`]), keeping what
+//! [`needed_at_run_time`] says across the switch; the user and group ids
+//! change on every thread, and threads started earlier lose every
+//! capability.
 
 use caps::{Capability, CapsHashSet};
 use xdp_io::XdpAttach;
