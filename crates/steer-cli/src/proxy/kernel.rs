@@ -68,6 +68,7 @@ pub(super) fn serve(
     idle: Duration,
     relayed: Arc<Relayed>,
     stop: impl Fn() -> bool + Send + Sync + 'static,
+    set_up: impl FnOnce() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let sockets = cpus
         .iter()
@@ -76,6 +77,8 @@ pub(super) fn serve(
         .map_err(|e| {
             anyhow::anyhow!("binding udp port {port} on {interface} with SO_REUSEPORT: {e}")
         })?;
+    // Bound (SO_BINDTODEVICE needs CAP_NET_RAW): the privileges can go.
+    set_up()?;
     println!(
         "steer proxy: ready (io kernel) on {interface} udp port {port} -> {backend}, {} socket(s)",
         sockets.len()

@@ -219,6 +219,8 @@ async fn backend_socket(backend: SocketAddr) -> std::io::Result<UdpSocket> {
 
 /// `--io kernel`: the forwarder on plain tokio sockets.
 fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
+    // Looked up first: an unknown user fails before anything is bound.
+    let run_as = args.engine.privileges.run_as()?;
     let stop = xdp_io::shutdown::install()?;
     let cpus: Vec<usize> = match &args.engine.cpus {
         Some(set) => set.iter().collect(),
@@ -258,6 +260,23 @@ fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
             stop.load(Ordering::Relaxed)
                 || done.load(Ordering::Relaxed)
                 || duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        },
+        // Once the sockets are bound nothing privileged is left to do:
+        // every capability goes (the user too, with --user), then the
+        // threads start under the allowlist.
+        || {
+            let keep_all = args.engine.keep_capabilities;
+            let keep = if keep_all {
+                xdp_io::privileges::permitted()?
+            } else {
+                Default::default()
+            };
+            match run_as {
+                Some(user) => user.switch(&keep)?,
+                None if !keep_all => xdp_io::privileges::drop_all_but(&keep)?,
+                None => {}
+            }
+            args.engine.privileges.apply_seccomp()
         },
     )?;
     let r = &relayed;
