@@ -244,19 +244,37 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     body
 }
 
+/// Gives the run directory back to root, mode 0755, when dropped (pass
+/// or fail), for the tests after the one that handed it to nobody.
+struct RestoreRunDir;
+
+impl Drop for RestoreRunDir {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = nix::unistd::chown("/run/steer", Some(0.into()), Some(0.into()));
+        let _ = std::fs::set_permissions("/run/steer", std::fs::Permissions::from_mode(0o755));
+    }
+}
+
 #[test]
 fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
+    let _restore = RestoreRunDir;
     let net = TestNet::new();
     let echo = Echo::start(&net, &["--user", "nobody", "--metrics", "127.0.0.1:0"]);
     let metrics = echo.metrics_addr();
     assert_nobody(echo.pid());
     assert_caps(echo.pid(), 0);
-    // The run directory is nobody's, so the engine can remove its socket.
+    // The socket is nobody's, in root's run directory made writable by
+    // nobody's group and sticky: the engine can remove its socket and
+    // nothing else there.
     let socket = format!("/run/steer/{}.sock", net.host);
     {
         use std::os::unix::fs::MetadataExt;
         let dir = std::fs::metadata("/run/steer").unwrap();
-        assert_eq!((dir.uid(), dir.gid()), (65534, 65534));
+        assert_eq!((dir.uid(), dir.gid()), (0, 65534));
+        assert_eq!(dir.mode() & 0o1070, 0o1070, "{:o}", dir.mode());
+        assert_eq!(std::fs::metadata(&socket).unwrap().uid(), 65534);
+        assert_eq!(std::fs::metadata("/run/steer/owners").unwrap().uid(), 0);
     }
     let got = drive_flows(&net, 4, 20, 10);
     assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
@@ -289,8 +307,6 @@ fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
         "{socket} left behind"
     );
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
-    // Root's again for the tests after it.
-    let _ = nix::unistd::chown("/run/steer", Some(0.into()), Some(0.into()));
 }
 
 #[test]

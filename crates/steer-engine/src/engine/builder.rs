@@ -543,9 +543,9 @@ impl EngineBuilder {
     /// [`drop_privileges`](Self::drop_privileges), switches the whole
     /// process to `user` (its ids, all threads; [`RunAs::switch`]): what the
     /// engine keeps across the switch is what `drop_privileges` would keep
-    /// (with it off, every capability the thread holds). The stats socket's
-    /// directory is given to the user first, so the engine still removes its
-    /// socket at stop. Look the user up before building ([`RunAs::lookup`]):
+    /// (with it off, every capability the thread holds). The stats socket is
+    /// handed to the user first ([`StatsEndpoint::hand_to`]), so the engine
+    /// still removes it at stop. Look the user up before building ([`RunAs::lookup`]):
     /// an unknown name then fails before anything is touched.
     ///
     /// ```no_run
@@ -706,7 +706,7 @@ impl EngineBuilder {
         );
         if let Some(user) = self.run_as {
             if let Some(endpoint) = &endpoint {
-                endpoint.give_directory_to(user.uid, user.gid)?;
+                endpoint.hand_to(user.uid, user.gid)?;
             }
             let keep = if self.drop_privileges {
                 keep

@@ -22,8 +22,9 @@
 //!   what that engine left on the interface); no socket, nobody.
 //! - The owner removes the socket when it stops, and only if the path still
 //!   holds the socket it created; an engine that runs as another user once
-//!   set up owns the directory ([`StatsEndpoint::give_directory_to`]) so
-//!   that it still can.
+//!   set up owns its socket, in a sticky directory its group may write
+//!   ([`StatsEndpoint::hand_to`]), so that it still can, and can remove
+//!   nothing else there.
 //! - A reader ([`query`]) never hangs: connecting to a left-over socket
 //!   fails at once (`ECONNREFUSED`), and a live engine that does not answer
 //!   within the timeout is an error.
@@ -324,30 +325,41 @@ impl StatsEndpoint {
         })
     }
 
-    /// Gives the socket's directory to `uid`:`gid` (the user the engine
-    /// runs as once set up, [`xdp_io::privileges::RunAs`]), so that the
-    /// engine can still remove its socket at stop. The socket stays root's,
-    /// with the mode it has.
+    /// Hands the socket to `uid` (the user the engine runs as once set up,
+    /// [`xdp_io::privileges::RunAs`]) so that the engine can still remove
+    /// it at stop: the socket becomes the user's (its group and mode stay),
+    /// and its directory stays root's but becomes writable by group `gid`
+    /// with the sticky bit, as `/tmp` is: the user may remove only what it
+    /// owns, never the owner locks or another engine's socket.
     ///
     /// ```no_run
     /// use std::path::Path;
     /// use steer_engine::observe::StatsEndpoint;
     /// let endpoint = StatsEndpoint::claim(Path::new("/run/steer"), "eth1")?;
-    /// endpoint.give_directory_to(65534, 65534)?;
+    /// endpoint.hand_to(65534, 65534)?;
     /// # Ok::<(), steer_engine::observe::ObserveError>(())
     /// ```
-    pub fn give_directory_to(&self, uid: u32, gid: u32) -> Result<(), ObserveError> {
+    pub fn hand_to(&self, uid: u32, gid: u32) -> Result<(), ObserveError> {
         let dir = self.path.parent().unwrap_or(Path::new("/"));
-        nix::unistd::chown(
+        let io_err = |context: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source: io::Error| ObserveError::Io {
+                context,
+                path,
+                source,
+            }
+        };
+        nix::unistd::chown(&self.path, Some(nix::unistd::Uid::from_raw(uid)), None)
+            .map_err(|e| io_err("handing the stats socket to its user", &self.path)(e.into()))?;
+        nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| io_err("handing the stats directory to its group", dir)(e.into()))?;
+        let mode = fs::metadata(dir)
+            .map_err(io_err("reading the stats directory", dir))?
+            .mode();
+        fs::set_permissions(dir, Permissions::from_mode((mode & 0o7777) | 0o1070)).map_err(io_err(
+            "making the stats directory group-writable and sticky",
             dir,
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
-        )
-        .map_err(|e| ObserveError::Io {
-            context: "giving the stats directory to the user the engine runs as",
-            path: dir.to_path_buf(),
-            source: e.into(),
-        })
+        ))
     }
 
     /// The socket's path.
