@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::flow::{AnyHasher, KeyedHasher, ToeplitzHasher, MS_RSS_KEY, SYMMETRIC_RSS_KEY};
 use steer_core::policy::Policy;
+use steer_core::runtime::RestartLimit;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode, WorkerLoss};
 use steer_engine::observe::DEFAULT_RUN_DIR;
 use topology::Topology;
@@ -130,13 +131,22 @@ pub struct EngineArgs {
     /// Busy-poll instead of sleeping when idle (same as `--idle busy-poll`).
     #[arg(long)]
     pub busy_poll: bool,
-    /// How an idle worker waits: `sleep` (until woken, at once), `defer`
-    /// (after work, nap --nap-us on a timer and poll again, --naps empty
-    /// naps in a row before sleeping until woken: under steady load nobody
-    /// has to wake it, for up to --nap-us more latency) or `busy-poll`
-    /// (never sleep).
+    /// How an idle worker waits: `sleep` (until woken, at once),
+    /// `adaptive` (poll for a window that follows how long idle spells
+    /// last, up to --spin-max-us, within --spin-budget percent of a CPU,
+    /// then sleep: the guest haltpoll rule), `defer` (after work, nap
+    /// --nap-us on a timer and poll again, --naps empty naps in a row
+    /// before sleeping until woken: under steady load nobody has to wake
+    /// it, for up to --nap-us more latency) or `busy-poll` (never sleep).
     #[arg(long, value_enum, default_value = "sleep")]
     pub idle: Idle,
+    /// The longest polling window of `--idle adaptive`, microseconds.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub spin_max_us: u64,
+    /// Most of a CPU, in percent, `--idle adaptive` spends polling without
+    /// finding work.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub spin_budget: u8,
     /// One nap of `--idle defer`, microseconds: the most latency it adds.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub nap_us: u64,
@@ -230,11 +240,16 @@ pub struct EngineArgs {
     /// `--user`, `--group`, `--seccomp`.
     #[command(flatten)]
     pub privileges: crate::least_privilege::PrivilegeArgs,
-    /// What to do when every worker died (each handler panicked): `open`
-    /// passes the owned traffic to the kernel and keeps running; `closed`
-    /// stops and exits non-zero.
+    /// What to do when every worker died (each handler panicked past
+    /// `--worker-restarts`): `open` passes the owned traffic to the kernel
+    /// and keeps running; `closed` stops and exits non-zero.
     #[arg(long, value_enum, default_value = "open")]
     pub on_worker_loss: WorkerLossArg,
+    /// Restarts a minute allowed to each worker whose handler panicked
+    /// (each loses the packet it panicked on); past that the worker is
+    /// given up and its flows move to the others. 0 never restarts.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub worker_restarts: u32,
 }
 
 /// The steering hook (`--steer-hook`).
@@ -249,6 +264,8 @@ pub enum SteerHookArg {
 /// How an idle worker waits (`--idle`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Idle {
+    /// Poll for an adaptive window after work, then sleep until woken.
+    Adaptive,
     /// Nap on a timer after work, then sleep until woken.
     Defer,
     /// Sleep until woken at once.
@@ -306,6 +323,16 @@ impl EngineArgs {
                 }),
             )
             .idle_spins(self.idle_spins)
+            .adaptive((self.idle == Idle::Adaptive).then(|| {
+                let max = Duration::from_micros(self.spin_max_us);
+                steer_core::runtime::AdaptiveSpin {
+                    grow_start: steer_core::runtime::AdaptiveSpin::default()
+                        .grow_start
+                        .min(max),
+                    max,
+                    budget_percent: self.spin_budget,
+                }
+            }))
             .flow_tables(self.flow_table, 4096)
             .worker_slice(
                 (self.worker_slice_us > 0).then(|| Duration::from_micros(self.worker_slice_us)),
@@ -358,6 +385,7 @@ impl EngineArgs {
         if let Some(user) = self.privileges.run_as()? {
             builder = builder.run_as(user);
         }
+        builder = builder.worker_restarts(RestartLimit::per_minute(self.worker_restarts));
         builder = builder.on_worker_loss(match self.on_worker_loss {
             WorkerLossArg::Open => WorkerLoss::FailOpen,
             WorkerLossArg::Closed => WorkerLoss::FailClosed,

@@ -14,7 +14,7 @@ use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::flow::AnyHasher;
 use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
+use steer_core::runtime::{RestartLimit, RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use topology::Topology;
 use tracing::{info, warn};
 use xdp_io::privileges::RunAs;
@@ -286,8 +286,26 @@ impl EngineBuilder {
         self
     }
 
+    /// How often a worker whose handler panicked is restarted in place
+    /// (default: 5 times a minute; [`RestartLimit::NEVER`] gives a worker
+    /// up at its first panic). A restart loses only the packet the handler
+    /// panicked on; past the limit the worker is given up and its flows
+    /// move to the others (then [`EngineBuilder::on_worker_loss`] applies
+    /// when none is left).
+    ///
+    /// ```no_run
+    /// use steer_core::runtime::RestartLimit;
+    /// use steer_engine::engine::Engine;
+    /// let b = Engine::builder("eth1").worker_restarts(RestartLimit::per_minute(10));
+    /// # drop(b);
+    /// ```
+    pub fn worker_restarts(mut self, limit: RestartLimit) -> Self {
+        self.runtime.worker_restarts = limit;
+        self
+    }
+
     /// What to do when no worker is left to serve (every handler
-    /// panicked): fail open (the default: owned traffic goes to the
+    /// panicked past its restart limit): fail open (the default: owned traffic goes to the
     /// kernel) or fail closed ([`Engine::workers_lost`] turns true and the
     /// caller stops).
     ///
@@ -314,8 +332,26 @@ impl EngineBuilder {
         self
     }
 
+    /// Adaptive polling before sleep
+    /// ([`AdaptiveSpin`](steer_core::runtime::AdaptiveSpin), off by
+    /// default): after its last work a worker keeps polling for a window
+    /// that grows after short idle spells and shrinks after long ones (the
+    /// guest haltpoll governor's rule), within a CPU budget. Fewer
+    /// wake-ups, each of which costs the sender and the halted vCPU, for
+    /// polling time. `None`: `idle_spins` empty rounds, then sleep.
+    ///
+    /// ```no_run
+    /// use steer_core::runtime::AdaptiveSpin;
+    /// let builder = steer_engine::engine::Engine::builder("veth0")
+    ///     .adaptive(Some(AdaptiveSpin::default()));
+    /// ```
+    pub fn adaptive(mut self, spin: Option<steer_core::runtime::AdaptiveSpin>) -> Self {
+        self.runtime.adaptive = spin;
+        self
+    }
+
     /// Interrupt deferral after work ([`Defer`](steer_core::runtime::Defer),
-    /// on by default): an idle worker that just did work naps on a timer
+    /// off by default): an idle worker that just did work naps on a timer
     /// and polls again before it sleeps until woken. `None`: sleep until
     /// woken at once (every packet after a quiet spell costs its sender a
     /// wake-up).

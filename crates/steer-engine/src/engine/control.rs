@@ -288,7 +288,10 @@ mod tests {
         pins.refresh();
         assert_eq!(pins.lookup(hasher.hash(&key), 53), Some(1));
         let e = apply("pin 3 port 53").unwrap_err();
-        assert!(e.contains("CPU 3 runs no worker") && e.contains("0-1"), "{e}");
+        assert!(
+            e.contains("CPU 3 runs no worker") && e.contains("0-1"),
+            "{e}"
+        );
         apply("unpin flow udp 10.0.0.1:5000 -> 10.0.0.2:53").unwrap();
         pins.refresh();
         assert_eq!(pins.lookup(hasher.hash(&key), 53), None);
