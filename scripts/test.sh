@@ -16,6 +16,11 @@
 #
 # Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`
 # runs only the named ones (after setup).
+#
+# Each check has a time limit (below, about three times its usual length on
+# a slow machine): a check that hangs (a test waiting on a wedged kernel,
+# say) is killed and fails with its output so far, rather than running the
+# whole CI into its own deadline with nothing on record.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,11 +38,31 @@ for c in "${checks[@]}"; do
   fi
 done
 
+# Seconds each check may take.
+limit() {
+  case "$1" in
+    fmt) echo 300 ;;
+    clippy | doc) echo 1500 ;;
+    test) echo 2700 ;;
+    bench-smoke) echo 1500 ;;
+    *) echo 1200 ;;
+  esac
+}
+
 total=$SECONDS
 for c in "${checks[@]}"; do
   printf '\n=== ci/%s.sh\n' "$c"
   start=$SECONDS
-  bash "ci/$c.sh"
+  rc=0
+  timeout --kill-after=30 "$(limit "$c")" bash "ci/$c.sh" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      printf '=== ci/%s.sh: TIMED OUT after %d s (limit %s s)\n' "$c" $((SECONDS - start)) "$(limit "$c")"
+    else
+      printf '=== ci/%s.sh: FAILED (exit %d) after %d s\n' "$c" "$rc" $((SECONDS - start))
+    fi
+    exit 1
+  fi
   printf '=== ci/%s.sh: ok in %d s\n' "$c" $((SECONDS - start))
 done
 echo
