@@ -2,7 +2,8 @@
 //! it no longer needs (the engine's `drop_privileges`, kernel-socket
 //! steering's: the calling thread keeps exactly `keep`, and every thread it
 //! starts afterwards inherits that), running as another user
-//! ([`RunAs`], `--user`), and the seccomp allowlist ([`seccomp`]).
+//! ([`RunAs`](crate::privileges::RunAs), `--user`), and the seccomp allowlist
+//! ([`seccomp`](crate::privileges::seccomp)).
 //!
 //! Invariants: capability sets belong to each thread, so the caller drops
 //! before it starts the threads that should run reduced; the bounding set
