@@ -20,6 +20,7 @@
 
 mod args;
 mod balance_sim;
+mod ctl;
 mod demo;
 mod echo;
 mod kernel_args;
@@ -95,6 +96,9 @@ enum Command {
     /// Show the counters of the engine running on an interface, refreshed
     /// per CPU in the terminal.
     Top(top::TopArgs),
+    /// Change a running engine: policy, fast path, flow limit, balancer,
+    /// pinned flows and ports (root or the engine's user).
+    Ctl(ctl::CtlArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -117,6 +121,7 @@ impl Command {
             Self::Plot(_) => "plot",
             Self::Stats(_) => "stats",
             Self::Top(_) => "top",
+            Self::Ctl(_) => "ctl",
             Self::Completions { .. } => "completions",
         }
     }
@@ -147,6 +152,7 @@ fn main() -> ExitCode {
         Command::Plot(a) => plot::run(a).map(|()| ExitCode::SUCCESS),
         Command::Stats(a) => stats::run(a).map(|()| ExitCode::SUCCESS),
         Command::Top(a) => top::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Ctl(a) => ctl::run(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "steer", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::observe::{
-    bind_metrics, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
+    bind_metrics, Controlled, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
 };
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
@@ -844,6 +844,8 @@ impl EngineBuilder {
             cpus,
             sink.clone(),
         ));
+        // `steer ctl`: live changes to the same tables and switches.
+        let controls = super::Controls::new(shared.clone(), hasher.clone(), cpus);
         let setup = Arc::new(EngineSetup {
             topology: topology.clone(),
             pin: self.pin,
@@ -959,7 +961,10 @@ impl EngineBuilder {
             stopping,
         };
         if endpoint.is_some() || metrics.is_some() {
-            let snapshot: Snapshot = Arc::new(move || publisher.snapshot());
+            let snapshot: Snapshot = Arc::new(Controlled {
+                snapshot: move || publisher.snapshot(),
+                controls,
+            });
             // On failure the engine is dropped, which stops it.
             engine.observer = Some(Observer::start(endpoint, metrics, snapshot)?);
         }

@@ -117,6 +117,11 @@ impl Publisher {
                 .switches
                 .fast_path
                 .load(std::sync::atomic::Ordering::Relaxed),
+            flow_limit: self
+                .shared
+                .switches
+                .flow_limit
+                .load(std::sync::atomic::Ordering::Relaxed),
             xdp_mode: match self.modes.xdp {
                 XdpMode::Native => "native",
                 XdpMode::Generic => "generic",

@@ -3,18 +3,22 @@
 //! answers a one-line request with one line of JSON ([`LiveStats`]).
 //!
 //! The protocol: the client connects, sends `stats\n`, reads one JSON line
-//! and the server closes. Anything else (too long, not UTF-8, unknown,
-//! nothing within a second) gets `{"error": "..."}` instead; no request
-//! changes the engine (it is a read-only view).
+//! and the server closes. A client that is root or the engine's own user
+//! may instead send one control line ([`Control`], `steer ctl`: `policy
+//! llc`, `pin 1 flow ...`) and reads `{"ok": "..."}`. Anything else (too
+//! long, not UTF-8, unknown, a control from anybody else, nothing within a
+//! second) gets `{"error": "..."}` instead.
 //!
 //! Invariants:
 //! - The socket is created `0600` (its owner only: root) in a directory
 //!   created `0755`, or `0660` with the group the operator names
 //!   ([`StatsAccess::Group`]); a reader without the right gets a permission
 //!   error from the kernel before the engine sees anything.
-//! - Nothing a client sends can change the engine: the only request is
-//!   `stats`, answered from a snapshot; everything else, however long,
-//!   malformed or slow, gets one error line and the connection closed.
+//! - Nothing a client sends can change the engine but a valid control line
+//!   from root or the engine's user (checked with `SO_PEERCRED` by the
+//!   observer); `stats` is answered from a snapshot; everything else,
+//!   however long, malformed or slow, gets one error line and the
+//!   connection closed.
 //! - [`StatsEndpoint::claim`] decides who owns the path before the engine
 //!   touches the interface: a socket that answers belongs to a running
 //!   engine (refused, naming its pid); one that refuses connections was
@@ -39,6 +43,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::live::{LiveStats, FORMAT_VERSION};
+use super::Service;
+use crate::engine::Control;
 
 /// Where engines put their stats sockets unless told otherwise.
 pub const DEFAULT_RUN_DIR: &str = "/run/steer";
@@ -170,11 +176,24 @@ pub fn socket_path(run_dir: &Path, interface: &str) -> Result<PathBuf, ObserveEr
 }
 
 /// A request on the stats socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// The [`LiveStats`] now.
     Stats,
+    /// A change to the running engine (`steer ctl`; root or the engine's
+    /// own user only).
+    Control(Control),
 }
+
+/// The first words of control lines ([`Control`]).
+const CONTROL_WORDS: [&str; 6] = [
+    "policy",
+    "fast-path",
+    "flow-limit",
+    "balance",
+    "pin",
+    "unpin",
+];
 
 /// Parses one request line (trailing newline and spaces allowed); the
 /// error is the text the server sends back.
@@ -182,7 +201,9 @@ pub enum Request {
 /// ```
 /// use steer_engine::observe::{parse_request, Request};
 /// assert_eq!(parse_request(b"stats\n"), Ok(Request::Stats));
-/// assert!(parse_request(b"policy always\n").unwrap_err().contains("unknown request"));
+/// assert!(matches!(parse_request(b"policy always\n"), Ok(Request::Control(_))));
+/// assert!(parse_request(b"policy maybe\n").unwrap_err().contains("llc or always"));
+/// assert!(parse_request(b"reboot\n").unwrap_err().contains("unknown request"));
 /// ```
 pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     if line.len() > MAX_REQUEST {
@@ -192,7 +213,20 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     match text.trim() {
         "stats" => Ok(Request::Stats),
         "" => Err("empty request: send `stats`".into()),
-        other => Err(format!("unknown request {other:?}: send `stats`")),
+        other
+            if other
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| CONTROL_WORDS.contains(&w)) =>
+        {
+            other
+                .parse::<Control>()
+                .map(Request::Control)
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!(
+            "unknown request {other:?}: send `stats`, or a control such as `policy llc`"
+        )),
     }
 }
 
@@ -389,11 +423,13 @@ impl Drop for StatsEndpoint {
 
 /// The reply to what a client has sent so far (`closed`: it will send no
 /// more): `None` while its request line may still be coming. One line of
-/// JSON: the snapshot, or `{"error": ...}`.
+/// JSON: the snapshot, `{"ok": ...}` for a control applied (only when
+/// `may_control`), or `{"error": ...}`.
 pub(crate) fn reply_to(
     received: &[u8],
     closed: bool,
-    snapshot: &dyn Fn() -> LiveStats,
+    service: &dyn Service,
+    may_control: bool,
 ) -> Option<Vec<u8>> {
     let line = match received.iter().position(|&b| b == b'\n') {
         Some(i) => &received[..=i],
@@ -401,9 +437,17 @@ pub(crate) fn reply_to(
         None => return None,
     };
     let mut reply = match parse_request(line) {
-        Ok(Request::Stats) => serde_json::to_string(&snapshot()).unwrap_or_else(|e| {
+        Ok(Request::Stats) => serde_json::to_string(&service.snapshot()).unwrap_or_else(|e| {
             serde_json::json!({ "error": format!("encoding the stats: {e}") }).to_string()
         }),
+        Ok(Request::Control(_)) if !may_control => serde_json::json!({
+            "error": "control needs root or the user the engine runs as"
+        })
+        .to_string(),
+        Ok(Request::Control(c)) => match service.control(&c) {
+            Ok(done) => serde_json::json!({ "ok": done }).to_string(),
+            Err(e) => serde_json::json!({ "error": e }).to_string(),
+        },
         Err(e) => serde_json::json!({ "error": e }).to_string(),
     };
     reply.push('\n');
@@ -426,22 +470,22 @@ pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
-    super::server::serve_blocking(stream, super::server::Kind::Stats, snapshot);
+    super::server::serve_blocking(stream, super::server::Kind::Stats, &|| snapshot());
 }
 
 /// Asks a running engine for its pid (for the error that names it).
 fn ask_pid(stream: UnixStream) -> Option<u32> {
-    let reply = exchange(&stream, Duration::from_secs(1)).ok()?;
+    let reply = exchange(&stream, "stats", Duration::from_secs(1)).ok()?;
     let v: Value = serde_json::from_slice(&reply).ok()?;
     v.get("pid")?.as_u64()?.try_into().ok()
 }
 
 /// Sends the request and reads the reply line.
-fn exchange(stream: &UnixStream, timeout: Duration) -> io::Result<Vec<u8>> {
+fn exchange(stream: &UnixStream, request: &str, timeout: Duration) -> io::Result<Vec<u8>> {
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut s = stream;
-    s.write_all(b"stats\n")?;
+    s.write_all(format!("{request}\n").as_bytes())?;
     let mut reply = Vec::new();
     BufReader::new(s.take(MAX_REPLY)).read_until(b'\n', &mut reply)?;
     Ok(reply)
@@ -464,6 +508,52 @@ pub fn query(
     interface: &str,
     timeout: Duration,
 ) -> Result<LiveStats, ObserveError> {
+    let (path, reply) = request(run_dir, interface, "stats", timeout)?;
+    parse_reply(&path, &reply)
+}
+
+/// Sends one control line ([`Control`]) to the engine serving `interface`
+/// (`steer ctl`); returns the state it set, as the engine says it. The
+/// engine takes control only from root or the user it runs as.
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use steer_engine::observe::{send_control, DEFAULT_RUN_DIR};
+/// let control = "fast-path off".parse()?;
+/// let done = send_control(Path::new(DEFAULT_RUN_DIR), "eth1", &control, Duration::from_secs(2))?;
+/// assert_eq!(done, "fast-path off");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn send_control(
+    run_dir: &Path,
+    interface: &str,
+    control: &Control,
+    timeout: Duration,
+) -> Result<String, ObserveError> {
+    let (path, reply) = request(run_dir, interface, &control.to_string(), timeout)?;
+    let protocol = |reason: String| ObserveError::Protocol {
+        path: path.clone(),
+        reason,
+    };
+    let v: Value = serde_json::from_slice(&reply)
+        .map_err(|e| protocol(format!("the engine's reply is not JSON ({e})")))?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(protocol(format!("the engine refused the request: {e}")));
+    }
+    v.get("ok")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| protocol("the engine's reply has neither ok nor error".into()))
+}
+
+/// One request line to the engine serving `interface` and its reply line.
+fn request(
+    run_dir: &Path,
+    interface: &str,
+    line: &str,
+    timeout: Duration,
+) -> Result<(PathBuf, Vec<u8>), ObserveError> {
     let path = socket_path(run_dir, interface)?;
     let stream = UnixStream::connect(&path).map_err(|e| {
         let (interface, path) = (interface.to_string(), path.clone());
@@ -478,7 +568,7 @@ pub fn query(
             },
         }
     })?;
-    let reply = exchange(&stream, timeout).map_err(|e| match e.kind() {
+    let reply = exchange(&stream, line, timeout).map_err(|e| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ObserveError::Timeout {
             interface: interface.into(),
             path: path.clone(),
@@ -490,7 +580,7 @@ pub fn query(
             source: e,
         },
     })?;
-    parse_reply(&path, &reply)
+    Ok((path, reply))
 }
 
 /// A reply line as [`LiveStats`], or the error the engine sent.
@@ -525,6 +615,36 @@ mod tests {
         let d = std::env::temp_dir().join(format!("steer-endpoint-{}-{tag}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    /// A control line is applied only for a peer that may control; anybody
+    /// else gets an error and the service is never asked.
+    #[test]
+    fn control_lines_need_a_peer_that_may_control() {
+        struct Recorder(std::sync::Mutex<Vec<String>>);
+        impl Service for Recorder {
+            fn snapshot(&self) -> LiveStats {
+                LiveStats::empty("veth0")
+            }
+            fn control(&self, c: &Control) -> Result<String, String> {
+                self.0.lock().unwrap().push(c.to_string());
+                Ok(c.to_string())
+            }
+        }
+        let rec = Recorder(Default::default());
+        let text = |r: Option<Vec<u8>>| String::from_utf8(r.unwrap()).unwrap();
+        let refused = text(reply_to(b"balance on\n", false, &rec, false));
+        assert!(refused.contains("control needs root"), "{refused}");
+        assert!(rec.0.lock().unwrap().is_empty());
+        let done = text(reply_to(b"balance on\n", false, &rec, true));
+        assert_eq!(done, "{\"ok\":\"balance on\"}\n");
+        let bad = text(reply_to(b"balance maybe\n", false, &rec, true));
+        assert!(bad.contains("on or off"), "{bad}");
+        assert_eq!(*rec.0.lock().unwrap(), ["balance on"]);
+        // An engine without controls says so.
+        let plain = || LiveStats::empty("veth0");
+        let none = text(reply_to(b"balance on\n", false, &plain, true));
+        assert!(none.contains("takes no control"), "{none}");
     }
 
     /// Serves `n` connections of `endpoint` on a thread.

@@ -49,6 +49,9 @@ pub struct LiveStats {
     pub policy: String,
     /// Whether the same-CPU fast path is on.
     pub fast_path: bool,
+    /// Whether the per-CPU flow limit is on.
+    #[serde(default)]
+    pub flow_limit: bool,
     /// The XDP attach mode in use (`native`, `generic`).
     pub xdp_mode: String,
     /// The AF_XDP bind mode in use (`copy`, `zerocopy`).
@@ -104,6 +107,7 @@ impl LiveStats {
             uptime_s: 0.0,
             policy: "llc".into(),
             fast_path: true,
+            flow_limit: false,
             xdp_mode: String::new(),
             bind_mode: String::new(),
             per_cpu: Vec::new(),

@@ -519,7 +519,7 @@ pub(crate) fn serve(mut stream: TcpStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(HTTP_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(HTTP_IO_TIMEOUT));
-    super::server::serve_blocking(&mut stream, super::server::Kind::Metrics, snapshot);
+    super::server::serve_blocking(&mut stream, super::server::Kind::Metrics, &|| snapshot());
 }
 
 /// An HTTP/1.1 response.

@@ -32,7 +32,10 @@
 //!   counter blocks (relaxed atomic loads) and takes each AF_XDP socket's
 //!   lock once, for one `getsockopt(SOL_XDP, XDP_STATISTICS)` and four
 //!   ring-index reads.
-//! - Read-only: no request on either endpoint changes the engine.
+//! - `/metrics` is read-only; on the stats socket only a peer that is root
+//!   or the engine's own user (`SO_PEERCRED`) may send a control line
+//!   ([`Control`]: `steer ctl`), which is applied to the engine's shared
+//!   switches and pins; anybody else gets an error and changes nothing.
 //! - One thread serves both endpoints, up to 64 connections side by side,
 //!   none blocking: each has one second from accept to its last byte, so a
 //!   slow client delays no other reader and never the engine. Stopping
@@ -59,19 +62,65 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::warn;
 
+use crate::engine::{Control, Controls};
+
 use server::{Connections, Kind, Stream};
 
 pub use endpoint::{
-    parse_request, query, socket_path, ObserveError, Request, StatsAccess, StatsEndpoint,
-    DEFAULT_RUN_DIR,
+    parse_request, query, send_control, socket_path, ObserveError, Request, StatsAccess,
+    StatsEndpoint, DEFAULT_RUN_DIR,
 };
 pub use live::{
     CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, WorkerStatus,
     FORMAT_VERSION,
 };
 
-/// Builds a snapshot on request.
-pub(crate) type Snapshot = Arc<dyn Fn() -> LiveStats + Send + Sync>;
+/// What the observer serves: a snapshot on request and, to a stats-socket
+/// client that may control the engine (root or the engine's own user, by
+/// `SO_PEERCRED`), live control ([`Control`]). Any `Fn() -> LiveStats` is a
+/// service that takes no control.
+pub(crate) trait Service {
+    /// The engine now.
+    fn snapshot(&self) -> LiveStats;
+    /// Applies `control`: the state it set, or why not (one line).
+    fn control(&self, _control: &Control) -> Result<String, String> {
+        Err("this engine takes no control requests".into())
+    }
+}
+
+impl<F: Fn() -> LiveStats> Service for F {
+    fn snapshot(&self) -> LiveStats {
+        self()
+    }
+}
+
+/// A snapshot source with live control over an engine's [`Controls`].
+pub(crate) struct Controlled<F> {
+    pub(crate) snapshot: F,
+    pub(crate) controls: Controls,
+}
+
+impl<F: Fn() -> LiveStats> Service for Controlled<F> {
+    fn snapshot(&self) -> LiveStats {
+        (self.snapshot)()
+    }
+    fn control(&self, control: &Control) -> Result<String, String> {
+        self.controls.apply(control)
+    }
+}
+
+/// The observer's service, shared with its thread.
+pub(crate) type Snapshot = Arc<dyn Service + Send + Sync>;
+
+/// Whether the peer of an accepted stats connection may control the
+/// engine: root, or the user the engine runs as.
+fn may_control(stream: &std::os::unix::net::UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials).is_ok_and(|c| {
+        let uid = c.uid();
+        uid == 0 || uid == nix::unistd::geteuid().as_raw()
+    })
+}
 
 const STATS: Token = Token(0);
 const METRICS: Token = Token(1);
@@ -170,8 +219,16 @@ fn run(
                 STATS => {
                     if let Some(e) = &endpoint {
                         accept_all(
-                            || e.listener().accept().and_then(|(s, _)| Stream::unix(s)),
-                            |s| conns.add(poll.registry(), s, Kind::Stats, now, &*snapshot),
+                            || {
+                                let (s, _) = e.listener().accept()?;
+                                let kind = if may_control(&s) {
+                                    Kind::StatsControl
+                                } else {
+                                    Kind::Stats
+                                };
+                                Ok((Stream::unix(s)?, kind))
+                            },
+                            |(s, kind)| conns.add(poll.registry(), s, kind, now, &*snapshot),
                         );
                     }
                 }
@@ -214,6 +271,40 @@ mod tests {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// Root (this test) controls the engine over its stats socket: the
+    /// change lands in the shared state and the reply says what was set; a
+    /// pin to a CPU without a worker is refused with why; stats still read.
+    #[test]
+    fn root_controls_the_engine_over_the_stats_socket() {
+        use steer_core::cpu::{CpuLayout, CpuSet};
+        use steer_core::dispatch::Shared;
+        use steer_core::flow::AnyHasher;
+        use steer_core::policy::Policy;
+
+        let dir = std::env::temp_dir().join(format!("steer-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let endpoint = StatsEndpoint::claim(&dir, "veth4").unwrap();
+        let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
+        let shared = Shared::new(layout, 256, Policy::Always).unwrap();
+        let controls = Controls::new(shared.clone(), AnyHasher::default(), CpuSet::first(2));
+        let service: Snapshot = Arc::new(Controlled {
+            snapshot: || LiveStats::empty("veth4"),
+            controls,
+        });
+        let mut observer = Observer::start(Some(endpoint), None, service).unwrap();
+        let wait = Duration::from_secs(2);
+        let send = |line: &str| send_control(&dir, "veth4", &line.parse().unwrap(), wait);
+        assert_eq!(send("policy llc").unwrap(), "policy llc");
+        assert_eq!(shared.desired.policy().get(), Policy::LlcAffinity);
+        assert_eq!(send("flow-limit on").unwrap(), "flow-limit on");
+        assert!(shared.switches.flow_limit.load(Ordering::Relaxed));
+        let e = send("pin 5 port 7000").unwrap_err().to_string();
+        assert!(e.contains("CPU 5 runs no worker"), "{e}");
+        assert_eq!(query(&dir, "veth4", wait).unwrap().interface, "veth4");
+        observer.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Slow clients on both endpoints (a byte every 300 ms, reconnecting
     /// when closed) hold up neither a reader nor the stop.

@@ -15,7 +15,7 @@ use super::{endpoint, metrics};
 
 /// The stats socket's reply to `received` (one request line).
 pub fn stats(received: &[u8], closed: bool, snapshot: &dyn Fn() -> LiveStats) -> Option<Vec<u8>> {
-    endpoint::reply_to(received, closed, snapshot)
+    endpoint::reply_to(received, closed, &|| snapshot(), false)
 }
 
 /// The `/metrics` server's response to `received` (an HTTP request head).

@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use super::live::LiveStats;
-use super::{endpoint, metrics};
+use super::{endpoint, metrics, Service};
 
 /// Connections served at once.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
@@ -38,26 +37,25 @@ const MAX_RECEIVED: usize = 16 * 1024;
 pub(crate) enum Kind {
     /// The stats socket: one request line, one JSON line back.
     Stats,
+    /// The stats socket, from a peer that may also send control lines
+    /// (root or the engine's own user).
+    StatsControl,
     /// `/metrics`: one HTTP request, one response.
     Metrics,
 }
 
 impl Kind {
-    fn reply_to(
-        self,
-        received: &[u8],
-        closed: bool,
-        snapshot: &dyn Fn() -> LiveStats,
-    ) -> Option<Vec<u8>> {
+    fn reply_to(self, received: &[u8], closed: bool, service: &dyn Service) -> Option<Vec<u8>> {
         match self {
-            Kind::Stats => endpoint::reply_to(received, closed, snapshot),
-            Kind::Metrics => metrics::reply_to(received, closed, snapshot),
+            Kind::Stats => endpoint::reply_to(received, closed, service, false),
+            Kind::StatsControl => endpoint::reply_to(received, closed, service, true),
+            Kind::Metrics => metrics::reply_to(received, closed, &|| service.snapshot()),
         }
     }
 
     fn timeout_reply(self) -> Vec<u8> {
         match self {
-            Kind::Stats => endpoint::timeout_reply(),
+            Kind::Stats | Kind::StatsControl => endpoint::timeout_reply(),
             Kind::Metrics => metrics::timeout_reply(),
         }
     }
@@ -67,11 +65,7 @@ impl Kind {
 /// serves many at once without blocking). A read that times out gets the
 /// timeout reply.
 #[cfg(test)]
-pub(crate) fn serve_blocking(
-    mut stream: impl Read + Write,
-    kind: Kind,
-    snapshot: &dyn Fn() -> LiveStats,
-) {
+pub(crate) fn serve_blocking(mut stream: impl Read + Write, kind: Kind, service: &dyn Service) {
     let mut received = Vec::new();
     let mut buf = [0u8; 1024];
     let reply = loop {
@@ -81,7 +75,7 @@ pub(crate) fn serve_blocking(
             Err(_) => break kind.timeout_reply(),
         };
         received.extend_from_slice(&buf[..n]);
-        if let Some(r) = kind.reply_to(&received, closed, snapshot) {
+        if let Some(r) = kind.reply_to(&received, closed, service) {
             break r;
         }
     };
@@ -154,7 +148,7 @@ enum Step {
 impl Conn {
     /// Reads what the client sent, builds the reply once the request is
     /// whole, writes what the socket takes.
-    fn advance(&mut self, snapshot: &dyn Fn() -> LiveStats) -> Step {
+    fn advance(&mut self, service: &dyn Service) -> Step {
         let mut buf = [0u8; 2048];
         while self.reply.is_none() {
             let closed = match self.stream.read(&mut buf) {
@@ -168,7 +162,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return Step::Close,
             };
-            let reply = self.kind.reply_to(&self.received, closed, snapshot);
+            let reply = self.kind.reply_to(&self.received, closed, service);
             match reply {
                 Some(r) => self.reply = Some((r, 0)),
                 None if closed => return Step::Close,
@@ -276,7 +270,7 @@ impl Connections {
         mut stream: Stream,
         kind: Kind,
         now: Instant,
-        snapshot: &dyn Fn() -> LiveStats,
+        service: &dyn Service,
     ) {
         let slot = self.free_slot();
         if stream
@@ -292,13 +286,13 @@ impl Connections {
             reply: None,
             deadline: now + DEADLINE,
         };
-        if let Step::Wait = conn.advance(snapshot) {
+        if let Step::Wait = conn.advance(service) {
             self.slots[slot] = Some(conn);
         }
     }
 
     /// Serves the connection of `token` after an event on it.
-    pub(crate) fn ready(&mut self, token: Token, snapshot: &dyn Fn() -> LiveStats) {
+    pub(crate) fn ready(&mut self, token: Token, service: &dyn Service) {
         let Some(slot) = token.0.checked_sub(self.first_token) else {
             return;
         };
@@ -306,7 +300,7 @@ impl Connections {
             return;
         };
         if let Some(conn) = entry {
-            if let Step::Close = conn.advance(snapshot) {
+            if let Step::Close = conn.advance(service) {
                 *entry = None;
             }
         }
@@ -340,6 +334,8 @@ impl Connections {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixStream as StdUnix;
+
+    use crate::observe::LiveStats;
 
     fn live() -> LiveStats {
         LiveStats::empty("veth0")
