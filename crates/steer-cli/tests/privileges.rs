@@ -244,9 +244,21 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     body
 }
 
-/// Gives the run directory back to root, mode 0755, when dropped (pass
-/// or fail), for the tests after the one that handed it to nobody.
-struct RestoreRunDir;
+/// Held by a test that runs a command as nobody: gives the run directory
+/// back to root, mode 0755, when dropped (pass or fail), for the tests
+/// after it. One at a time: one test's restore must not pull the directory
+/// from under another's engine, which removes its socket at stop.
+struct RestoreRunDir(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+impl RestoreRunDir {
+    fn take() -> Self {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        Self(
+            ONE.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
 
 impl Drop for RestoreRunDir {
     fn drop(&mut self) {
@@ -258,7 +270,7 @@ impl Drop for RestoreRunDir {
 
 #[test]
 fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
-    let _restore = RestoreRunDir;
+    let _restore = RestoreRunDir::take();
     let net = TestNet::new();
     let echo = Echo::start(&net, &["--user", "nobody", "--metrics", "127.0.0.1:0"]);
     let metrics = echo.metrics_addr();
@@ -359,4 +371,34 @@ fn an_unknown_user_is_one_line_before_anything_is_attached() {
         assert!(line.contains("no user \"steer-no-such-user\""), "{line}");
         assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
     }
+}
+
+#[test]
+fn the_demo_drops_everything_and_runs_as_nobody_with_its_clients() {
+    let _restore = RestoreRunDir::take();
+    let net = TestNet::new();
+    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args(["demo", "-i", &net.host, "--netns", &net.ns])
+        .args(["--server", &net.host_v4.to_string(), "--seconds", "1"])
+        .args(["--move-every", "0.5", "--user", "nobody"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let child = &mut child.0;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The clients (made in the namespace before the engine started) are
+    // sending and the consumers reading by the first phase.
+    assert!(lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("phase always")));
+    let pid = child.id() as i32;
+    assert_nobody(pid);
+    assert_caps(pid, 0);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    let clients = rest.iter().find(|l| l.starts_with("clients:")).unwrap();
+    assert!(!clients.contains(" 0 answered"), "{clients}");
+    assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }

@@ -3,8 +3,12 @@
 //! in the namespace it was made in), sending numbered datagrams at a steady
 //! rate and counting the echoes: sent, answered, and answered out of order.
 //!
-//! Invariant: one thread owns every socket; [`Clients::tally`] reads
-//! counters it publishes, so the phases can be cut at any moment.
+//! Invariants: one thread owns every socket; [`Clients::tally`] reads
+//! counters it publishes, so the phases can be cut at any moment. The
+//! clients are made before the engine starts (joining a namespace needs
+//! CAP_SYS_ADMIN, which the engine drops) and send nothing until
+//! [`Clients::go`]; unless told to keep them, their thread drops every
+//! capability of its own once its sockets are open.
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -28,10 +32,23 @@ pub struct Tally {
 
 #[derive(Debug, Default)]
 struct Shared {
+    go: AtomicBool,
     stop: AtomicBool,
     sent: AtomicU64,
     answered: AtomicU64,
     reordered: AtomicU64,
+}
+
+/// What the clients' thread drops of its own capabilities once set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// Nothing (`--keep-capabilities`).
+    Nothing,
+    /// The bounding set only: the process switches user later, which
+    /// clears the rest, and every thread must still be able to take part.
+    Bounding,
+    /// Every capability.
+    All,
 }
 
 /// The running clients.
@@ -42,9 +59,17 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Starts `flows` flows from network namespace `netns` (a name under
-    /// `/run/netns`) to `server`, each at `rate` datagrams a second.
-    pub fn start(netns: &str, server: SocketAddr, flows: usize, rate: f64) -> anyhow::Result<Self> {
+    /// Makes `flows` flows from network namespace `netns` (a name under
+    /// `/run/netns`) to `server`, each to send `rate` datagrams a second
+    /// from [`Clients::go`] on; `shed`: what their thread drops of its own
+    /// capabilities once the sockets are open.
+    pub fn start(
+        netns: &str,
+        server: SocketAddr,
+        flows: usize,
+        rate: f64,
+        shed: Shed,
+    ) -> anyhow::Result<Self> {
         let path = format!("/run/netns/{netns}");
         let ns = File::open(&path).with_context(|| format!("opening the namespace {path}"))?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -56,6 +81,17 @@ impl Clients {
                 let joined = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
                     .map_err(|e| anyhow::anyhow!("joining the namespace {path}: {e}"));
                 let sockets = joined.and_then(|()| open_sockets(server, flows));
+                let sockets = sockets.and_then(|v| {
+                    let none = Default::default();
+                    match shed {
+                        Shed::Nothing => {}
+                        Shed::Bounding => xdp_io::privileges::lower_bounding(&none)
+                            .context("lowering the clients' bounding set")?,
+                        Shed::All => xdp_io::privileges::drop_all_but(&none)
+                            .context("dropping the clients' capabilities")?,
+                    }
+                    Ok(v)
+                });
                 let sockets = match sockets {
                     Ok(v) => {
                         let _ = ready_tx.send(Ok(()));
@@ -66,6 +102,9 @@ impl Clients {
                         return Ok(());
                     }
                 };
+                while !s.go.load(Relaxed) && !s.stop.load(Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 run(&sockets, rate, &s)
             })?;
         match ready_rx.recv() {
@@ -76,6 +115,11 @@ impl Clients {
             Ok(Err(e)) => Err(anyhow::anyhow!(e)),
             Err(_) => Err(anyhow::anyhow!("the client thread died")),
         }
+    }
+
+    /// Starts sending.
+    pub fn go(&self) {
+        self.shared.go.store(true, Relaxed);
     }
 
     /// The counters now.

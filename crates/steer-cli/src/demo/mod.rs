@@ -36,7 +36,7 @@ use topology::Topology;
 use xdp_io::Proto;
 
 use crate::top::TopView;
-use clients::Clients;
+use clients::{Clients, Shed};
 use consumers::Consumers;
 use summary::PhaseSummary;
 
@@ -92,9 +92,18 @@ pub struct DemoArgs {
     /// Directory of the stats socket (`steer top` reads it).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_RUN_DIR)]
     pub run_dir: PathBuf,
+    /// Keep every capability after set-up (by default the engine and the
+    /// clients drop them all once set up).
+    #[arg(long)]
+    pub keep_capabilities: bool,
+    /// `--user`, `--group`, `--seccomp`.
+    #[command(flatten)]
+    pub privileges: crate::least_privilege::PrivilegeArgs,
 }
 
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
+    // Looked up first: an unknown user fails before anything is touched.
+    let run_as = args.privileges.run_as()?;
     let stop = xdp_io::shutdown::install()?;
     let model = Topology::synthetic(&args.topology)?;
     let llcs: Vec<String> = model
@@ -108,15 +117,32 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|l| args.cpus.iter().any(|c| l.contains(c)))
         .count();
-    let engine = Engine::builder(&args.interface)
+    // The clients first: joining their namespace needs a capability the
+    // engine drops at start. They wait for `go`.
+    let clients = Clients::start(
+        &args.netns,
+        SocketAddr::new(args.server.into(), args.port),
+        args.flows,
+        args.rate,
+        match (args.keep_capabilities, run_as.is_some()) {
+            (true, _) => Shed::Nothing,
+            (false, true) => Shed::Bounding,
+            (false, false) => Shed::All,
+        },
+    )?;
+    let mut builder = Engine::builder(&args.interface)
         .own(Proto::Udp, args.port)
         .topology(model)
         .cpus(args.cpus)
         .policy(Policy::Always)
         .frames(4096, 1024)
         .stats_dir(&args.run_dir)
-        .deliver_flows(FlowOptions::default())
-        .start()?;
+        .drop_privileges(!args.keep_capabilities)
+        .deliver_flows(FlowOptions::default());
+    if let Some(user) = run_as {
+        builder = builder.run_as(user);
+    }
+    let engine = builder.start()?;
     println!(
         "steer demo: engine on {} udp port {}, workers on CPUs {}; topology model {:?}: LLCs {}",
         args.interface,
@@ -133,12 +159,9 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         .listener()
         .ok_or_else(|| anyhow::anyhow!("flow delivery is off"))?;
     let consumers = Consumers::start(listener, args.cpus)?;
-    let clients = Clients::start(
-        &args.netns,
-        SocketAddr::new(args.server.into(), args.port),
-        args.flows,
-        args.rate,
-    )?;
+    // Set up: from here every thread runs under the allowlist.
+    args.privileges.apply_seccomp()?;
+    clients.go();
 
     // Let every flow arrive and find its consumer before measuring.
     let settle = Instant::now() + Duration::from_secs(3);

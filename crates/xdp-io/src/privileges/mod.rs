@@ -59,8 +59,15 @@ pub fn permitted() -> Result<CapsHashSet, CapsError> {
 }
 
 /// Lowers the calling thread's bounding set to `keep` and empties its
-/// ambient and inheritable sets (needs CAP_SETPCAP in the effective set).
-fn lower_bounding(keep: &CapsHashSet) -> Result<(), CapsError> {
+/// ambient and inheritable sets (needs CAP_SETPCAP in the effective set);
+/// the permitted and effective sets stay. For a thread that must still
+/// take part in a later [`RunAs::switch`] (which clears them).
+///
+/// ```no_run
+/// xdp_io::privileges::lower_bounding(&Default::default())?;
+/// # Ok::<(), xdp_io::privileges::CapsError>(())
+/// ```
+pub fn lower_bounding(keep: &CapsHashSet) -> Result<(), CapsError> {
     let bounding = caps::read(None, CapSet::Bounding)?;
     for cap in bounding.difference(keep) {
         caps::drop(None, CapSet::Bounding, *cap)?;

@@ -11,7 +11,11 @@
 //!   effective or saved) is left to return to.
 //! - The ids are the whole process's: glibc applies `setgroups`,
 //!   `setresgid` and `setresuid` to every thread (its set-id broadcast), so
-//!   threads started before the switch run as the user too.
+//!   threads started before the switch run as the user too. Each thread
+//!   makes the call itself, and glibc aborts the process when one fails
+//!   where another succeeded: every thread must still hold CAP_SETUID and
+//!   CAP_SETGID when the switch runs (a thread that must shed privileges
+//!   earlier lowers only its bounding set, [`lower_bounding`](super::lower_bounding)).
 //! - Capabilities are each thread's: the switching thread keeps exactly
 //!   `keep` (PR_SET_KEEPCAPS across the uid change, then the effective set
 //!   raised again to `keep`); every other thread loses all of its own when
