@@ -8,6 +8,8 @@
 //! - once the line has ended, what follows it changes nothing.
 #![no_main]
 
+use std::sync::OnceLock;
+
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use steer_engine::observe::endpoint::MAX_REQUEST;
@@ -22,10 +24,15 @@ fn snapshot() -> LiveStats {
     LiveStats::empty("fuzz0")
 }
 
+/// The snapshot's JSON, encoded once.
+fn encoded() -> &'static str {
+    static ENCODED: OnceLock<String> = OnceLock::new();
+    ENCODED.get_or_init(|| serde_json::to_string(&snapshot()).unwrap())
+}
+
 fuzz_target!(|data: &[u8]| {
     // The observer reads at most 16 KiB from a client.
     let data = &data[..data.len().min(16 * 1024)];
-    let want = serde_json::to_string(&snapshot()).unwrap();
     for closed in [false, true] {
         let Some(reply) = stats(data, closed, &snapshot) else {
             assert!(!closed, "a closed client gets a reply");
@@ -47,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
         let is_stats = line.len() <= MAX_REQUEST
             && std::str::from_utf8(line).is_ok_and(|l| l.trim() == "stats");
         if is_stats {
-            assert_eq!(body, want);
+            assert_eq!(body, encoded());
         } else {
             let e = v["error"].as_str().expect("an error reply");
             assert!(!e.contains('\n'));
