@@ -208,10 +208,11 @@ fn garbage_on_the_stats_socket_and_the_metrics_port_changes_nothing() {
     let path = engine.stats_socket().unwrap().to_path_buf();
     let addr = engine.metrics_addr().unwrap();
 
-    // Requests that would change an engine, were there a way: each one
-    // error line.
+    // Malformed controls and other lines: each one error line (a valid
+    // control from root, as here, would be applied: `steer ctl`'s tests).
     let mut requests: Vec<Vec<u8>> = [
-        "policy always\n",
+        "policy sometimes\n",
+        "pin 1 flow udp 10.0.0.1 -> 10.0.0.2\n",
         "fast_path off\n",
         "pin 7777 1\n",
         "stop\n",
