@@ -134,15 +134,27 @@ impl RunAs {
         nix::unistd::setresuid(uid, uid, uid)
             .map_err(errno)
             .map_err(fail("setresuid"))?;
+        // Exactly `keep` from here: kept in the permitted set and cleared
+        // from the effective one by a change away from uid 0, untouched by
+        // a switch to uid 0. The effective set shrinks first (it must stay
+        // within the permitted set), then is raised to `keep` again.
+        let effective = caps::read(None, CapSet::Effective)
+            .map_err(caps_err)
+            .map_err(fail("reading the effective set"))?;
+        caps::set(
+            None,
+            CapSet::Effective,
+            &effective.intersection(&keep).copied().collect(),
+        )
+        .map_err(caps_err)
+        .map_err(fail("lowering the effective set"))?;
+        caps::set(None, CapSet::Permitted, &keep)
+            .map_err(caps_err)
+            .map_err(fail("setting the permitted set"))?;
+        caps::set(None, CapSet::Effective, &keep)
+            .map_err(caps_err)
+            .map_err(fail("raising the kept capabilities"))?;
         if !keep.is_empty() {
-            // Kept in the permitted set, cleared from the effective one by
-            // the uid change: raise exactly `keep` again.
-            caps::set(None, CapSet::Permitted, &keep)
-                .map_err(caps_err)
-                .map_err(fail("setting the permitted set"))?;
-            caps::set(None, CapSet::Effective, &keep)
-                .map_err(caps_err)
-                .map_err(fail("raising the kept capabilities"))?;
             nix::sys::prctl::set_keepcaps(false)
                 .map_err(errno)
                 .map_err(fail("PR_SET_KEEPCAPS"))?;
@@ -232,8 +244,10 @@ mod tests {
             .to_string()
     }
 
-    #[test]
-    fn switching_in_a_child_process_leaves_the_user_and_only_the_kept_capability() {
+    /// Runs `check` in a forked child and asserts it passed: ids are the
+    /// whole process's, and the test harness's other threads would be
+    /// switched too. Skipped without root or a user nobody.
+    fn in_child(check: impl FnOnce(RunAs)) {
         if !nix::unistd::geteuid().is_root() {
             eprintln!("skipped: needs root");
             return;
@@ -242,28 +256,13 @@ mod tests {
             eprintln!("skipped: no user nobody");
             return;
         };
-        // In a child: ids are the whole process's (the test harness's other
-        // threads would be switched too).
-        // SAFETY: the child only calls async-signal-safe-enough code of its
-        // own (no lock the parent's other threads may hold is taken before
-        // it exits: the switch and /proc reads allocate, which glibc's
-        // fork-safe malloc allows).
+        // SAFETY: the child runs only `check` and exits: it takes no lock
+        // another thread of the parent may have held at the fork (glibc
+        // resets malloc's in the child; the rest are the child's own).
         match unsafe { nix::unistd::fork() }.unwrap() {
             nix::unistd::ForkResult::Child => {
-                let ok = std::panic::catch_unwind(|| {
-                    let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
-                    nobody.switch(&keep).unwrap();
-                    let id = nobody.uid.to_string();
-                    assert_eq!(status("Uid"), [id.as_str(); 4].join("\t"));
-                    let gid = nobody.gid.to_string();
-                    assert_eq!(status("Gid"), [gid.as_str(); 4].join("\t"));
-                    assert_eq!(status("Groups"), gid);
-                    // CAP_NET_ADMIN is bit 12.
-                    assert_eq!(status("CapEff"), "0000000000001000");
-                    assert_eq!(status("CapPrm"), "0000000000001000");
-                    assert_eq!(status("CapBnd"), "0000000000001000");
-                })
-                .is_ok();
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(nobody)))
+                    .is_ok();
                 // SAFETY: ends the forked child without running the
                 // parent's atexit handlers or destructors.
                 unsafe { libc::_exit(if ok { 0 } else { 1 }) };
@@ -273,5 +272,45 @@ mod tests {
                 assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
             }
         }
+    }
+
+    #[test]
+    fn switching_leaves_the_user_and_only_the_kept_capability() {
+        in_child(|nobody| {
+            let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
+            nobody.switch(&keep).unwrap();
+            let id = nobody.uid.to_string();
+            assert_eq!(status("Uid"), [id.as_str(); 4].join("\t"));
+            let gid = nobody.gid.to_string();
+            assert_eq!(status("Gid"), [gid.as_str(); 4].join("\t"));
+            assert_eq!(status("Groups"), gid);
+            // CAP_NET_ADMIN is bit 12.
+            assert_eq!(status("CapEff"), "0000000000001000");
+            assert_eq!(status("CapPrm"), "0000000000001000");
+            assert_eq!(status("CapBnd"), "0000000000001000");
+            // A thread started now inherits it all.
+            std::thread::spawn(|| assert_eq!(status("CapEff"), "0000000000001000"))
+                .join()
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn switching_with_nothing_to_keep_keeps_nothing_even_as_root() {
+        in_child(|nobody| {
+            nobody.switch(&CapsHashSet::new()).unwrap();
+            assert_eq!(status("CapEff"), "0000000000000000");
+            assert_eq!(status("CapPrm"), "0000000000000000");
+        });
+        // uid 0 to uid 0 clears no capability by itself.
+        in_child(|_| {
+            RunAs { uid: 0, gid: 0 }
+                .switch(&CapsHashSet::new())
+                .unwrap();
+            assert_eq!(status("Uid"), "0\t0\t0\t0");
+            assert_eq!(status("CapEff"), "0000000000000000");
+            assert_eq!(status("CapPrm"), "0000000000000000");
+            assert_eq!(status("CapBnd"), "0000000000000000");
+        });
     }
 }
