@@ -16,9 +16,10 @@ use steer_engine::observe::endpoint::MAX_REQUEST;
 use steer_engine::observe::replies::stats;
 use steer_engine::observe::LiveStats;
 
-/// The longest error reply (the request is quoted in it, at most
-/// `MAX_REQUEST` bytes escaped).
-const MAX_ERROR: usize = 512;
+/// The longest error reply: the request (at most `MAX_REQUEST` bytes) is
+/// quoted in it, each byte at most 7 once escaped twice (`\x1e` is
+/// `\u{1e}` quoted, `\\u{1e}` in JSON), with a few words around it.
+const MAX_ERROR: usize = 8 * MAX_REQUEST + 128;
 
 fn snapshot() -> LiveStats {
     LiveStats::empty("fuzz0")

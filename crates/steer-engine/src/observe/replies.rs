@@ -40,4 +40,21 @@ mod tests {
         let r = metrics(b"GET /nope HTTP/1.1\r\n\r\n", false, &live).unwrap();
         assert!(r.starts_with(b"HTTP/1.1 404 Not Found\r\n"));
     }
+
+    /// The stats error quotes the request, escaped twice (Rust's `{:?}`,
+    /// then JSON): a line of control bytes grows sevenfold, and stays
+    /// bounded (the fuzz target `stats` found 524 bytes from 64).
+    #[test]
+    fn error_replies_stay_small() {
+        use super::super::endpoint::MAX_REQUEST;
+        let mut worst = vec![0x1e; MAX_REQUEST - 2];
+        worst.insert(0, b'\\');
+        worst.push(b'\\');
+        let r = stats(&worst, true, &live).unwrap();
+        assert!(r.len() > 7 * (MAX_REQUEST - 2), "{}", r.len());
+        assert!(r.len() <= 8 * MAX_REQUEST + 128, "{}", r.len());
+        let long = vec![b'x'; 10 * MAX_REQUEST];
+        let r = stats(&long, false, &live).unwrap();
+        assert!(r.len() < 128, "{}", String::from_utf8_lossy(&r));
+    }
 }
