@@ -15,7 +15,9 @@
 #   trace     steer-replay's trace lines: an event prints to a line that
 #             parses to the same event; engine counts bounded
 #   stats     the stats socket's request parser and reply: one line of
-#             JSON, the snapshot only for `stats`, small errors
+#             JSON, the snapshot only for `stats`, small errors; a control
+#             line (`steer ctl`) prints back to itself, and is refused to a
+#             client that may not control
 #   metrics   the /metrics request parser and response: well-formed HTTP,
 #             Content-Length its body's, 200 only for GET/HEAD /metrics
 #

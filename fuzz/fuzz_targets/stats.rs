@@ -5,16 +5,21 @@
 //! - a reply is one line of JSON: the snapshot exactly when the first line
 //!   is `stats` (spaces allowed), else `{"error": "<one line>"}`, small
 //!   whatever was sent;
-//! - once the line has ended, what follows it changes nothing.
+//! - once the line has ended, what follows it changes nothing;
+//! - a control line (`steer ctl`) that parses prints to one line that
+//!   parses to the same control, and, from a client that may not control
+//!   the engine, gets an error and nothing else.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use steer_engine::engine::Control;
 use steer_engine::observe::endpoint::MAX_REQUEST;
 use steer_engine::observe::replies::stats;
 use steer_engine::observe::LiveStats;
+use steer_engine::observe::{parse_request, Request};
 
 /// The longest error reply: the request (at most `MAX_REQUEST` bytes) is
 /// quoted in it, each byte at most 7 once escaped twice (`\x1e` is
@@ -54,6 +59,9 @@ fuzz_target!(|data: &[u8]| {
         };
         let is_stats = line.len() <= MAX_REQUEST
             && std::str::from_utf8(line).is_ok_and(|l| l.trim() == "stats");
+        if let Ok(Request::Control(c)) = parse_request(line) {
+            control_prints_back(&c);
+        }
         if is_stats {
             assert_eq!(body, encoded());
         } else {
@@ -63,3 +71,17 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A control prints to one line that parses to it, as a request too.
+fn control_prints_back(c: &Control) {
+    let printed = c.to_string();
+    assert!(!printed.contains('\n'), "{printed:?}");
+    assert_eq!(printed.parse::<Control>().as_ref(), Ok(c), "{printed:?}");
+    let line = printed + "\n";
+    if line.len() <= MAX_REQUEST {
+        assert_eq!(
+            parse_request(line.as_bytes()),
+            Ok(Request::Control(c.clone()))
+        );
+    }
+}
