@@ -109,11 +109,21 @@ impl InterfaceLock {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| io_err("opening", e))?;
-        if !sys::try_lock_exclusive(&file).map_err(|e| io_err("locking", e))? {
-            return Err(XdpError::Locked {
-                interface: interface.into(),
-                pid: holder(&mut file),
-            });
+        // A lock this process released a moment ago can still be held by a
+        // child another thread of ours is forking: the child shares the
+        // lock's open file description until its exec closes it
+        // (O_CLOEXEC). A refusal naming our own pid is that, and passes
+        // within moments; any other holder is refused at once.
+        let deadline = std::time::Instant::now() + OWN_LINGER;
+        while !sys::try_lock_exclusive(&file).map_err(|e| io_err("locking", e))? {
+            let pid = holder(&mut file);
+            if pid != Some(std::process::id()) || std::time::Instant::now() > deadline {
+                return Err(XdpError::Locked {
+                    interface: interface.into(),
+                    pid,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
         // Held: say who holds it (for the next one's message).
         let pid = std::process::id().to_string();
@@ -131,6 +141,10 @@ impl InterfaceLock {
         &self.path
     }
 }
+
+/// How long a lock this process released may linger in a forked child
+/// before a new claim of it fails.
+const OWN_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The pid the holder wrote into the lock file. A holder writes it right
 /// after it took the lock, but a busy machine may hold it up between the
