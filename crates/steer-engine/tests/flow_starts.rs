@@ -67,6 +67,10 @@ fn new_flows_past_the_start_bound_are_refused_and_reads_give_starts_back() {
     let peer = net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap());
     let to = SocketAddr::new(net.host_v4.into(), PORT);
     peer.send_to(b"established 0", to).unwrap();
+    // Offered first (the workers offer flows side by side, in no set
+    // order, so the spray waits for it).
+    let s = decided(&engine, &zero, 1);
+    assert_eq!(s.accepted - zero.accepted, 1, "{s:?}");
     new_flows(&net, 11, "spray");
     let s = decided(&engine, &zero, 12);
     assert_eq!(s.accepted - zero.accepted, MAX_STARTING as u64, "{s:?}");
