@@ -13,8 +13,9 @@
 //!
 //! Invariants: the window stays within `[0, max]`; polling time spent
 //! without finding work is bounded by `budget_percent` of wall time over
-//! each [`BUDGET_PERIOD`]: past it the window halves and does not grow
-//! again in that period; all of it is pure arithmetic on the times the
+//! each [`BUDGET_PERIOD`]: past it the worker polls no more in that period
+//! (it sleeps when idle), and the window halves and does not grow until
+//! the next; all of it is pure arithmetic on the times the
 //! worker already reads (one clock read per round), so tests drive it with
 //! made-up instants.
 
@@ -86,9 +87,10 @@ impl SpinWindow {
     }
 
     /// Whether a worker idle for `idle_for` (since its last work) keeps
-    /// polling rather than sleeping.
+    /// polling rather than sleeping: within the window, and not once the
+    /// budget of this period ran out.
     pub(super) fn keep_polling(&self, idle_for: Duration) -> bool {
-        idle_for < self.window
+        !self.over_budget && idle_for < self.window
     }
 
     /// A round without work took `spent` of polling (ending at `now`).
@@ -182,10 +184,12 @@ mod tests {
         assert_eq!(w.window(), 160 * US);
         w.polled_idle(Duration::from_millis(2), t);
         assert_eq!(w.window(), 80 * US);
+        assert!(!w.keep_polling(US), "no polling for the rest of the period");
         w.slept(150 * US, t);
         assert_eq!(w.window(), 80 * US, "no growth while over budget");
         // The next period starts afresh.
         w.slept(150 * US, t + BUDGET_PERIOD);
         assert_eq!(w.window(), 160 * US);
+        assert!(w.keep_polling(US));
     }
 }
