@@ -105,8 +105,9 @@ struct HostileArgs {
     /// Seconds of spray (and of the client's baseline, at most 5).
     #[arg(long, default_value_t = 10.0)]
     secs: f64,
-    /// Requests the well-behaved client sends in each phase.
-    #[arg(long, default_value_t = 50)]
+    /// Requests the well-behaved client sends in each phase (enough that
+    /// its p99 is not simply its worst request: with 50, it is).
+    #[arg(long, default_value_t = 500)]
     requests: u32,
     /// Distinct spray sources (0: a random address per datagram).
     #[arg(long, default_value_t = 0)]
