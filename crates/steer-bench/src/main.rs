@@ -220,10 +220,12 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
             other => bail!("--proxies: unknown proxy {other:?} (steer, kernel)"),
         })
         .collect::<Result<Vec<_>>>()?;
-    let (secs, runs) = if a.quick {
-        (2.0, 1)
+    // A smoke run keeps the old 50 requests: an unanswered one waits a
+    // second.
+    let (secs, runs, requests) = if a.quick {
+        (2.0, 1, a.requests.min(50))
     } else {
-        (a.secs, a.runs.max(1))
+        (a.secs, a.runs.max(1), a.requests)
     };
     let log_dir = std::env::temp_dir().join(format!("steer-bench-hostile-{}", std::process::id()));
     let mut results = Vec::new();
@@ -242,7 +244,7 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
                     spray_rate: rate,
                     spray_sources: a.sources,
                     secs,
-                    requests: a.requests,
+                    requests,
                     proxy_args: match proxy {
                         ProxyKind::Steer => {
                             a.steer_args.split_whitespace().map(String::from).collect()
