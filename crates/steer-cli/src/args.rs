@@ -393,7 +393,6 @@ impl EngineArgs {
         if let Some(addr) = self.metrics {
             builder = builder.metrics(addr);
         }
-        // After `topology`, which turns pinning off for a model.
         builder = builder.pin_workers(!self.no_pin);
         match self.rps {
             Rps::Auto => {}

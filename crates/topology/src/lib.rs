@@ -314,14 +314,14 @@ impl Topology {
         Ok(changed)
     }
 
-    /// Pins the calling thread to `cpu` on the live machine. On a synthetic or
-    /// XML model this checks the id and does nothing else: plan with the model,
-    /// bind through the live machine.
+    /// Pins the calling thread to `cpu` on the live machine. A synthetic or
+    /// XML model plans (its LLCs decide the rule) but threads still run
+    /// here: the thread is pinned to the CPU of the same number on this
+    /// machine, and a CPU this machine lacks is an error (the caller runs
+    /// the thread unpinned and says so).
     pub fn pin_current_thread(&self, cpu: CpuId) -> Result<(), Error> {
         self.check_cpu(cpu)?;
-        if self.source.is_live() {
-            thread::pin_current(cpu)?;
-        }
+        thread::pin_current(cpu)?;
         Ok(())
     }
 

@@ -230,12 +230,24 @@ fn bad_xml_inputs_are_errors_naming_the_file() {
 }
 
 #[test]
-fn pinning_through_a_model_does_nothing_but_checks_the_id() {
+fn pinning_through_a_model_binds_the_same_cpu_here() {
+    // 256 CPUs in the model; threads still run on this machine: CPU 1 of
+    // the model is CPU 1 here, CPU 200 is nowhere here (an error: the
+    // thread stays where it was), 256 is not in the model.
     let t = Topology::synthetic("pack:2 l3:16 core:8 pu:1").unwrap();
+    let here = Topology::live().unwrap().online_cpus();
+    let last = here.iter().last().unwrap();
     std::thread::spawn(move || {
-        let before = topology::thread::allowed_cpus().unwrap();
-        t.pin_current_thread(200).unwrap();
-        assert_eq!(topology::thread::allowed_cpus().unwrap(), before);
+        t.pin_current_thread(last).unwrap();
+        assert_eq!(
+            topology::thread::allowed_cpus().unwrap(),
+            [last].into_iter().collect()
+        );
+        assert!(t.pin_current_thread(200).is_err());
+        assert_eq!(
+            topology::thread::allowed_cpus().unwrap(),
+            [last].into_iter().collect()
+        );
         assert!(matches!(
             t.pin_current_thread(256),
             Err(Error::UnknownCpu { .. })

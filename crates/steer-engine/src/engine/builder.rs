@@ -144,10 +144,11 @@ impl EngineBuilder {
         self
     }
 
-    /// The topology the LLC rule uses (default: the live machine). A model
-    /// (synthetic, XML) also turns pinning off.
+    /// The topology the LLC rule uses (default: the live machine). With a
+    /// model (synthetic, XML) the workers still run on this machine,
+    /// pinned to the CPUs of the same numbers (one this machine lacks runs
+    /// unpinned, with a warning).
     pub fn topology(mut self, topology: Topology) -> Self {
-        self.pin = topology.source().is_live();
         self.topology = Some(topology);
         self
     }
