@@ -3,7 +3,9 @@
  * destination port, listed at run time in `owned_ports`) to the AF_XDP socket
  * of the receiving queue (or the one `flow_socks` names for the flow), and
  * passes everything else (ARP, ICMP, other ports, fragments, IPv6 extension
- * headers) to the kernel with XDP_PASS. When the kernel and driver offer
+ * headers, more than two VLAN tags) to the kernel with XDP_PASS. Frames with
+ * one 802.1Q tag, or an 802.1ad outer and an 802.1Q inner tag (QinQ), are
+ * owned by their inner protocol and port like untagged ones. When the kernel and driver offer
  * bpf_xdp_metadata_rx_hash (built with -DSTEER_RX_HASH, loaded device-bound),
  * the receive hash goes into the metadata area; otherwise the metadata says
  * "no hash". */
@@ -70,6 +72,13 @@ static __always_inline void count(__u32 stat)
 		*v += 1;
 }
 
+/* The last 4 bytes of a VLAN tag, after its TPID: the TCI and the
+ * EtherType inside. */
+struct steer_vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
 static __always_inline int pass(void)
 {
 	count(STAT_PASSED);
@@ -85,12 +94,29 @@ int steer_xdp(struct xdp_md *ctx)
 	struct steer_flow_key flow = {};
 	struct steer_port_key pk = {};
 	__u8 *l4;
+	void *l3;
+	__be16 proto;
+	int tags = 0;
 
 	if ((void *)(eth + 1) > data_end)
 		return pass();
+	proto = eth->h_proto;
+	l3 = eth + 1;
+	/* Up to two VLAN tags; a third is passed on below. */
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		struct steer_vlan_hdr *vh = l3;
+		if ((void *)(vh + 1) > data_end)
+			return pass();
+		proto = vh->proto;
+		l3 = vh + 1;
+		tags++;
+	}
 
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3;
 		if ((void *)(ip + 1) > data_end || ip->ihl < 5)
 			return pass();
 		/* Non-first fragments carry no ports; first fragments are
@@ -102,8 +128,8 @@ int steer_xdp(struct xdp_md *ctx)
 		flow.family = 4;
 		__builtin_memcpy(flow.saddr, &ip->saddr, 4);
 		__builtin_memcpy(flow.daddr, &ip->daddr, 4);
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
 		if ((void *)(ip6 + 1) > data_end)
 			return pass();
 		l4 = (__u8 *)(ip6 + 1);
@@ -167,10 +193,13 @@ int steer_xdp(struct xdp_md *ctx)
 	}
 
 	int action = bpf_redirect_map(&xsks_map, index, XDP_PASS);
-	if (action == XDP_REDIRECT)
+	if (action == XDP_REDIRECT) {
 		count(STAT_REDIRECTED);
-	else
+		if (tags)
+			count(STAT_VLAN);
+	} else {
 		count(STAT_REDIRECT_FAILED);
+	}
 	return action;
 }
 

@@ -65,7 +65,8 @@ enum steer_stat {
 	STAT_HASH_OK = 3,
 	STAT_REDIRECT_FAILED = 4,
 	STAT_DROPPED = 5,
-	STAT_MAX = 6,
+	STAT_VLAN = 6,
+	STAT_MAX = 7,
 };
 
 #endif

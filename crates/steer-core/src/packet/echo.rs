@@ -178,6 +178,33 @@ mod tests {
     }
 
     #[test]
+    fn tagged_frames_are_answered_with_their_tags() {
+        use crate::packet::ethernet::ethertype::{QINQ, VLAN};
+        for tags in [vec![(VLAN, 7)], vec![(QINQ, 100), (VLAN, 7)]] {
+            for (a, b) in [
+                (v4([192, 0, 2, 2]), v4([192, 0, 2, 1])),
+                (v6([0xfd; 16]), v6([0xfe; 16])),
+            ] {
+                let mut builder = FrameBuilder::udp(a, b, 40000, 9000).payload(b"tagged");
+                for &(tpid, vid) in &tags {
+                    builder = builder.vlan(tpid, vid);
+                }
+                let mut f = builder.build();
+                let before = f.clone();
+                let n = echo_in_place(&mut f, EchoMode::Plain).unwrap();
+                // The tags (TPID and TCI, 4 bytes each after the MACs) stay.
+                let tag_bytes = 12..12 + 4 * tags.len();
+                assert_eq!(f[tag_bytes.clone()], before[tag_bytes]);
+                let l = crate::packet::parse(&f[..n]).unwrap().unwrap();
+                assert_eq!(l.vlan_tags as usize, tags.len());
+                assert_eq!(l.ports(&f).unwrap(), Some((9000, 40000)));
+                assert_eq!(f[..6], before[6..12], "MACs swapped");
+                assert!(verify_udp_frame(&f[..n]), "{tags:?}");
+            }
+        }
+    }
+
+    #[test]
     fn v4_reply_swaps_everything_and_keeps_checksums_valid() {
         let mut f = FrameBuilder::udp(v4([192, 0, 2, 2]), v4([192, 0, 2, 1]), 40000, 9000)
             .payload(b"hello")

@@ -87,6 +87,8 @@ pub struct ProgramStats {
     pub redirect_failed: u64,
     /// Owned frames dropped in XDP ([`OwnedAction::Drop`]).
     pub dropped: u64,
+    /// Frames redirected that carried one or two VLAN tags (802.1Q, QinQ).
+    pub vlan_tagged: u64,
 }
 
 /// What the program does with owned traffic.
@@ -519,7 +521,7 @@ impl SteerProgram {
         let ncpu = crate::sys::possible_cpus()
             .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
         let stats = self.map(STATS)?;
-        let mut sum = [0u64; 6];
+        let mut sum = [0u64; 7];
         // A per-CPU array lookup writes one 8-byte value (the value size
         // rounded up to 8) per possible CPU.
         let mut vals = vec![0u8; ncpu * 8];
@@ -544,6 +546,7 @@ impl SteerProgram {
             hash_ok: sum[3],
             redirect_failed: sum[4],
             dropped: sum[5],
+            vlan_tagged: sum[6],
         })
     }
 
