@@ -10,11 +10,15 @@
 //!
 //! Invariant: the frame is never kept: every packet ends as `Consume`
 //! (delivered) or `Drop` (not a UDP datagram, refused by the flow budget,
-//! backlog full, queue full), so readers cannot hold UMEM frames. The cache
-//! holds open flows plus closed ones not yet swept, at most about twice the
-//! open ones plus a constant.
+//! backlog full, queue full), so readers cannot hold UMEM frames. Closed
+//! flows leave the cache a few at a time at each flush (a sweep in
+//! insertion order that visits at least twice as many entries as were
+//! inserted since the last flush, so it keeps up with any rate of new
+//! flows), never in one pass over the whole cache: a spray that fills the
+//! cache with tens of thousands of flows costs no worker a multi-millisecond
+//! stall.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -25,20 +29,15 @@ use super::flow::FlowShared;
 use super::Hub;
 use crate::engine::{PacketContext, PacketHandler, Verdict};
 
-/// Flushes between sweeps of closed flows out of the worker's cache.
-const CACHE_SWEEP_EVERY: u32 = 1024;
-/// Entries the cache may grow by past twice its last swept size before it
-/// is swept early.
-const SWEEP_SLACK: usize = 1024;
+/// Cache entries a flush visits at least, besides two per insertion since
+/// the last flush.
+const SWEEP_MIN: usize = 8;
 
 /// One worker's demultiplexer.
 pub(crate) struct FlowDemux {
     hub: Arc<Hub>,
-    cache: HashMap<FlowKey, Arc<FlowShared>>,
+    cache: FlowCache,
     touched: Vec<Arc<FlowShared>>,
-    flushes: u32,
-    /// The cache size that triggers an early sweep.
-    sweep_at: usize,
     /// The flows' tasks run on this worker's thread.
     tasks_here: bool,
 }
@@ -47,10 +46,8 @@ impl FlowDemux {
     pub(crate) fn new(hub: Arc<Hub>, tasks_here: bool) -> Self {
         Self {
             hub,
-            cache: HashMap::new(),
+            cache: FlowCache::default(),
             touched: Vec::new(),
-            flushes: 0,
-            sweep_at: SWEEP_SLACK,
             tasks_here,
         }
     }
@@ -61,21 +58,74 @@ impl FlowDemux {
         packet: &[u8],
         ctx: &PacketContext,
     ) -> Option<Arc<FlowShared>> {
-        if let Some(f) = self.cache.get(&key) {
-            if !f.closed.load(Ordering::Relaxed) {
-                // The dispatcher's hash for a 5-tuple does not change (the
-                // NIC's hash is a function of it, as is ours); should it
-                // (a NIC reprogrammed with another key), follow it.
-                if ctx.hash() != 0 && f.hash.load(Ordering::Relaxed) != ctx.hash() {
-                    f.hash.store(ctx.hash(), Ordering::Relaxed);
-                }
-                return Some(Arc::clone(f));
+        if let Some(f) = self.cache.open(&key) {
+            // The dispatcher's hash for a 5-tuple does not change (the
+            // NIC's hash is a function of it, as is ours); should it (a
+            // NIC reprogrammed with another key), follow it.
+            if ctx.hash() != 0 && f.hash.load(Ordering::Relaxed) != ctx.hash() {
+                f.hash.store(ctx.hash(), Ordering::Relaxed);
             }
-            self.cache.remove(&key);
+            return Some(f);
         }
         let f = self.hub.flow_for(key, ctx.hash(), packet, ctx.cpu)?;
         self.cache.insert(key, Arc::clone(&f));
         Some(f)
+    }
+}
+
+/// A worker's flows by key, with closed ones swept out a few at a time
+/// (see the module docs).
+#[derive(Default)]
+struct FlowCache {
+    map: HashMap<FlowKey, Arc<FlowShared>>,
+    /// The keys in insertion order, each with its entry's address (an
+    /// entry replaced under the same key leaves a stale one behind, dropped
+    /// when reached): the sweep's cursor.
+    order: VecDeque<(FlowKey, usize)>,
+    /// Insertions since the last sweep.
+    inserted: usize,
+}
+
+impl FlowCache {
+    /// The open flow of `key`; a closed one found there leaves the cache.
+    fn open(&mut self, key: &FlowKey) -> Option<Arc<FlowShared>> {
+        let f = self.map.get(key)?;
+        if !f.closed.load(Ordering::Relaxed) {
+            return Some(Arc::clone(f));
+        }
+        self.map.remove(key);
+        None
+    }
+
+    fn insert(&mut self, key: FlowKey, f: Arc<FlowShared>) {
+        self.order.push_back((key, Arc::as_ptr(&f) as usize));
+        self.inserted += 1;
+        self.map.insert(key, f);
+    }
+
+    /// Visits the oldest entries, at least twice as many as were inserted
+    /// since the last sweep: closed ones leave, open ones go to the back,
+    /// stale cursor entries are dropped.
+    fn sweep(&mut self) {
+        let visits = (2 * self.inserted + SWEEP_MIN).min(self.order.len());
+        self.inserted = 0;
+        for _ in 0..visits {
+            let Some((key, addr)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(f) = self.map.get(&key) else {
+                continue;
+            };
+            if Arc::as_ptr(f) as usize != addr {
+                // Replaced since: the new entry has its own place.
+                continue;
+            }
+            if f.closed.load(Ordering::Relaxed) {
+                self.map.remove(&key);
+            } else {
+                self.order.push_back((key, addr));
+            }
+        }
     }
 }
 
@@ -117,13 +167,79 @@ impl PacketHandler for FlowDemux {
         } else {
             wake();
         }
-        self.flushes = self.flushes.wrapping_add(1);
-        // Closed flows leave the cache every so many rounds, or sooner when
-        // it has doubled since the last sweep (a spray of new flows evicts
-        // them faster than rounds go by).
-        if self.flushes % CACHE_SWEEP_EVERY == 0 || self.cache.len() > self.sweep_at {
-            self.cache.retain(|_, f| !f.closed.load(Ordering::Relaxed));
-            self.sweep_at = 2 * self.cache.len() + SWEEP_SLACK;
+        self.cache.sweep();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows::reply::ReplyTemplate;
+    use steer_core::packet::build::FrameBuilder;
+
+    fn flow(sport: u16) -> (FlowKey, Arc<FlowShared>) {
+        let f = FrameBuilder::udp(
+            "198.19.0.1".parse().unwrap(),
+            "192.0.2.1".parse().unwrap(),
+            sport,
+            7000,
+        )
+        .payload(b"x")
+        .build();
+        let key = flow_key(&f).unwrap().unwrap();
+        let shared = FlowShared::new(key, 1, 4, ReplyTemplate::from_request(&f).unwrap(), 0, 0);
+        (key, Arc::new(shared))
+    }
+
+    /// A spray: flows inserted and closed at once, a flush every 4
+    /// insertions. The cache never holds more than a few flushes' worth of
+    /// closed flows, and each flush visits a bounded number of entries,
+    /// whatever the number of flows seen; open flows stay.
+    #[test]
+    fn closed_flows_leave_a_few_at_a_time_and_open_ones_stay() {
+        let mut cache = FlowCache::default();
+        let kept: Vec<_> = (1..=100).map(flow).collect();
+        for (k, f) in &kept {
+            cache.insert(*k, Arc::clone(f));
         }
+        cache.sweep();
+        for sport in 1000..41_000u16 {
+            let (k, f) = flow(sport);
+            f.closed.store(true, Ordering::Relaxed);
+            cache.insert(k, f);
+            if sport % 4 == 0 {
+                let before = cache.order.len();
+                cache.sweep();
+                assert!(before - cache.order.len() <= 2 * 4 + SWEEP_MIN);
+                assert!(cache.map.len() <= 100 + 2 * 4 + 128, "{}", cache.map.len());
+            }
+        }
+        for (k, _) in &kept {
+            assert!(cache.open(k).is_some());
+        }
+        // Quiet again: a few sweeps empty it of closed flows.
+        for _ in 0..100 {
+            cache.sweep();
+        }
+        assert_eq!(cache.map.len(), 100);
+    }
+
+    /// A key whose flow closed and came back: the stale cursor entry is
+    /// dropped, the new flow is swept by its own.
+    #[test]
+    fn a_replaced_entry_is_swept_by_its_own_place() {
+        let mut cache = FlowCache::default();
+        let (k, old) = flow(5);
+        cache.insert(k, Arc::clone(&old));
+        old.closed.store(true, Ordering::Relaxed);
+        assert!(cache.open(&k).is_none(), "a closed flow is not handed out");
+        let (_, new) = flow(5);
+        cache.insert(k, Arc::clone(&new));
+        cache.sweep();
+        assert!(Arc::ptr_eq(&cache.open(&k).unwrap(), &new));
+        assert_eq!(cache.order.len(), 1);
+        new.closed.store(true, Ordering::Relaxed);
+        cache.sweep();
+        assert!(cache.map.is_empty() && cache.order.is_empty());
     }
 }
