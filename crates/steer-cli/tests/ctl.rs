@@ -8,21 +8,10 @@ mod running;
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
-use running::{one_line_error, steer, Echo};
+use running::{one_line_error, stats_json, steer, Echo};
 use support::drive_flows;
 use support::net::TestNet;
 use support::PORT;
-
-/// `steer stats IFACE --json`, parsed.
-fn stats_json(interface: &str) -> serde_json::Value {
-    let out = steer(&["stats", interface, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Packets handled per worker CPU.
 fn processed(v: &serde_json::Value) -> Vec<(u64, u64)> {

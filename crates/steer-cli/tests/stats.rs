@@ -11,20 +11,9 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use running::{one_line_error, steer, Echo};
+use running::{one_line_error, stats_json, steer, Echo};
 use support::drive_flows;
 use support::net::TestNet;
-
-/// `steer stats IFACE --json`, parsed.
-fn stats_json(interface: &str) -> serde_json::Value {
-    let out = steer(&["stats", interface, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// The sum of `field` over the per-CPU rows.
 fn total(v: &serde_json::Value, field: &str) -> u64 {

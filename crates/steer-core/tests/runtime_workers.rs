@@ -239,28 +239,35 @@ fn order_and_accounting_under_concurrent_migration() {
     }
 }
 
-/// Runs 4,000 packets over 16 flows (flow 3 recorded on CPU 1) with the
-/// handlers panicking on `marked` packets, under `limit`; returns the
-/// runtime's final worker reports, stats, released frames and the log.
-fn run_with_marked(
+/// What a [`run_panicking`] run came to.
+struct Outcome {
+    reports: Vec<steer_core::runtime::WorkerReport>,
+    stats: steer_core::stats::LocalStats,
+    sent: usize,
+    released: usize,
+    log: HashMap<u32, Vec<u32>>,
+    layout: Arc<CpuLayout>,
+}
+
+/// Runs 4,000 packets over 16 flows (flow 3 recorded on CPU 1, on two rx
+/// queues) with handlers that panic on every packet of `poison`'s flow on
+/// its CPU and on the `marked` packets, under `limit`, until every frame
+/// but `lost` is back and the queues are empty.
+fn run_panicking(
+    poison: Option<(u32, CpuId)>,
     marked: Vec<(u32, u32)>,
     limit: RestartLimit,
-) -> (
-    Vec<steer_core::runtime::WorkerReport>,
-    steer_core::stats::LocalStats,
-    usize,
-    usize,
-    HashMap<u32, Vec<u32>>,
-) {
+    lost: usize,
+) -> Outcome {
     let (frames, queues) = frames(16, 4_000);
     let log: Log = Default::default();
     let app = Arc::new(App {
         frames: frames.clone(),
         log: log.clone(),
-        poison: None,
+        poison,
         cpu0_sleeper: None,
         idle_turns: None,
-        marked: marked.clone(),
+        marked,
     });
     let feeds = [Feed::default(), Feed::default()];
     let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
@@ -289,7 +296,7 @@ fn run_with_marked(
         "every frame handled or lost",
         Duration::from_secs(20),
         || {
-            frames.released.load(Ordering::Relaxed) + marked.len() >= sent
+            frames.released.load(Ordering::Relaxed) + lost >= sent
                 && feeds.iter().all(|f| f.0.lock().unwrap().is_empty())
         },
     );
@@ -298,7 +305,14 @@ fn run_with_marked(
     rt.stop();
     let released = frames.released.load(Ordering::Relaxed);
     let log = log.lock().unwrap().clone();
-    (reports, stats, sent, released, log)
+    Outcome {
+        reports,
+        stats,
+        sent,
+        released,
+        log,
+        layout,
+    }
 }
 
 #[test]
@@ -306,8 +320,14 @@ fn a_worker_restarts_in_place_losing_only_the_packets_it_panicked_on() {
     // Three packets of flow 3 (on CPU 1) and one of flow 4 make a handler
     // panic: four restarts, within the default limit of five a minute.
     let marked = vec![(3, 10), (3, 11), (3, 100), (4, 7)];
-    let (reports, stats, sent, released, log) =
-        run_with_marked(marked.clone(), RestartLimit::default());
+    let Outcome {
+        reports,
+        stats,
+        sent,
+        released,
+        log,
+        ..
+    } = run_panicking(None, marked.clone(), RestartLimit::default(), marked.len());
     assert!(
         reports.iter().all(|r| r.state == WorkerState::Running),
         "{reports:?}"
@@ -366,7 +386,14 @@ fn past_its_restart_limit_a_worker_dies_and_is_routed_around() {
         burst: 2,
         interval: Duration::from_secs(60),
     };
-    let (reports, stats, sent, released, log) = run_with_marked(marked.clone(), limit);
+    let Outcome {
+        reports,
+        stats,
+        sent,
+        released,
+        log,
+        ..
+    } = run_panicking(None, marked.clone(), limit, marked.len());
     let cpu1 = reports.iter().find(|r| r.cpu == 1).unwrap();
     assert_eq!(cpu1.restarts, 2, "{reports:?}");
     assert!(
@@ -390,76 +417,35 @@ fn past_its_restart_limit_a_worker_dies_and_is_routed_around() {
 
 #[test]
 fn a_panicking_worker_is_routed_around_and_loses_no_frame() {
-    let (frames, queues) = frames(16, 4_000);
-    let log: Log = Default::default();
-    // Flow 3's packets kill the worker on CPU 1 (if they ever get there).
-    let app = Arc::new(App {
-        frames: frames.clone(),
-        log: log.clone(),
-        poison: Some((3, 1)),
-        cpu0_sleeper: None,
-        idle_turns: None,
-        marked: Vec::new(),
-    });
-    let feeds = [Feed::default(), Feed::default()];
-    let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap());
-    let rt = Runtime::start_with_layout(
-        RuntimeConfig {
-            worker_restarts: RestartLimit::NEVER,
-            ..config(256)
-        },
-        layout.clone(),
-        app,
-        feeds
-            .iter()
-            .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-            .collect(),
-    )
-    .unwrap();
-    // Flow 3's consumer runs on CPU 1.
-    rt.shared()
-        .desired
-        .record(flow_hash(3), 1, &CpuSet::first(2), &layout)
-        .unwrap();
-    for (q, feed) in queues.iter().zip(&feeds) {
-        feed.0.lock().unwrap().extend(q);
-    }
-    let sent = frames.bytes.len();
-    wait_for(
-        "every frame handled or returned",
-        Duration::from_secs(20),
-        || {
-            frames.released.load(Ordering::Relaxed) + 1 >= sent
-                && feeds.iter().all(|f| f.0.lock().unwrap().is_empty())
-        },
-    );
-    let states = rt.worker_states();
+    // Flow 3's packets kill the worker on CPU 1 (if they ever get there),
+    // which is never restarted.
+    let out = run_panicking(Some((3, 1)), Vec::new(), RestartLimit::NEVER, 1);
+    let states = &out.reports;
     assert!(
-        matches!(&states[1].1, WorkerState::Panicked(m) if m.contains("poisoned")),
+        matches!(&states[1].state, WorkerState::Panicked(m) if m.contains("poisoned")),
         "{states:?}"
     );
-    assert_eq!(states[0].1, WorkerState::Running);
+    assert_eq!(states[0].state, WorkerState::Running);
     assert!(
-        !layout.is_online(1),
+        !out.layout.is_online(1),
         "the dead worker's CPU is marked offline"
     );
     // The survivor adopted CPU 1's rx queue and handled flow 3 after the death.
-    let after = log.lock().unwrap().get(&3).map_or(0, Vec::len);
+    let after = out.log.get(&3).map_or(0, Vec::len);
     assert!(after > 0, "flow 3 was re-steered to the survivor");
     // Every frame received was handled or dropped with its reason (the rest
     // of the batch the panic interrupted counts as dropped with the worker;
     // this source queues it again, so it is received and handled anew).
-    let stats = rt.stats().total;
-    assert!(stats.rx as usize >= sent, "{stats:?}");
+    let stats = out.stats;
+    assert!(stats.rx as usize >= out.sent, "{stats:?}");
     assert_eq!(
         stats.rx,
         stats.processed + stats.dropped + stats.worker_gone_drops,
         "{stats:?}"
     );
-    rt.stop();
     // Exactly the one packet inside the panicking handler is lost with it.
-    assert_eq!(frames.released.load(Ordering::Relaxed), sent - 1);
-    for seqs in log.lock().unwrap().values() {
+    assert_eq!(out.released, out.sent - 1);
+    for seqs in out.log.values() {
         assert!(seqs.windows(2).all(|w| w[0] < w[1]));
     }
 }

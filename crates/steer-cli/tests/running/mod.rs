@@ -132,6 +132,17 @@ pub fn steer(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `steer stats IFACE --json`, parsed (the command must succeed).
+pub fn stats_json(interface: &str) -> serde_json::Value {
+    let out = steer(&["stats", interface, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The one error line of a failed `steer <command>`.
 pub fn one_line_error(command: &str, out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
