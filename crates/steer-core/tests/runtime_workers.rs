@@ -63,6 +63,21 @@ struct App {
     marked: Vec<(u32, u32)>,
 }
 
+impl App {
+    /// An app over `frames` that logs into `log`, with no poison, marked
+    /// packets, special sleeper or idle counting.
+    fn plain(frames: Arc<Frames>, log: Log) -> Self {
+        Self {
+            frames,
+            log,
+            poison: None,
+            cpu0_sleeper: None,
+            idle_turns: None,
+            marked: Vec::new(),
+        }
+    }
+}
+
 /// Thread parking that counts the worker's idle turns.
 struct CountingSleeper(ThreadSleeper, Arc<AtomicUsize>);
 impl Sleeper for CountingSleeper {
@@ -166,14 +181,7 @@ fn order_and_accounting_under_concurrent_migration() {
     ] {
         let (frames, queues) = frames(32, 20_000);
         let log: Log = Default::default();
-        let app = Arc::new(App {
-            frames: frames.clone(),
-            log: log.clone(),
-            poison: None,
-            cpu0_sleeper: None,
-            idle_turns: None,
-            marked: Vec::new(),
-        });
+        let app = Arc::new(App::plain(frames.clone(), log.clone()));
         let feeds = [Feed::default(), Feed::default()];
         let layout = Arc::new(CpuLayout::uniform(2, 1).unwrap()); // two LLCs: every move crosses
         let rt = Runtime::start_with_layout(
@@ -455,12 +463,8 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
     let (frames, queues) = frames(4, 100);
     let cpu0 = Arc::new(CondSleeper::default());
     let app = Arc::new(App {
-        frames: frames.clone(),
-        log: Default::default(),
-        poison: None,
         cpu0_sleeper: Some(cpu0.clone()),
-        idle_turns: None,
-        marked: Vec::new(),
+        ..App::plain(frames.clone(), Default::default())
     });
     let feeds = [Feed::default(), Feed::default()];
     let rt = Runtime::start_with_layout(
@@ -580,14 +584,7 @@ fn shared_state_built_before_start_steers_from_the_first_packet() {
     });
     let feed = Feed::default();
     feed.0.lock().unwrap().extend(0..packets as usize);
-    let app = Arc::new(App {
-        frames: frames.clone(),
-        log: Default::default(),
-        poison: None,
-        cpu0_sleeper: None,
-        idle_turns: None,
-        marked: Vec::new(),
-    });
+    let app = Arc::new(App::plain(frames.clone(), Default::default()));
     let stats = shared.stats.clone();
     let pins = shared.pins.clone();
     // One rx queue, dispatched on CPU 0.
@@ -650,12 +647,8 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
     let (frames, queues) = frames(2, 40);
     let cpu0 = Arc::new(CondSleeper::default());
     let app = Arc::new(App {
-        frames: frames.clone(),
-        log: Default::default(),
-        poison: None,
         cpu0_sleeper: Some(cpu0.clone()),
-        idle_turns: None,
-        marked: Vec::new(),
+        ..App::plain(frames.clone(), Default::default())
     });
     let feed = Feed::default();
     let rt = Runtime::start_with_layout(
@@ -707,12 +700,8 @@ fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
     });
     let sleeper = Arc::new(CondSleeper::default());
     let app = Arc::new(App {
-        frames: frames.clone(),
-        log: Default::default(),
-        poison: None,
         cpu0_sleeper: Some(sleeper.clone()),
-        idle_turns: None,
-        marked: Vec::new(),
+        ..App::plain(frames.clone(), Default::default())
     });
     let feed = Feed::default();
     let rt = Runtime::start_with_layout(
