@@ -101,8 +101,10 @@ pub struct ProxyArgs {
     /// The backend to forward to (a kernel UDP service).
     #[arg(long)]
     pub backend: SocketAddr,
-    /// Task layout at start.
-    #[arg(long, value_enum, default_value = "multi")]
+    /// Task layout at start. `worker` (the default) costs the least per
+    /// datagram, has the shortest tail and can switch to the others at run
+    /// time; started as `multi` or `per-core` it cannot switch to `worker`.
+    #[arg(long, value_enum, default_value = "worker")]
     pub runtime: Layout,
     /// `steer` (AF_XDP) or `kernel` (plain tokio sockets with SO_REUSEPORT on
     /// the interface, one pinned runtime per `--cpus` CPU; engine flags other
