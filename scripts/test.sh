@@ -17,8 +17,9 @@
 # Run one check alone with `bash ci/<name>.sh`; `scripts/test.sh NAME...`
 # runs only the named ones (after setup).
 #
-# Each check has a time limit (below, about three times its usual length on
-# a slow machine): a check that hangs (a test waiting on a wedged kernel,
+# Each check has a time limit (below, a few times its usual length on a
+# slow, fresh machine, where the first build of a check and installing
+# cargo-fuzz come on top): a check that hangs (a test waiting on a wedged kernel,
 # say) is killed and fails with its output so far, rather than running the
 # whole CI into its own deadline with nothing on record.
 set -euo pipefail
@@ -42,9 +43,9 @@ done
 limit() {
   case "$1" in
     fmt) echo 300 ;;
-    clippy | doc) echo 1500 ;;
+    clippy | doc) echo 1800 ;;
     test) echo 2700 ;;
-    bench-smoke) echo 1500 ;;
+    bench-smoke | fuzz | asan) echo 2400 ;;
     *) echo 1200 ;;
   esac
 }
