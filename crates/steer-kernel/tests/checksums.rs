@@ -268,11 +268,10 @@ fn without_completion_steered_datagrams_fail_their_checksum_and_are_counted() {
         false,
         Duration::from_millis(20),
     );
+    // Summed over the flows, against what all of them sent.
     let answered: u32 = out.answered.iter().sum();
-    assert!(
-        answered < MESSAGES,
-        "steered datagrams were dropped: {out:?}"
-    );
+    let sent = MESSAGES * out.answered.len() as u32;
+    assert!(answered < sent, "steered datagrams were dropped: {out:?}");
     assert!(out.csum_udp > 0, "KernelStats counts them: {out:?}");
     assert_eq!(out.csum_udp, out.ns_udp_errors, "{out:?}");
     assert_eq!(out.completed, 0, "{out:?}");
