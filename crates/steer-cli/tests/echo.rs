@@ -114,7 +114,7 @@ fn echo_server_stops_cleanly_on_sigint_and_sigterm() {
 #[test]
 fn echo_steers_by_the_hash_its_flags_name() {
     use steer_core::flow::SYMMETRIC_RSS_KEY;
-    use steer_core::flow::{FlowAddrs, FlowHasher, FlowKey, Ports, ToeplitzHasher};
+    use steer_core::flow::{FlowHasher, ToeplitzHasher};
     let net = TestNet::new();
     // A key of the wrong length: one line, before anything is attached.
     let out = steer_echo()
@@ -172,17 +172,7 @@ fn echo_steers_by_the_hash_its_flags_name() {
     assert!(child.wait().unwrap().success());
     let text = std::fs::read_to_string(&trace).unwrap();
     let _ = std::fs::remove_file(&trace);
-    let key = FlowKey {
-        addrs: FlowAddrs::V4 {
-            src: net.peer_v4,
-            dst: net.host_v4,
-        },
-        protocol: 17,
-        ports: Some(Ports {
-            src: from.port(),
-            dst: PORT,
-        }),
-    };
+    let key = support::peer_udp_key(&net, from.port());
     let want = ToeplitzHasher::new(&SYMMETRIC_RSS_KEY).unwrap().hash(&key);
     let hashes: Vec<&str> = text
         .lines()

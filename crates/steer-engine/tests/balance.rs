@@ -82,25 +82,13 @@ fn the_balancer_moves_unclaimed_flows_off_a_loaded_worker() {
     use std::net::{SocketAddr, UdpSocket};
 
     use steer_core::cpu::CpuSet;
-    use steer_core::flow::{FlowAddrs, FlowHasher, FlowKey, KeyedHasher, Ports};
-    use support::PORT;
+    use steer_core::flow::{FlowHasher, KeyedHasher};
+    use support::{peer_udp_key, PORT};
 
     let net = TestNet::new();
     let hasher = KeyedHasher::with_seed(0x5eed);
-    let rps_cpu = |port: u16| {
-        let key = FlowKey {
-            addrs: FlowAddrs::V4 {
-                src: net.peer_v4,
-                dst: net.host_v4,
-            },
-            protocol: 17,
-            ports: Some(Ports {
-                src: port,
-                dst: PORT,
-            }),
-        };
-        ((u64::from(hasher.hash(&key)) * 2) >> 32) as usize
-    };
+    let rps_cpu =
+        |port: u16| ((u64::from(hasher.hash(&peer_udp_key(&net, port))) * 2) >> 32) as usize;
     let ports: Vec<u16> = (31000u16..).filter(|&p| rps_cpu(p) == 0).take(8).collect();
     let engine = echo_builder(&net, Policy::LlcAffinity, true)
         .cpus(CpuSet::first(2))

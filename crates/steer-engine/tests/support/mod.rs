@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use net::TestNet;
+use steer_core::flow::{FlowAddrs, FlowKey, Ports};
 use steer_core::packet::build::FrameBuilder;
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
@@ -39,6 +40,22 @@ pub fn echo_builder(net: &TestNet, policy: Policy, fast_path: bool) -> EngineBui
                 },
             )
         })
+}
+
+/// The key of the UDP flow from the peer's IPv4 address and `sport` to
+/// the host's [`PORT`], as the engine sees its packets.
+pub fn peer_udp_key(net: &TestNet, sport: u16) -> FlowKey {
+    FlowKey {
+        addrs: FlowAddrs::V4 {
+            src: net.peer_v4,
+            dst: net.host_v4,
+        },
+        protocol: 17,
+        ports: Some(Ports {
+            src: sport,
+            dst: PORT,
+        }),
+    }
 }
 
 /// [`echo_builder`], started.
