@@ -766,15 +766,19 @@ int steer_rfs_record(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	}
 	/* A new flow: its state first (still on the kernel path), then the
-	 * desired CPU the XDP program moves it to, in order. */
+	 * desired CPU the XDP program moves it to, in order. A state left
+	 * from before (the sweeper forgets the desired entry first) is kept;
+	 * the flow counts as new when its desired entry is made, so every
+	 * first placement is one new flow and one update. */
 	struct steer_rfs_state st = {
 		.cpu = STEER_RFS_NO_CPU,
 		.created = bpf_ktime_get_ns(),
 	};
-	if (bpf_map_update_elem(&rfs_state, &flow, &st, BPF_NOEXIST) == 0)
-		count(RFS_STAT_REC_NEW, 1);
+	bpf_map_update_elem(&rfs_state, &flow, &st, BPF_NOEXIST);
 	struct steer_rfs_desired d = { .cpu = cpu };
-	if (bpf_map_update_elem(&rfs_desired, &flow, &d, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(&rfs_desired, &flow, &d, BPF_NOEXIST) == 0) {
+		count(RFS_STAT_REC_NEW, 1);
 		count(RFS_STAT_REC_UPDATES, 1);
+	}
 	return 0;
 }

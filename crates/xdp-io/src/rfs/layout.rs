@@ -156,7 +156,8 @@ pub struct RfsStats {
     pub csum_passed: u64,
     /// Reads of owned TCP flows the in-kernel recorder saw.
     pub recorded: u64,
-    /// Flows the in-kernel recorder started tracking.
+    /// Flows the in-kernel recorder placed: a first desired CPU written
+    /// (each is also one of `recorder_updates`).
     pub recorder_new_flows: u64,
     /// Desired CPUs the in-kernel recorder wrote (new flows and moves):
     /// the costly steering updates.
