@@ -100,7 +100,7 @@ fn frames() -> Vec<Vec<u8>> {
 }
 
 /// 64 frames of distinct flows of the shapes steer's XDP program
-/// (`crates/xdp-io/bpf/steer_xdp.c`) redirects to AF_XDP: untagged UDP or
+/// (`crates/steer-xdp/bpf/steer_xdp.c`) redirects to AF_XDP: untagged UDP or
 /// TCP over IPv4 (not fragmented) or IPv6 (no extension header); ICMP,
 /// fragments, extension headers and tagged frames stay with the kernel.
 /// 45% UDP/IPv4, 30% TCP/IPv4, 15% UDP/IPv6, 10% TCP/IPv6.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AddressSanitizer over the code that uses `unsafe` on memory: steer-core's
 # ring (its lib tests under ring::, the model tests against a plain queue
-# included) and xdp-io's UMEM and socket code (its unit tests and its
+# included) and steer-xdp's UMEM and socket code (its unit tests and its
 # integration tests; those build veth pairs in network namespaces of their
 # own, so run as root, as CI does).
 #
@@ -35,4 +35,4 @@ export ASAN_OPTIONS="suppressions=$PWD/ci/asan.supp${ASAN_OPTIONS:+:$ASAN_OPTION
 export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 cargo +nightly test --target "$host" -p steer-core --lib -- ring::
-cargo +nightly test --target "$host" -p xdp-io --lib --tests
+cargo +nightly test --target "$host" -p steer-xdp --lib --tests

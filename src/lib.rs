@@ -5,7 +5,7 @@
 //! - [`core`] (`steer-core`): flow hashing, flow tables, the LLC-affinity
 //!   update rule, rings and dispatch, as pure logic;
 //! - [`topology`]: CPU, LLC and NUMA discovery (hwloc, sysfs, synthetic, XML);
-//! - [`xdp`] (`xdp-io`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program;
+//! - [`xdp`] (`steer-xdp`, feature `xdp`): AF_XDP sockets, UMEM and the XDP program;
 //! - [`engine`], [`flows`], [`echo`], [`sleep`], [`probe`] (`steer-engine`,
 //!   feature `xdp`): the engine on an AF_XDP port and flow delivery for proxies;
 //! - [`observe`] (`steer-engine`, feature `xdp`): a running engine seen from
@@ -18,9 +18,9 @@
 //! ratatui) do not reach this library.
 
 pub use steer_core as core;
-pub use topology;
+pub use steer_topology as topology;
 #[cfg(feature = "xdp")]
-pub use xdp_io as xdp;
+pub use steer_xdp as xdp;
 
 #[cfg(feature = "xdp")]
 pub use steer_engine::{echo, engine, flows, observe, probe, sleep};

@@ -2,7 +2,7 @@
 //! with `clang -O2 -g -target bpf` into OUT_DIR, for `include_bytes!` in
 //! src/xdp.rs. The libbpf headers come from libbpf-sys's `DEP_BPF_INCLUDE`,
 //! exported to direct dependents only: that is why this crate depends on
-//! libbpf-sys (the same pin as xdp-io's).
+//! libbpf-sys (the same pin as steer-xdp's).
 
 use std::{env, path::PathBuf, process::Command};
 

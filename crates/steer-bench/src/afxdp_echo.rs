@@ -10,13 +10,13 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
 use steer_core::packet::echo::{echo_in_place, EchoMode};
-use xdp_io::{PortConfig, Proto, XdpPort};
+use steer_xdp::{PortConfig, Proto, XdpPort};
 
 use crate::sys::pin;
 
 /// Serves UDP `port` on `interface` from CPU `cpu` until SIGINT/SIGTERM.
 pub fn run(interface: &str, port: u16, cpu: usize) -> Result<()> {
-    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
     pin(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     let mut xdp = XdpPort::open(
         PortConfig::new(interface)

@@ -23,7 +23,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use xdp_io::{object::XdpObject, BindMode, Frame, PortConfig, QueueSocket};
+use steer_xdp::{object::XdpObject, BindMode, Frame, PortConfig, QueueSocket};
 
 use crate::{
     cpustat::{self, CpuUse},
@@ -158,7 +158,7 @@ impl Generator {
             bail!("--flows must be 1..=4096");
         }
         let mut program = xdp::attach_gen_rx(&setup.interface, setup.endpoints.dst_port)?;
-        let queues = xdp_io::rx_queue_count(&setup.interface)?;
+        let queues = steer_xdp::rx_queue_count(&setup.interface)?;
         let mut cfg = PortConfig::new(&setup.interface)
             .frames(FRAMES_PER_QUEUE * queues, RING)
             .bind_mode(BindMode::Copy);

@@ -259,7 +259,7 @@ fn spray(
     std::thread::spawn(move || -> Result<u64> {
         enter()?;
         // In this namespace (sysfs would show the root namespace's).
-        let ifindex = xdp_io::ifindex(&peer_if)
+        let ifindex = steer_xdp::ifindex(&peer_if)
             .with_context(|| format!("the sprayer's interface {peer_if}"))?;
         let tx = PacketSender::open(ifindex).context("AF_PACKET socket for the sprayer")?;
         // xorshift: cheap, and the same spray every run.

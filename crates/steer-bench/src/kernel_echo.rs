@@ -192,7 +192,7 @@ fn serve(fd: &OwnedFd, stop: &AtomicBool, echoed: &AtomicU64) -> Result<()> {
 /// Runs the echo on `addr` with one pinned thread per CPU in `cpus` until
 /// SIGINT/SIGTERM. Prints `ready` once every socket is bound.
 pub fn run(addr: SocketAddrV4, cpus: &[usize]) -> Result<()> {
-    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
     let sockets: Vec<OwnedFd> = cpus.iter().map(|_| socket(addr)).collect::<Result<_>>()?;
     let echoed = AtomicU64::new(0);
     std::thread::scope(|s| -> Result<()> {

@@ -485,7 +485,7 @@ fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_none() {
         // libbpf and libxdp warn on every load here (no bpffs, BTF sections
         // they skip); RUST_LOG=debug keeps their messages.
-        xdp_io::object::silence_libxdp();
+        steer_xdp::object::silence_libxdp();
     }
     let result = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
@@ -669,7 +669,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let mut cfg = config(&c, a.servers.clone(), runs, with_max(&a.rates))?;
     cfg.proxy_phases = with_max(&a.proxy_rates);
-    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
     let _lock = measurement_lock()?;
     let before = bench::machine_load();
     println!("steer-bench: machine before the run: {before}");
@@ -752,7 +752,7 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
         Rate::Pps(p) => Some(p),
     };
     let cfg = config(&a.common, vec![a.server], 1, vec![phase])?;
-    let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
     let _lock = measurement_lock()?;
     println!(
         "steer-bench: machine before the run: {}",

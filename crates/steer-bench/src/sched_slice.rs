@@ -3,14 +3,14 @@
 //! steer's workers ask for (100 us by default), so both servers are
 //! scheduled alike.
 //!
-//! Each thread goes through [`xdp_io::sched::set_thread_slice`] (only the
+//! Each thread goes through [`steer_xdp::sched::set_thread_slice`] (only the
 //! slice changes; real-time threads are left alone); this module walks a
 //! process's threads and reads back what the kernel shows.
 
 use std::{fs, time::Duration};
 
 use anyhow::{Context, Result};
-use xdp_io::sched::set_thread_slice;
+use steer_xdp::sched::set_thread_slice;
 
 /// The slice thread `tid` of process `pid` runs with, ns (`se.slice` of
 /// /proc/PID/task/TID/sched), when the kernel shows it.
@@ -58,7 +58,7 @@ mod tests {
         let changed = set_process_slice(pid, Duration::from_micros(300));
         let tid = i32::try_from(pid).unwrap();
         let now = thread_slice_ns(pid, tid);
-        let attr = xdp_io::sched::thread_slice(tid);
+        let attr = steer_xdp::sched::thread_slice(tid);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(changed.unwrap(), 1);

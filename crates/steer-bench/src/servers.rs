@@ -22,8 +22,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use steer_xdp::object::XdpObject;
 use tracing::{debug, warn};
-use xdp_io::object::XdpObject;
 
 use crate::{cpustat, netns::RpsGuard, xdp};
 

@@ -3,7 +3,7 @@
 //! its AF_XDP sockets) and the reflector (`bpf/reflect.c`: the floor, XDP_TX).
 
 use anyhow::{Context, Result};
-use xdp_io::{object::XdpObject, XdpMode};
+use steer_xdp::{object::XdpObject, XdpMode};
 
 static GEN_RX: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gen_rx.o"));
 static REFLECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/reflect.o"));

@@ -14,8 +14,8 @@ use steer_core::policy::Policy;
 use steer_core::runtime::RestartLimit;
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, RpsMode, WorkerLoss};
 use steer_engine::observe::DEFAULT_RUN_DIR;
-use topology::Topology;
-use xdp_io::{BindMode, XdpAttach, XdpMode};
+use steer_topology::Topology;
+use steer_xdp::{BindMode, XdpAttach, XdpMode};
 
 /// On or off, for switches that have a default either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -281,7 +281,7 @@ impl EngineArgs {
         &self,
     ) -> anyhow::Result<impl Fn(u32) -> Box<dyn steer_core::hook::SteerHook + Send> + Send + Sync>
     {
-        use xdp_io::ntuple::NtupleSteering;
+        use steer_xdp::ntuple::NtupleSteering;
         let interface = self.interface.clone();
         NtupleSteering::new(&interface, |_| None, 1).map_err(|e| {
             anyhow::anyhow!("--steer-hook ntuple (drop it to steer in software only): {e}")

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use steer_engine::echo::{echo_in_place, EchoMode, NoReply};
 use steer_engine::engine::{PacketContext, Verdict};
-use xdp_io::Proto;
+use steer_xdp::Proto;
 
 use crate::args::EngineArgs;
 
@@ -48,7 +48,7 @@ pub struct EchoArgs {
 }
 
 pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
-    let stop = xdp_io::shutdown::install()?;
+    let stop = steer_xdp::shutdown::install()?;
     let mode = if args.sockperf {
         EchoMode::Sockperf
     } else {

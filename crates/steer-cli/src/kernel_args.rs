@@ -68,7 +68,7 @@ impl KernelSteeringArgs {
                 AttachMode::Generic => XdpMode::Generic,
             });
         if let Some(spec) = &self.topology {
-            b = b.topology(topology::Topology::synthetic(spec)?.layout());
+            b = b.topology(steer_topology::Topology::synthetic(spec)?.layout());
         }
         if let Some(cpus) = self.cpus {
             b = b.cpus(cpus);

@@ -11,8 +11,8 @@
 //! started), for every thread at once.
 
 use clap::{Args, ValueEnum};
-use xdp_io::privileges::seccomp::{self, SeccompMode};
-use xdp_io::privileges::RunAs;
+use steer_xdp::privileges::seccomp::{self, SeccompMode};
+use steer_xdp::privileges::RunAs;
 
 /// `--user`, `--group`, `--seccomp`.
 #[derive(Debug, Clone, Args)]

@@ -84,8 +84,8 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
 }
 
 pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
-    let stop = xdp_io::shutdown::install()?;
-    let (_owner, shared) = xdp_io::owner_lock::InterfaceLock::acquire_noting(&args.interface)?;
+    let stop = steer_xdp::shutdown::install()?;
+    let (_owner, shared) = steer_xdp::owner_lock::InterfaceLock::acquire_noting(&args.interface)?;
     // Taken fresh, the lock says no steer process serves the interface:
     // what a dead run left is replaced.
     let mut b = args

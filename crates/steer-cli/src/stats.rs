@@ -52,8 +52,8 @@ impl EngineRef {
 /// without a socket there. `None` when no steer program is attached or it
 /// cannot be read (not root).
 pub fn program_note(interface: &str) -> Option<String> {
-    let ifindex = xdp_io::ifindex(interface).ok()?;
-    let p = xdp_io::attached_programs(ifindex)
+    let ifindex = steer_xdp::ifindex(interface).ok()?;
+    let p = steer_xdp::attached_programs(ifindex)
         .into_iter()
         .find(|p| p.is_steer())?;
     Some(match p.owner {

@@ -202,7 +202,7 @@ fn summary(
 }
 
 pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
-    let stop = xdp_io::shutdown::install()?;
+    let stop = steer_xdp::shutdown::install()?;
     let interface = match args.steer {
         SteerMode::None => None,
         SteerMode::KernelSockets => Some(args.interface.as_deref().context(
@@ -214,7 +214,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     // bound before the capabilities go (below 1024 it needs one).
     let run_as = args.steering.privileges.run_as()?;
     let owner = interface
-        .map(xdp_io::owner_lock::InterfaceLock::acquire_noting)
+        .map(steer_xdp::owner_lock::InterfaceLock::acquire_noting)
         .transpose()?;
     let listener = bind_listener(args.port)?;
     let steering = match interface {
@@ -233,14 +233,14 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     if steering.is_none() {
         // The kernel's own path: nothing privileged is left to do.
         let keep = if args.steering.keep_capabilities {
-            xdp_io::privileges::permitted().context("reading the capabilities")?
+            steer_xdp::privileges::permitted().context("reading the capabilities")?
         } else {
             Default::default()
         };
         match run_as {
             Some(user) => user.switch(&keep)?,
             None if !args.steering.keep_capabilities => {
-                xdp_io::privileges::drop_all_but(&keep).context("dropping capabilities")?
+                steer_xdp::privileges::drop_all_but(&keep).context("dropping capabilities")?
             }
             None => {}
         }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use steer_core::cpu::CpuSet;
-use topology::Topology;
+use steer_topology::Topology;
 
 /// `steer topology` arguments.
 #[derive(Debug, Args)]
@@ -31,7 +31,7 @@ pub struct TopologyArgs {
 }
 
 /// Loads the topology the arguments name.
-pub fn load(args: &TopologyArgs) -> Result<Topology, topology::Error> {
+pub fn load(args: &TopologyArgs) -> Result<Topology, steer_topology::Error> {
     match (&args.synthetic, &args.xml, &args.sysfs) {
         (Some(spec), _, _) => Topology::synthetic(spec),
         (_, Some(path), _) => Topology::from_xml_file(path),

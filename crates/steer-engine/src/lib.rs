@@ -2,7 +2,7 @@
 //! build on it.
 //!
 //! - [`engine`]: the [`Engine`](engine::Engine) and its builder: the XDP
-//!   program, the UMEM and one socket per rx queue (xdp-io), pinned workers
+//!   program, the UMEM and one socket per rx queue (steer-xdp), pinned workers
 //!   running steer-core's dispatchers and rings, the application's packet
 //!   handler, counters, stop with a frame census.
 //! - [`flows`]: flow delivery for proxies, an application built on the

@@ -8,11 +8,11 @@
 //! use std::sync::Arc;
 //! use steer_core::record::Recorder;
 //! use steer_core::table::DesiredCpuTable;
-//! let topo = topology::Topology::live().unwrap();
+//! let topo = steer_topology::Topology::live().unwrap();
 //! let table = Arc::new(DesiredCpuTable::new(4096, topo.nr_cpus()).unwrap());
 //! let mut rec = Recorder::new(table.clone(), topo.layout(), steer_engine::probe::LiveProbe);
 //! rec.record(0xfeed).unwrap();
 //! assert!(table.lookup(0xfeed).is_some());
 //! ```
 
-pub use topology::thread::LiveProbe;
+pub use steer_topology::thread::LiveProbe;

@@ -81,7 +81,7 @@ impl WorkerTasks {
         let rx = {
             let _inside = rt.enter();
             fds.into_iter()
-                .map(xdp_io::readiness::async_readable)
+                .map(steer_xdp::readiness::async_readable)
                 .collect::<io::Result<Vec<_>>>()?
         };
         Ok(Self {

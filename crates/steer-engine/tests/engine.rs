@@ -159,7 +159,7 @@ fn a_receive_hash_the_device_cannot_give_is_refused_at_start() {
     // Generic XDP mode: the program cannot be bound to the device, so it
     // gets no receive hash.
     let err = support::echo_builder(&net, Policy::LlcAffinity, true)
-        .xdp_mode(xdp_io::XdpMode::Generic)
+        .xdp_mode(steer_xdp::XdpMode::Generic)
         .use_rx_hash(true)
         .start()
         .unwrap_err()
@@ -172,7 +172,7 @@ fn a_receive_hash_the_device_cannot_give_is_refused_at_start() {
     // The namespace's loopback: a driver without XDP metadata at all.
     let err = net.in_ns(|| {
         steer_engine::engine::Engine::builder("lo")
-            .own(xdp_io::Proto::Udp, support::PORT)
+            .own(steer_xdp::Proto::Udp, support::PORT)
             .handler(|_cpu| {
                 Box::new(|_: &mut [u8], _: &steer_engine::engine::PacketContext| {
                     steer_engine::engine::Verdict::Drop
@@ -243,7 +243,7 @@ impl Drop for FakeSysfs {
 fn a_running_engine_follows_a_cpu_going_offline_and_coming_back() {
     use std::time::{Duration, Instant};
     let sysfs = FakeSysfs::copy_of_this_machine();
-    let topology = topology::Topology::from_sysfs(&sysfs.0).unwrap();
+    let topology = steer_topology::Topology::from_sysfs(&sysfs.0).unwrap();
     let cpus: Vec<usize> = topology.online_cpus().iter().collect();
     assert!(cpus.len() >= 2, "needs two CPUs");
     let last = *cpus.last().unwrap();

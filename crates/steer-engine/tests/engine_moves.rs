@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use steer_core::policy::Policy;
 use steer_engine::engine::Engine;
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::ordered::{self, Load, MovingEcho};
 use support::{assert_accounted, PORT};
-use xdp_io::Proto;
 
 #[test]
 fn replies_stay_in_order_while_handlers_move_their_flows_between_workers() {

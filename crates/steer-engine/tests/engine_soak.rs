@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use steer_engine::engine::{Engine, PacketContext, PacketHandler, Verdict};
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::ordered::{self, Load, MovingEcho};
 use support::{malformed_frames, send_raw, PORT};
-use xdp_io::Proto;
 
 /// The worker whose handler panics midway.
 const DOOMED_CPU: usize = 1;

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, EngineReport, PacketContext, Verdict};
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::{assert_accounted, PORT};
-use xdp_io::Proto;
 
 /// How long each phase floods.
 const FLOOD: Duration = Duration::from_secs(3);

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use steer_engine::engine::Engine;
 use steer_engine::flows::{Flow, FlowListener, FlowOptions, HubStats};
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::PORT;
-use xdp_io::Proto;
 
 const MAX_STARTING: usize = 4;
 

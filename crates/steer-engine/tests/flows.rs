@@ -17,9 +17,9 @@ use steer_core::flow::{AnyHasher, FlowHasher, FlowKey, KeyedHasher, ToeplitzHash
 use steer_core::policy::{Policy, WriteReason};
 use steer_engine::engine::{Engine, EngineBuilder};
 use steer_engine::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::{drive_flows, PORT};
-use xdp_io::Proto;
 
 fn flow_engine(net: &TestNet, policy: Policy, accept: AcceptMode) -> Engine {
     Engine::builder(&net.host)
@@ -101,7 +101,7 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
     for &cpu in &cpus {
         let listener = engine.listener_for(cpu).unwrap();
         threads.push(std::thread::spawn(move || {
-            let _ = topology::thread::pin_current(cpu);
+            let _ = steer_topology::thread::pin_current(cpu);
             let rt = current_thread();
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
@@ -168,7 +168,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
             std::thread::sleep(Duration::from_millis(1));
         };
         let b = *cpus.iter().find(|&&c| c != a).unwrap();
-        topology::thread::pin_current(a).unwrap();
+        steer_topology::thread::pin_current(a).unwrap();
         let rt = current_thread();
         for _ in 0..150 {
             let d = rt.block_on(flow.recv()).unwrap();
@@ -176,7 +176,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
         }
         tx.send((flow.hash(), b)).unwrap();
         std::thread::spawn(move || {
-            topology::thread::pin_current(b).unwrap();
+            steer_topology::thread::pin_current(b).unwrap();
             let rt = current_thread();
             for _ in 0..150 {
                 let d = rt.block_on(flow.recv()).unwrap();
@@ -220,11 +220,11 @@ fn under_llc_affinity_a_same_llc_move_is_not_written() {
             // leaving it allowed everywhere (so the affinity rule does not
             // force the write: only the LLC rule decides).
             if i % 10 == 0 {
-                let _ = topology::thread::pin_current(cpus[(i / 10) % cpus.len()]);
-                let _ = topology::thread::set_allowed(&all);
+                let _ = steer_topology::thread::pin_current(cpus[(i / 10) % cpus.len()]);
+                let _ = steer_topology::thread::set_allowed(&all);
             }
             let d = rt.block_on(flow.recv()).unwrap();
-            first.get_or_insert(topology::thread::current_cpu().unwrap());
+            first.get_or_insert(steer_topology::thread::current_cpu().unwrap());
             flow.send(&d).unwrap();
         }
         (flow.hash(), first.unwrap())
@@ -447,7 +447,7 @@ fn tasks_on_the_workers_answer_every_flow_and_end_at_stop() {
 fn tasks_on_busy_polling_workers_answer_every_flow() {
     let net = TestNet::new();
     // One busy-polling worker, on the last CPU (the machine is shared).
-    let last = topology::Topology::live()
+    let last = steer_topology::Topology::live()
         .unwrap()
         .online_cpus()
         .iter()
@@ -541,7 +541,7 @@ fn follow_the_reader(net: &TestNet, builder: EngineBuilder, warm: u32, tail: u32
     let (key, hash) = (flow.key(), flow.hash());
     let reader = std::thread::spawn(move || {
         let mut flow = flow;
-        topology::thread::pin_current(reader_cpu).unwrap();
+        steer_topology::thread::pin_current(reader_cpu).unwrap();
         let rt = current_thread();
         while let Some(d) = rt.block_on(flow.recv()) {
             flow.send(&d).unwrap();

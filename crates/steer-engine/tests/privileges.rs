@@ -5,9 +5,9 @@
 mod support;
 
 use steer_engine::engine::{Engine, PacketContext, Verdict};
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::PORT;
-use xdp_io::Proto;
 
 /// The effective capabilities of the calling thread.
 fn cap_eff() -> u64 {

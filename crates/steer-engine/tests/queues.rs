@@ -42,7 +42,7 @@ fn echo_checked(net: &TestNet, builder: EngineBuilder, flows: usize) -> EngineSt
 }
 
 fn cpus() -> Vec<usize> {
-    let c: Vec<usize> = topology::Topology::live()
+    let c: Vec<usize> = steer_topology::Topology::live()
         .unwrap()
         .online_cpus()
         .iter()

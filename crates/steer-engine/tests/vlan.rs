@@ -21,7 +21,7 @@ use support::{echo_engine, parse_mac, send_raw, PORT};
 /// An AF_PACKET socket on the peer end that sees every frame there.
 fn capture(net: &TestNet) -> OwnedFd {
     net.in_ns(|| {
-        let ifindex = xdp_io::ifindex(&net.peer).unwrap();
+        let ifindex = steer_xdp::ifindex(&net.peer).unwrap();
         let all = (libc::ETH_P_ALL as u16).to_be();
         // SAFETY: plain socket(2) call; the fd is owned below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(all)) };

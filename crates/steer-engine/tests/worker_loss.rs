@@ -18,9 +18,9 @@ use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, PacketContext, Verdict, WorkerLoss};
 use steer_engine::observe::metrics;
+use steer_xdp::Proto;
 use support::net::TestNet;
 use support::{drive_flows, PORT};
-use xdp_io::Proto;
 
 const MARKER: &[u8] = b"PANIC";
 

@@ -4,7 +4,7 @@ use std::io;
 
 use steer_core::hook::HookError;
 use steer_core::table::{RecordError, TableError};
-use xdp_io::XdpError;
+use steer_xdp::XdpError;
 
 /// An error of kernel-socket steering.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum KernelError {
     Table(#[from] TableError),
     /// The CPU topology could not be read.
     #[error("CPU topology: {0}")]
-    Topology(#[from] topology::Error),
+    Topology(#[from] steer_topology::Error),
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

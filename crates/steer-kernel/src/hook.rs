@@ -21,8 +21,8 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use steer_core::cpu::CpuId;
 use steer_core::hook::{FilterId, FlowMove, HookError, SteerHook};
-use xdp_io::rfs::RfsProgram;
-use xdp_io::{FlowMapKey, XdpError};
+use steer_xdp::rfs::RfsProgram;
+use steer_xdp::{FlowMapKey, XdpError};
 
 /// What the hook needs from the RFS program: the seam its unit tests fill
 /// with a fake.
@@ -423,7 +423,7 @@ mod tests {
     use super::tests_support::FakeBackend;
     use super::*;
     use crate::SocketTuple;
-    use xdp_io::Proto;
+    use steer_xdp::Proto;
 
     fn mv(t: &SocketTuple, to: CpuId) -> FlowMove {
         FlowMove {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use xdp_io::FlowMapKey;
+use steer_xdp::FlowMapKey;
 
 /// What the sweeper remembers of each recorded flow between sweeps.
 #[derive(Debug, Default)]
@@ -51,7 +51,7 @@ impl IdleSweep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xdp_io::Proto;
+    use steer_xdp::Proto;
 
     fn flow(port: u16) -> FlowMapKey {
         FlowMapKey::new(

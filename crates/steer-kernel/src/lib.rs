@@ -7,7 +7,7 @@
 //! write that moves a flow calls the steering hook ([`MapHook`]), which
 //! writes the flow's CPU into the XDP RFS program's map (one `bpf(2)` call:
 //! the costly update, counted and timed). The program
-//! ([`xdp_io::rfs::RfsProgram`]) redirects the flow's frames into that CPU's
+//! ([`steer_xdp::rfs::RfsProgram`]) redirects the flow's frames into that CPU's
 //! cpumap entry, where the kernel stack handles them; it moves a flow only
 //! when nothing of it can be overtaken (TCP: the socket's `rcv_nxt` has
 //! reached the segment; UDP: the socket has seen every frame). Everything
@@ -20,7 +20,7 @@
 //! (forgetting the in-kernel recorder's idle flows); `flow` (one
 //! connection's handle) and `recorder` (one application thread's handle);
 //! `steering` (the owner: program, shared state, sweeper). `unsafe` is denied: system calls go
-//! through socket2 and xdp-io.
+//! through socket2 and steer-xdp.
 //!
 //! ```no_run
 //! use steer_kernel::{KernelSteering, Proto};
@@ -73,6 +73,6 @@ pub use recorder::KernelRecorder;
 pub use shared::Recorded;
 pub use socket::SocketTuple;
 pub use steer_core::policy::Policy;
+pub use steer_xdp::rfs::{RfsOrder, RfsStats};
+pub use steer_xdp::{Proto, XdpMode};
 pub use steering::{KernelStats, KernelSteering, KernelSteeringBuilder};
-pub use xdp_io::rfs::{RfsOrder, RfsStats};
-pub use xdp_io::{Proto, XdpMode};

@@ -18,7 +18,7 @@ use steer_core::flow::{FlowHasher, KeyedHasher};
 use steer_core::hook::{FlowMove, SteerHook};
 use steer_core::policy::RecordOutcome;
 use steer_core::table::DesiredCpuTable;
-use xdp_io::Proto;
+use steer_xdp::Proto;
 
 use crate::checksum::ChecksumWatch;
 use crate::hook::MapHook;

@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use socket2::{Protocol, SockRef};
 use steer_core::flow::{FlowAddrs, FlowKey, Ports};
 use steer_core::packet::ip_proto;
-use xdp_io::{FlowMapKey, Proto};
+use steer_xdp::{FlowMapKey, Proto};
 
 use crate::KernelError;
 

@@ -20,12 +20,12 @@ use steer_core::flow::KeyedHasher;
 use steer_core::policy::Policy;
 use steer_core::record::CpuProbe;
 use steer_core::table::{DesiredCpuTable, RecordStats};
-use topology::thread::LiveProbe;
-use xdp_io::privileges::RunAs;
-use xdp_io::rfs::{
+use steer_topology::thread::LiveProbe;
+use steer_xdp::privileges::RunAs;
+use steer_xdp::rfs::{
     RfsOrder, RfsProgram, RfsRecord, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE,
 };
-use xdp_io::{Proto, XdpMode};
+use steer_xdp::{Proto, XdpMode};
 
 use crate::checksum::{ChecksumErrors, ChecksumWatch};
 use crate::hook::{MapHook, RfsBackend, UpdateTimes};
@@ -39,25 +39,25 @@ use crate::{KernelError, SteeredFlow};
 struct Stopped;
 
 impl RfsBackend for Stopped {
-    fn track(&self, _: &xdp_io::FlowMapKey) -> Result<(), xdp_io::XdpError> {
+    fn track(&self, _: &steer_xdp::FlowMapKey) -> Result<(), steer_xdp::XdpError> {
         Err(stopped())
     }
-    fn steer(&self, _: &xdp_io::FlowMapKey, _: u32) -> Result<(), xdp_io::XdpError> {
+    fn steer(&self, _: &steer_xdp::FlowMapKey, _: u32) -> Result<(), steer_xdp::XdpError> {
         Err(stopped())
     }
-    fn forget(&self, _: &xdp_io::FlowMapKey) -> Result<(), xdp_io::XdpError> {
+    fn forget(&self, _: &steer_xdp::FlowMapKey) -> Result<(), steer_xdp::XdpError> {
         Ok(())
     }
-    fn seen(&self, _: &xdp_io::FlowMapKey) -> Result<Option<u64>, xdp_io::XdpError> {
+    fn seen(&self, _: &steer_xdp::FlowMapKey) -> Result<Option<u64>, steer_xdp::XdpError> {
         Ok(None)
     }
-    fn attach_socket(&self, _: BorrowedFd<'_>) -> Result<(), xdp_io::XdpError> {
+    fn attach_socket(&self, _: BorrowedFd<'_>) -> Result<(), steer_xdp::XdpError> {
         Err(stopped())
     }
 }
 
-fn stopped() -> xdp_io::XdpError {
-    xdp_io::XdpError::Config("kernel-socket steering was stopped".into())
+fn stopped() -> steer_xdp::XdpError {
+    steer_xdp::XdpError::Config("kernel-socket steering was stopped".into())
 }
 
 /// Kernel-socket steering, running: see the crate docs.
@@ -400,7 +400,7 @@ impl KernelSteeringBuilder {
     ///
     /// ```no_run
     /// use steer_kernel::{KernelSteering, Proto};
-    /// use xdp_io::privileges::RunAs;
+    /// use steer_xdp::privileges::RunAs;
     /// let steering = KernelSteering::builder("eth1")
     ///     .own(Proto::Tcp, 8080)
     ///     .drop_privileges(true)
@@ -510,7 +510,7 @@ impl KernelSteeringBuilder {
     /// connected TCP socket of an owned port is recorded by a BPF program
     /// on the `sock_recv_length` tracepoint, under the policy's rule, for
     /// any process on the host, with no call from the application
-    /// ([`xdp_io::rfs::RfsProgram::record_in_kernel`]). The LLC rule uses
+    /// ([`steer_xdp::rfs::RfsProgram::record_in_kernel`]). The LLC rule uses
     /// this builder's topology. UDP and user-space records
     /// ([`KernelSteering::recorder`]) are not affected.
     ///
@@ -544,13 +544,12 @@ impl KernelSteeringBuilder {
         }
         let layout = match self.layout {
             Some(l) => l,
-            None => topology::Topology::live()?.layout(),
+            None => steer_topology::Topology::live()?.layout(),
         };
         let cpus = match self.cpus {
             Some(c) => c,
-            None => {
-                topology::thread::allowed_cpus().map_err(|e| KernelError::Config(e.to_string()))?
-            }
+            None => steer_topology::thread::allowed_cpus()
+                .map_err(|e| KernelError::Config(e.to_string()))?,
         };
         let cpus: CpuSet = cpus.iter().filter(|&c| layout.is_valid(c)).collect();
         if cpus.is_empty() {
@@ -583,12 +582,12 @@ impl KernelSteeringBuilder {
             program.record_in_kernel(record_rule(self.policy), &llcs(&layout, cpus))?;
         }
         // Before the sweeper starts: it inherits the reduced sets.
-        let keep = xdp_io::privileges::needed_to_detach_netlink(program.dispatched());
+        let keep = steer_xdp::privileges::needed_to_detach_netlink(program.dispatched());
         if let Some(user) = self.run_as {
             let keep = if self.drop_privileges {
                 keep
             } else {
-                xdp_io::privileges::permitted().map_err(|e| {
+                steer_xdp::privileges::permitted().map_err(|e| {
                     KernelError::Config(format!("reading the capabilities after set-up: {e}"))
                 })?
             };
@@ -601,7 +600,7 @@ impl KernelSteeringBuilder {
                 "running as another user"
             );
         } else if self.drop_privileges {
-            xdp_io::privileges::drop_all_but(&keep).map_err(|e| {
+            steer_xdp::privileges::drop_all_but(&keep).map_err(|e| {
                 KernelError::Config(format!("dropping capabilities after set-up: {e}"))
             })?;
             tracing::info!(kept = ?keep, "capabilities dropped");

@@ -57,7 +57,7 @@ impl Harness {
         lock_path: &Path,
         wait: Duration,
     ) -> Result<Self> {
-        let stop = xdp_io::shutdown::install().context("installing signal handlers")?;
+        let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
         let lock = lock(lock_path, name, stop, wait)?;
         let work = std::env::temp_dir().join(format!("steer-{name}.{}", std::process::id()));
         let _ = fs::remove_dir_all(&work);

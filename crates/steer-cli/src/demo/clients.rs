@@ -85,9 +85,9 @@ impl Clients {
                     let none = Default::default();
                     match shed {
                         Shed::Nothing => {}
-                        Shed::Bounding => xdp_io::privileges::lower_bounding(&none)
+                        Shed::Bounding => steer_xdp::privileges::lower_bounding(&none)
                             .context("lowering the clients' bounding set")?,
-                        Shed::All => xdp_io::privileges::drop_all_but(&none)
+                        Shed::All => steer_xdp::privileges::drop_all_but(&none)
                             .context("dropping the clients' capabilities")?,
                     }
                     Ok(v)

@@ -145,8 +145,8 @@ fn consume(mut flow: Flow, control: &Control, cpus: &CpuSet, stop: &AtomicBool) 
             if target != on {
                 // Pinning migrates the thread; widening lets it stay there
                 // as any thread the scheduler placed would.
-                let _ = topology::thread::pin_current(target);
-                let _ = topology::thread::set_allowed(cpus);
+                let _ = steer_topology::thread::pin_current(target);
+                let _ = steer_topology::thread::set_allowed(cpus);
                 on = target;
             }
             match tokio::time::timeout(Duration::from_millis(50), flow.recv()).await {

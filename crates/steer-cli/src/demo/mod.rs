@@ -32,8 +32,8 @@ use steer_core::policy::Policy;
 use steer_engine::engine::Engine;
 use steer_engine::flows::FlowOptions;
 use steer_engine::observe::DEFAULT_RUN_DIR;
-use topology::Topology;
-use xdp_io::Proto;
+use steer_topology::Topology;
+use steer_xdp::Proto;
 
 use crate::top::TopView;
 use clients::{Clients, Shed};
@@ -104,7 +104,7 @@ pub struct DemoArgs {
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     // Looked up first: an unknown user fails before anything is touched.
     let run_as = args.privileges.run_as()?;
-    let stop = xdp_io::shutdown::install()?;
+    let stop = steer_xdp::shutdown::install()?;
     let model = Topology::synthetic(&args.topology)?;
     let llcs: Vec<String> = model
         .llcs()

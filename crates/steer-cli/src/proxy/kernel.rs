@@ -93,7 +93,7 @@ pub(super) fn serve(
                 .name(format!("kproxy-{cpu}"))
                 .spawn(move || -> anyhow::Result<()> {
                     if pin {
-                        let _ = topology::thread::pin_current(cpu);
+                        let _ = steer_topology::thread::pin_current(cpu);
                     }
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()

@@ -49,9 +49,9 @@ use steer_core::policy::Policy;
 use steer_engine::flows::{
     AcceptMode, Flow, FlowBudget, FlowListener, FlowOptions, HostResources, RESERVED_FDS,
 };
+use steer_xdp::Proto;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use xdp_io::Proto;
 
 use crate::args::EngineArgs;
 
@@ -223,7 +223,7 @@ async fn backend_socket(backend: SocketAddr) -> std::io::Result<UdpSocket> {
 fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
     // Looked up first: an unknown user fails before anything is bound.
     let run_as = args.engine.privileges.run_as()?;
-    let stop = xdp_io::shutdown::install()?;
+    let stop = steer_xdp::shutdown::install()?;
     let cpus: Vec<usize> = match &args.engine.cpus {
         Some(set) => set.iter().collect(),
         None => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
@@ -269,13 +269,13 @@ fn run_kernel(args: &ProxyArgs) -> anyhow::Result<()> {
         || {
             let keep_all = args.engine.keep_capabilities;
             let keep = if keep_all {
-                xdp_io::privileges::permitted()?
+                steer_xdp::privileges::permitted()?
             } else {
                 Default::default()
             };
             match run_as {
                 Some(user) => user.switch(&keep)?,
-                None if !keep_all => xdp_io::privileges::drop_all_but(&keep)?,
+                None if !keep_all => steer_xdp::privileges::drop_all_but(&keep)?,
                 None => {}
             }
             args.engine.privileges.apply_seccomp()
@@ -409,7 +409,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     if args.io == Io::Kernel {
         return run_kernel(args);
     }
-    let stop = xdp_io::shutdown::install()?;
+    let stop = steer_xdp::shutdown::install()?;
     let on_workers = args.runtime == Layout::Worker;
     let relays = Relays {
         layout: Arc::new(AtomicU8::new(args.runtime as u8)),
@@ -496,7 +496,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
                 .name(format!("proxy-core{cpu}"))
                 .spawn(move || -> anyhow::Result<()> {
                     if pin {
-                        let _ = topology::thread::pin_current(cpu);
+                        let _ = steer_topology::thread::pin_current(cpu);
                     }
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()

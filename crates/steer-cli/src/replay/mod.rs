@@ -35,7 +35,7 @@ use steer_core::policy::{Policy, WriteReason};
 use steer_core::runtime::RpsMode;
 use steer_core::sim::{ConsumerModel, Event as SimEvent, Sim, SimConfig, SimReport};
 use steer_core::table::DesiredCpuTable;
-use topology::Topology;
+use steer_topology::Topology;
 
 use crate::args::{OnOff, Rps};
 use steer_replay::packets::{self, PathError, PcapStats};

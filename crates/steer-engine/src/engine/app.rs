@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Handler;
-use xdp_io::{RawFrame, UmemView};
+use steer_xdp::{RawFrame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
 use super::steering::{FlowSteerError, FlowSteering};

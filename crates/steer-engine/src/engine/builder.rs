@@ -15,12 +15,12 @@ use steer_core::flow::AnyHasher;
 use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RestartLimit, RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
-use topology::Topology;
-use tracing::{info, warn};
-use xdp_io::privileges::RunAs;
-use xdp_io::{
+use steer_topology::Topology;
+use steer_xdp::privileges::RunAs;
+use steer_xdp::{
     BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
 };
+use tracing::{info, warn};
 
 use super::app::{Application, EngineParts, FactoryApp};
 use super::counters::EngineCounters;
@@ -180,7 +180,7 @@ impl EngineBuilder {
     /// ```no_run
     /// use steer_engine::engine::{Engine, Verdict};
     /// let engine = Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 7)
+    ///     .own(steer_xdp::Proto::Udp, 7)
     ///     .balance(true)
     ///     .handler(|_cpu| Box::new(|p: &mut [u8], _: &_| Verdict::Transmit(p.len())))
     ///     .start()?;
@@ -244,7 +244,7 @@ impl EngineBuilder {
     ///
     /// ```no_run
     /// let engine = steer_engine::engine::Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .own(steer_xdp::Proto::Udp, 53)
     ///     .flow_limit(4096)
     ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
     ///         steer_engine::engine::Verdict::Consume
@@ -268,13 +268,13 @@ impl EngineBuilder {
     /// CPU coming back pins itself there again. The file is
     /// `sys/devices/system/cpu/online` under the topology's root: `/` for
     /// the live machine, another tree with
-    /// [`Topology::from_sysfs`](topology::Topology::from_sysfs) (tests);
+    /// [`Topology::from_sysfs`](steer_topology::Topology::from_sysfs) (tests);
     /// model topologies are not watched.
     ///
     /// ```no_run
     /// use std::time::Duration;
     /// let engine = steer_engine::engine::Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .own(steer_xdp::Proto::Udp, 53)
     ///     .hotplug_watch(Some(Duration::from_millis(20)))
     ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
     ///         steer_engine::engine::Verdict::Consume
@@ -426,7 +426,7 @@ impl EngineBuilder {
     /// use steer_core::flow::{ToeplitzHasher, SYMMETRIC_RSS_KEY};
     /// let key = SYMMETRIC_RSS_KEY; // or the NIC's key, from `ethtool -x eth1`
     /// let engine = steer_engine::engine::Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 53)
+    ///     .own(steer_xdp::Proto::Udp, 53)
     ///     .hasher(ToeplitzHasher::new(&key)?)
     ///     .handler(|_cpu| Box::new(|_p: &mut [u8], _: &steer_engine::engine::PacketContext| {
     ///         steer_engine::engine::Verdict::Consume
@@ -470,7 +470,7 @@ impl EngineBuilder {
     /// use steer_engine::engine::Engine;
     /// use steer_engine::flows::FlowOptions;
     /// let engine = Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .own(steer_xdp::Proto::Udp, 5353)
     ///     .deliver_flows(FlowOptions::default())
     ///     .record_trace("/tmp/steer.trace", 1_000_000)
     ///     .start()?;
@@ -495,7 +495,7 @@ impl EngineBuilder {
     /// not answer was left by an engine that is gone: it is replaced, and so
     /// is the steer XDP program that engine left attached. Without a socket
     /// the program's owner record says the same (see
-    /// [`xdp_io::program`]): a live owner is refused by pid, a dead one's
+    /// [`steer_xdp::program`]): a live owner is refused by pid, a dead one's
     /// program replaced.
     pub fn stats_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.stats_dir = Some(dir.into());
@@ -530,7 +530,7 @@ impl EngineBuilder {
     /// ```no_run
     /// use steer_engine::engine::Engine;
     /// let engine = Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .own(steer_xdp::Proto::Udp, 5353)
     ///     .metrics("127.0.0.1:9464".parse().unwrap())
     ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &steer_engine::engine::PacketContext| {
     ///         steer_engine::engine::Verdict::Drop
@@ -564,7 +564,7 @@ impl EngineBuilder {
     /// ```no_run
     /// use steer_engine::engine::{Engine, PacketContext, Verdict};
     /// let engine = Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .own(steer_xdp::Proto::Udp, 5353)
     ///     .drop_privileges(true)
     ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
     ///     .start()?;
@@ -587,10 +587,10 @@ impl EngineBuilder {
     ///
     /// ```no_run
     /// use steer_engine::engine::{Engine, PacketContext, Verdict};
-    /// use xdp_io::privileges::RunAs;
+    /// use steer_xdp::privileges::RunAs;
     /// let nobody = RunAs::lookup("nobody", None)?;
     /// let engine = Engine::builder("eth1")
-    ///     .own(xdp_io::Proto::Udp, 5353)
+    ///     .own(steer_xdp::Proto::Udp, 5353)
     ///     .drop_privileges(true)
     ///     .run_as(nobody)
     ///     .handler(|_cpu| Box::new(|_: &mut [u8], _: &PacketContext| Verdict::Drop))
@@ -607,7 +607,7 @@ impl EngineBuilder {
     /// is called on every move of a flow, with the flow's key, its old and
     /// new CPU and the rx queue, and on expiry of idle flows. Default: no
     /// hook (software steering only). On a NIC with ntuple filters,
-    /// [`xdp_io::ntuple::NtupleSteering`] asks the NIC to deliver each moved
+    /// [`steer_xdp::ntuple::NtupleSteering`] asks the NIC to deliver each moved
     /// flow to the rx queue of its new CPU.
     ///
     /// ```no_run
@@ -689,8 +689,8 @@ impl EngineBuilder {
 
         let interface = self.port.interface.clone();
         // The errors that say what to do come before anything is created.
-        xdp_io::check_privileges()?;
-        xdp_io::ifindex(&interface)?;
+        steer_xdp::check_privileges()?;
+        steer_xdp::ifindex(&interface)?;
         if self.use_rx_hash {
             check_rx_hash_offered(&interface)?;
         }
@@ -700,7 +700,7 @@ impl EngineBuilder {
         // The port shares the lock and holds it while its program is
         // attached.
         let (_owner_lock, lock_shared) =
-            xdp_io::owner_lock::InterfaceLock::acquire_noting(&interface)?;
+            steer_xdp::owner_lock::InterfaceLock::acquire_noting(&interface)?;
         let access = match &self.stats_group {
             Some(name) => StatsAccess::group(name)?,
             None => StatsAccess::Owner,
@@ -748,7 +748,7 @@ impl EngineBuilder {
             let keep = if self.drop_privileges {
                 keep
             } else {
-                xdp_io::privileges::permitted()
+                steer_xdp::privileges::permitted()
                     .map_err(|e| EngineError::Privileges(e.to_string()))?
             };
             user.switch(&keep)
@@ -761,7 +761,7 @@ impl EngineBuilder {
                 "running as another user"
             );
         } else if self.drop_privileges {
-            xdp_io::privileges::drop_all_but(&keep)
+            steer_xdp::privileges::drop_all_but(&keep)
                 .map_err(|e| EngineError::Privileges(e.to_string()))?;
             info!(interface = %interface, kept = ?keep, "capabilities dropped");
         }
@@ -976,14 +976,14 @@ impl EngineBuilder {
 /// Refuses [`EngineBuilder::use_rx_hash`] on a device whose driver gives
 /// XDP programs no receive hash (the kernel's netdev netlink family says).
 fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
-    match xdp_io::nic::xdp_device_info(interface) {
+    match steer_xdp::nic::xdp_device_info(interface) {
         Ok(info) if info.rx_hash() => Ok(()),
         Ok(_) => Err(EngineError::Config(format!(
             "receive hash (use_rx_hash, --rx-hash): {interface}'s driver gives XDP programs no receive hash (no rx-hash \
              kfunc): turn the receive hash off and let steer hash flows itself"
         ))),
-        Err(xdp_io::XdpError::UnknownInterface { name }) => {
-            Err(xdp_io::XdpError::UnknownInterface { name }.into())
+        Err(steer_xdp::XdpError::UnknownInterface { name }) => {
+            Err(steer_xdp::XdpError::UnknownInterface { name }.into())
         }
         Err(e) => Err(EngineError::Config(format!(
             "receive hash (use_rx_hash, --rx-hash): cannot tell whether {interface}'s driver gives XDP programs its \

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use steer_core::cpu::CpuId;
 use steer_core::runtime::{WorkerReport, WorkerState, WorkerStates};
+use steer_xdp::{OwnedAction, OwnedActionSwitch};
 use tracing::error;
-use xdp_io::{OwnedAction, OwnedActionSwitch};
 
 /// What the engine does when no worker is left to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

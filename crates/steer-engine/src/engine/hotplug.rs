@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use steer_core::dispatch::DispatchSwitches;
-use topology::Topology;
+use steer_topology::Topology;
 use tracing::{info, warn};
 
 /// The running watcher; stop it with [`HotplugWatcher::stop`] (or drop).

@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use steer_engine::engine::{Engine, Verdict};
-//! use xdp_io::Proto;
+//! use steer_xdp::Proto;
 //! # fn main() -> Result<(), steer_engine::engine::EngineError> {
 //! let engine = Engine::builder("veth0")
 //!     .own(Proto::Udp, 9000)
@@ -53,8 +53,8 @@ use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::policy::Policy;
 pub use steer_core::runtime::RpsMode;
 use steer_core::runtime::{RuntimeError, WorkerState};
-use topology::Topology;
-use xdp_io::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort};
+use steer_topology::Topology;
+use steer_xdp::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort};
 
 pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHandler, Verdict};
 pub use builder::EngineBuilder;
@@ -89,7 +89,7 @@ pub enum EngineError {
     Xdp(#[from] XdpError),
     /// The CPU topology could not be read.
     #[error("reading the CPU topology: {0}")]
-    Topology(#[from] topology::Error),
+    Topology(#[from] steer_topology::Error),
     /// The runtime refused the settings.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
@@ -249,7 +249,7 @@ impl Engine {
     }
 
     /// The modes in use (XDP attach, bind, huge pages).
-    pub fn modes(&self) -> xdp_io::ActiveModes {
+    pub fn modes(&self) -> steer_xdp::ActiveModes {
         self.port.modes()
     }
 

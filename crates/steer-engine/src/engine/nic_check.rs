@@ -9,7 +9,7 @@
 //! or queue interrupts, and is told so.
 
 use steer_core::cpu::CpuId;
-use xdp_io::nic::{self, Channels, QueueIrq};
+use steer_xdp::nic::{self, Channels, QueueIrq};
 
 /// What the kernel says about the device's setup.
 #[derive(Debug, Clone)]

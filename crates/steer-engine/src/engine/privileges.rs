@@ -16,7 +16,7 @@
 //! An engine with a steering hook also keeps CAP_NET_ADMIN: the hook may
 //! call the kernel on every move (ntuple rules are ethtool set commands).
 //!
-//! The drop itself is [`xdp_io::privileges::drop_all_but`], on the thread
+//! The drop itself is [`steer_xdp::privileges::drop_all_but`], on the thread
 //! that runs `start`, after the port is open and before the engine starts
 //! any thread of its own (capability sets are per thread; the engine's
 //! threads inherit the reduced sets, threads the application started
@@ -24,13 +24,13 @@
 //!
 //! With [`EngineBuilder::run_as`](super::EngineBuilder::run_as) the same
 //! point switches the process to another user instead
-//! ([`xdp_io::privileges::RunAs::switch`]), keeping what
+//! ([`steer_xdp::privileges::RunAs::switch`]), keeping what
 //! [`needed_at_run_time`] says across the switch; the user and group ids
 //! change on every thread, and threads started earlier lose every
 //! capability.
 
 use caps::{Capability, CapsHashSet};
-use xdp_io::XdpAttach;
+use steer_xdp::XdpAttach;
 
 /// What the engine still needs once its port is open, for a program held
 /// as `attach` (`dispatched`: in libxdp's dispatcher), with or without a
@@ -41,7 +41,7 @@ pub(crate) fn needed_at_run_time(attach: XdpAttach, dispatched: bool, hook: bool
         // Detaching through netlink at stop (through libxdp, which looks
         // programs up by id, when they run in its dispatcher).
         (XdpAttach::Netlink, dispatched) => {
-            xdp_io::privileges::needed_to_detach_netlink(dispatched)
+            steer_xdp::privileges::needed_to_detach_netlink(dispatched)
         }
     };
     if hook {

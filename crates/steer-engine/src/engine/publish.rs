@@ -18,7 +18,7 @@ use steer_core::cpu::CpuSet;
 use steer_core::dispatch::Shared;
 use steer_core::policy::WriteReason;
 use steer_core::runtime::{WorkerState, WorkerStates};
-use xdp_io::{ActiveModes, BindMode, FrameCensus, LedgerSnapshot, RingCensus, XdpMode};
+use steer_xdp::{ActiveModes, BindMode, FrameCensus, LedgerSnapshot, RingCensus, XdpMode};
 
 use super::counters::EngineCounters;
 use crate::frames::{lock, SharedSocket};

@@ -14,9 +14,9 @@ use steer_core::flow::{AnyHasher, FlowClassifier};
 use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
-use topology::Topology;
+use steer_topology::Topology;
+use steer_xdp::RawFrame;
 use tracing::{debug, info, warn};
-use xdp_io::RawFrame;
 
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
@@ -77,7 +77,7 @@ impl Setup<RawFrame> for EngineSetup {
             }
         }
         if let Some(slice) = self.slice {
-            match xdp_io::sched::set_thread_slice(0, slice) {
+            match steer_xdp::sched::set_thread_slice(0, slice) {
                 Ok(true) => {}
                 Ok(false) => info!(
                     cpu,

@@ -16,7 +16,7 @@ use steer_core::policy::{Policy, WriteReason};
 use steer_core::runtime::WorkerState;
 use steer_core::stats::LocalStats;
 use steer_core::table::RecordStats;
-use xdp_io::{FrameCensus, ProgramStats, SocketStats};
+use steer_xdp::{FrameCensus, ProgramStats, SocketStats};
 
 use super::counters::{EngineCounters, WorkerCounts};
 

@@ -37,7 +37,7 @@
 //! ```no_run
 //! use steer_engine::engine::Engine;
 //! use steer_engine::flows::FlowOptions;
-//! use xdp_io::Proto;
+//! use steer_xdp::Proto;
 //! # async fn proxy() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = Engine::builder("veth0")
 //!     .own(Proto::Udp, 5353)
@@ -74,8 +74,8 @@ use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
 use steer_core::flow::{AnyHasher, FlowHasher, FlowKey};
 use steer_core::record::Recorder;
+use steer_xdp::Frame;
 use tracing::warn;
-use xdp_io::Frame;
 
 use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
 use crate::frames::{lock, send_or_recycle, TxResources};
@@ -527,7 +527,7 @@ impl Hub {
             }
         };
         tx.umem.set_len(&mut frame, len);
-        let cpu = topology::thread::current_cpu().unwrap_or(0);
+        let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
         let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
         let mut socket = lock(&tx.sockets[index % tx.sockets.len()]);
         // One reusable vector per thread: no allocation per reply.
@@ -626,7 +626,7 @@ impl EngineBuilder {
     /// ```no_run
     /// use steer_engine::engine::Engine;
     /// use steer_engine::flows::FlowOptions;
-    /// use xdp_io::Proto;
+    /// use steer_xdp::Proto;
     /// let engine = Engine::builder("eth1")
     ///     .own(Proto::Udp, 5353)
     ///     .deliver_flows_on_workers(FlowOptions::default(), |_cpu, listener| async move {

@@ -28,7 +28,7 @@ mod tx;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use xdp_io::{Frame, QueueSocket, RawFrame};
+use steer_xdp::{Frame, QueueSocket, RawFrame};
 
 pub(crate) use pool::UmemPool;
 pub(crate) use source::XskSource;
@@ -65,5 +65,5 @@ pub(crate) fn adopt(desc: RawFrame) -> Frame {
 pub(crate) struct TxResources {
     pub(crate) sockets: Vec<SharedSocket>,
     pub(crate) spare: Arc<SparePool>,
-    pub(crate) umem: xdp_io::UmemView,
+    pub(crate) umem: steer_xdp::UmemView,
 }

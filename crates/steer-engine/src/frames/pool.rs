@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use steer_core::dispatch::FramePool;
-use xdp_io::{RawFrame, UmemView};
+use steer_xdp::{RawFrame, UmemView};
 
 use super::{adopt, SparePool};
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use steer_core::runtime::RxSource;
+use steer_xdp::{Frame, RawFrame};
 use tracing::warn;
-use xdp_io::{Frame, RawFrame};
 
 use super::{adopt, lock, SharedSocket, SparePool};
 

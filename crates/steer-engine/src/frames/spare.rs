@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_queue::ArrayQueue;
-use xdp_io::{Frame, QueueSocket};
+use steer_xdp::{Frame, QueueSocket};
 
 /// Free frames shared by all workers.
 #[derive(Debug)]

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use xdp_io::{Frame, QueueSocket};
+use steer_xdp::{Frame, QueueSocket};
 
 use super::{lock, SharedSocket, SparePool};
 

@@ -360,7 +360,7 @@ impl StatsEndpoint {
     }
 
     /// Hands the socket to `uid` (the user the engine runs as once set up,
-    /// [`xdp_io::privileges::RunAs`]) so that the engine can still remove
+    /// [`steer_xdp::privileges::RunAs`]) so that the engine can still remove
     /// it at stop: the socket becomes the user's (its group and mode stay),
     /// and its directory stays root's but becomes writable by group `gid`
     /// with the sticky bit, as `/tmp` is: the user may remove only what it

@@ -232,7 +232,7 @@ pub struct SocketCounters {
     pub completion: u32,
 }
 
-/// Where the UMEM's frames are (xdp-io's frame census, taken live).
+/// Where the UMEM's frames are (steer-xdp's frame census, taken live).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FrameCounters {
@@ -278,8 +278,8 @@ impl FrameCounters {
     }
 }
 
-impl From<xdp_io::FrameCensus> for FrameCounters {
-    fn from(c: xdp_io::FrameCensus) -> Self {
+impl From<steer_xdp::FrameCensus> for FrameCounters {
+    fn from(c: steer_xdp::FrameCensus) -> Self {
         Self {
             total: c.total,
             free: c.free,

@@ -1,11 +1,11 @@
-//! What the engine tests share: the netns test hosts of xdp-io, an echo
+//! What the engine tests share: the netns test hosts of steer-xdp, an echo
 //! engine on them, a multi-flow UDP driver, an ordered echo load with a
 //! handler that moves its flows (`ordered`), malformed frames and a raw
 //! sender for them, and the accounting check.
 
 #![allow(dead_code)]
 
-#[path = "../../../xdp-io/tests/common/mod.rs"]
+#[path = "../../../steer-xdp/tests/common/mod.rs"]
 pub mod net;
 pub mod ordered;
 
@@ -20,7 +20,7 @@ use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, EngineBuilder, EngineReport, PacketContext, Verdict};
-use xdp_io::Proto;
+use steer_xdp::Proto;
 
 /// The UDP port the test engines own.
 pub const PORT: u16 = 7777;
@@ -241,7 +241,7 @@ pub fn malformed_frames(net: &TestNet) -> Vec<Vec<u8>> {
 /// An AF_PACKET socket on the peer, for frames a UDP socket cannot send.
 pub fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
     net.in_ns(|| {
-        let ifindex = xdp_io::ifindex(&net.peer).unwrap();
+        let ifindex = steer_xdp::ifindex(&net.peer).unwrap();
         // SAFETY: plain socket(2) call; the fd is closed below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
         assert!(

@@ -264,5 +264,5 @@ impl Drop for Pair {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin(cpu: usize) {
-    topology::thread::pin_current(cpu).unwrap();
+    steer_topology::thread::pin_current(cpu).unwrap();
 }
