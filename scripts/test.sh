@@ -7,6 +7,7 @@
 #
 #   ci/fmt.sh          cargo fmt --check (workspace and fuzz targets)
 #   ci/clippy.sh       clippy on all targets, warnings denied
+#   ci/msrv.sh         every target checked with the declared rust-version
 #   ci/doc.sh          cargo doc with RUSTDOCFLAGS=-D warnings
 #   ci/test.sh         unit, integration and doc tests; each bench once
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-all=(fmt clippy doc test bench-smoke loom fuzz asan)
+all=(fmt clippy msrv doc test bench-smoke loom fuzz asan)
 checks=("${all[@]}")
 if [ $# -gt 0 ]; then
   checks=("$@")
