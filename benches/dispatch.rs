@@ -398,7 +398,7 @@ fn churn(c: &mut Criterion) {
             b.iter(|| {
                 i = i.wrapping_add(1);
                 churn_event(&mut r, &all, i);
-                if i % 64 == 0 {
+                if i.is_multiple_of(64) {
                     drain(&mut r.consumers);
                 }
             })

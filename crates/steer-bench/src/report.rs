@@ -693,7 +693,7 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
 }
 
 fn short(rate: u64) -> String {
-    if rate % 1000 == 0 {
+    if rate.is_multiple_of(1000) {
         format!("{}k", rate / 1000)
     } else {
         rate.to_string()

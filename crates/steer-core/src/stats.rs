@@ -208,7 +208,7 @@ mod tests {
         let stats = Stats::new(2);
         let a = stats.cpu(0).unwrap() as *const CpuStats as usize;
         let b = stats.cpu(1).unwrap() as *const CpuStats as usize;
-        assert!(b - a >= 128 && a % 128 == 0);
+        assert!(b - a >= 128 && a.is_multiple_of(128));
     }
 
     #[test]

@@ -576,7 +576,7 @@ fn shared_state_built_before_start_steers_from_the_first_packet() {
 
     // Three packets of `a` for each of `b`, so swapped CPUs show.
     let packets = 200u32;
-    let flow_of = |i: u32| if i % 4 == 0 { b } else { a };
+    let flow_of = |i: u32| if i.is_multiple_of(4) { b } else { a };
     let bytes = (0..packets).map(|i| common::frame(flow_of(i), i)).collect();
     let frames = Arc::new(Frames {
         bytes,

@@ -227,7 +227,9 @@ impl Executor {
 
     fn idle(&mut self) {
         self.idle_rounds = self.idle_rounds.wrapping_add(1);
-        if self.idle_rounds % IDLE_CHECK_EVERY == 0 && self.last_io.elapsed() >= IO_INTERVAL {
+        if self.idle_rounds.is_multiple_of(IDLE_CHECK_EVERY)
+            && self.last_io.elapsed() >= IO_INTERVAL
+        {
             self.tick(0, None::<fn()>);
         }
     }

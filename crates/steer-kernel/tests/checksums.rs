@@ -54,7 +54,7 @@ fn tcp_echo(steering: Arc<KernelSteering>, mut stream: TcpStream) {
     let mut buf = [0u8; SIZE];
     let mut i = 0u32;
     while stream.read_exact(&mut buf).is_ok() {
-        if i % MOVE_EVERY == 0 {
+        if i.is_multiple_of(MOVE_EVERY) {
             steering.pin(&flow, cpu_after(i)).unwrap();
         }
         if stream.write_all(&buf).is_err() {
@@ -73,7 +73,7 @@ fn udp_echo(steering: Arc<KernelSteering>, sock: UdpSocket) {
         if buf[0] == b'Q' {
             break;
         }
-        if i % MOVE_EVERY == 0 {
+        if i.is_multiple_of(MOVE_EVERY) {
             steering.pin(&flow, cpu_after(i)).unwrap();
         }
         let _ = sock.send(&buf[..n]);

@@ -356,7 +356,7 @@ where
             // on the first idle round; it is written once per millisecond at
             // most.
             rounds = rounds.wrapping_add(1);
-            let tick_round = rounds % TICK_EVERY == 0 || idle_rounds == 1;
+            let tick_round = rounds.is_multiple_of(TICK_EVERY) || idle_rounds == 1;
             if tick_round {
                 let now = now.saturating_duration_since(self.start).as_millis() as Tick;
                 if now != last_tick {

@@ -86,7 +86,7 @@ pub fn run(net: &TestNet, load: &Load) -> LoadReport {
 fn client(net: &TestNet, load: &Load, thread: usize) -> LoadReport {
     let mut flows: Vec<FlowState> = (0..load.flows_per_thread)
         .map(|i| {
-            let (local, remote): (IpAddr, IpAddr) = if (i + thread) % 2 == 0 {
+            let (local, remote): (IpAddr, IpAddr) = if (i + thread).is_multiple_of(2) {
                 (net.peer_v4.into(), net.host_v4.into())
             } else {
                 (net.peer_v6.into(), net.host_v6.into())
@@ -230,7 +230,7 @@ impl MovingEcho {
 
 impl PacketHandler for MovingEcho {
     fn handle(&mut self, packet: &mut [u8], ctx: &PacketContext) -> Verdict {
-        if self.noise.next() % self.every == 0 {
+        if self.noise.next().is_multiple_of(self.every) {
             if let Some(hash) = ctx.flow_hash(packet) {
                 let r = self.noise.next();
                 let cpu = self.cpus[(r >> 8) as usize % self.cpus.len()];
