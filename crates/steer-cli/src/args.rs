@@ -89,6 +89,11 @@ pub enum HashKind {
 /// The engine's settings on the command line.
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
+    /// Read options from this TOML file: each key is a long option of this
+    /// command (`workers = 2`, `port = [7000, 7001]`, `no-table = true`);
+    /// options on the command line override the file's.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The interface to serve on.
     #[arg(long, short = 'i')]
     pub interface: String,
@@ -441,7 +446,7 @@ fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
              `ethtool -x` prints it, e.g. 6d:5a:56:...)"
         )
     };
-    if digits.is_empty() || digits.len() % 2 != 0 {
+    if digits.is_empty() || !digits.len().is_multiple_of(2) {
         return Err(bad());
     }
     (0..digits.len())

@@ -16,6 +16,11 @@ use crate::args::AttachMode;
 /// The steering flags shared by `tcp-echo` and `rfs`.
 #[derive(Debug, Args)]
 pub struct KernelSteeringArgs {
+    /// Read options from this TOML file: each key is a long option of this
+    /// command (`workers = 2`, `port = [7000, 7001]`, `no-table = true`);
+    /// options on the command line override the file's.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Update policy: `llc` (write a new CPU only across LLCs, or when the
     /// old CPU is gone) or `always`.
     #[arg(long, default_value = "llc")]

@@ -20,6 +20,7 @@
 
 mod args;
 mod balance_sim;
+mod config_file;
 mod ctl;
 mod demo;
 mod echo;
@@ -38,7 +39,9 @@ mod topology;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// steer: userspace RPS/RFS on AF_XDP with LLC-aware flow steering.
 #[derive(Debug, Parser)]
@@ -134,9 +137,22 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         tracing::warn!(error = %e, "PR_SET_NO_NEW_PRIVS failed");
     }
-    let cli = match Cli::try_parse() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let command = command();
+    let expanded = match config_file::expand(argv.clone(), &command) {
+        Ok(expanded) => expanded,
+        Err(e) => {
+            let sub = argv.get(1).map(|s| s.to_string_lossy().into_owned());
+            eprintln!("steer {}: {e}", sub.unwrap_or_default());
+            return ExitCode::from(2);
+        }
+    };
+    let parsed = command
+        .try_get_matches_from(&expanded.args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
-        Err(e) => return clap_error(e),
+        Err(e) => return clap_error(e, &expanded, &argv),
     };
     let name = cli.command.name();
     let result = match &cli.command {
@@ -164,6 +180,22 @@ fn main() -> ExitCode {
     })
 }
 
+/// The command line's definition. A subcommand that reads `--config`
+/// lets a later option replace an earlier one, so the command line
+/// overrides the file's options spliced in before it.
+fn command() -> clap::Command {
+    let mut cli = Cli::command();
+    let readers: Vec<String> = cli
+        .get_subcommands()
+        .filter(|c| c.get_arguments().any(|a| a.get_id() == "config"))
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for name in readers {
+        cli = cli.mut_subcommand(name, |c| c.args_override_self(true));
+    }
+    cli
+}
+
 /// An error and its causes on one line, each cause once: a cause whose text
 /// the line already holds (an error that prints its source) is skipped.
 fn one_line(e: &anyhow::Error) -> String {
@@ -184,7 +216,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 /// Prints help and version as clap does; a usage error as one line that
 /// says what was wrong and where to look (clap's own is four).
-fn clap_error(e: clap::Error) -> ExitCode {
+fn clap_error(e: clap::Error, expanded: &config_file::Expanded, argv: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(
         e.kind(),
@@ -204,9 +236,13 @@ fn clap_error(e: clap::Error) -> ExitCode {
     let sub = std::env::args()
         .nth(1)
         .filter(|a| Cli::command().find_subcommand(a).is_some());
-    match sub {
-        Some(sub) => eprintln!("steer {sub}: {first} (see steer {sub} --help)"),
-        None => eprintln!("steer: {first} (see steer --help)"),
+    let file = config_file::blame(first, expanded, argv);
+    match (sub, file) {
+        (Some(sub), Some(file)) => {
+            eprintln!("steer {sub}: {first} (set in {})", file.display())
+        }
+        (Some(sub), None) => eprintln!("steer {sub}: {first} (see steer {sub} --help)"),
+        (None, _) => eprintln!("steer: {first} (see steer --help)"),
     }
     ExitCode::from(2)
 }
