@@ -22,7 +22,7 @@
 //!
 //! The layering, bottom up: `frames` (where UMEM frames live between the
 //! sockets: the spare pool, the rx source, the transmit path), `tasks` and
-//! `observe` (the published snapshot's format and its two servers) below `engine`,
+//! `observe` (the published snapshot's format, live control and its two servers) below `engine`,
 //! `engine` below `flows`; nothing below imports anything above.
 //! `unsafe` is denied crate-wide and allowed only in `frames` (the one
 //! place a descriptor becomes a frame again, UMEM reads, prefetch) and in

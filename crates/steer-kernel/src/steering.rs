@@ -658,3 +658,93 @@ impl KernelSteeringBuilder {
         })
     }
 }
+
+/// The recorders a [`KernelSteering`] hands out, against a fake map
+/// backend: what reaches the map, and what is counted instead.
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    use steer_core::cpu::{CpuLayout, CpuSet};
+    use steer_core::policy::Policy;
+    use steer_core::record::CpuProbe;
+
+    use super::KernelSteering;
+    use crate::hook::tests_support::FakeBackend;
+    use crate::shared::Recorded;
+
+    /// A thread that runs wherever the test says.
+    #[derive(Clone)]
+    struct On(Rc<Cell<usize>>);
+    impl CpuProbe for On {
+        fn current_cpu(&self) -> usize {
+            self.0.get()
+        }
+        fn allowed_cpus(&self) -> CpuSet {
+            CpuSet::first(2)
+        }
+    }
+
+    /// Map updates made while a connection's reader hops between CPU 0 and
+    /// CPU 1 `hops` times, on a layout of `cpus_per_llc`.
+    fn updates(cpus_per_llc: usize, policy: Policy, switch_to: Option<Policy>) -> (u64, u64) {
+        let backend = Arc::new(FakeBackend::default());
+        let layout = Arc::new(CpuLayout::uniform(2, cpus_per_llc).unwrap());
+        let steering =
+            KernelSteering::with_backend(backend.clone(), layout, CpuSet::first(2), policy, 1024)
+                .unwrap();
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect("127.0.0.1:9").unwrap();
+        let flow = steering.flow(&a).unwrap();
+        let cpu = Rc::new(Cell::new(0));
+        let mut rec = steering.recorder_with(On(cpu.clone()));
+        let mut before_switch = 0;
+        for hop in 0..10 {
+            if hop == 5 {
+                before_switch = backend.writes();
+                if let Some(p) = switch_to {
+                    steering.set_policy(p);
+                }
+            }
+            cpu.set(hop % 2);
+            for _ in 0..3 {
+                rec.record_flow(&flow).unwrap();
+            }
+        }
+        assert_eq!(steering.stats().updates, backend.writes());
+        (before_switch, backend.writes())
+    }
+
+    #[test]
+    fn the_llc_rule_avoids_updates_inside_an_llc_and_follows_across() {
+        // One LLC: `always` writes every hop, `llc` only the first placement.
+        assert_eq!(updates(2, Policy::Always, None), (5, 10));
+        assert_eq!(updates(2, Policy::LlcAffinity, None), (1, 1));
+        // Two LLCs: every hop crosses, both follow it.
+        assert_eq!(updates(1, Policy::LlcAffinity, None), (5, 10));
+        // Switched at run time.
+        assert_eq!(
+            updates(2, Policy::LlcAffinity, Some(Policy::Always)),
+            (1, 6)
+        );
+    }
+
+    #[test]
+    fn records_on_cpus_flows_cannot_go_to_are_counted_not_written() {
+        let backend = Arc::new(FakeBackend::default());
+        let layout = Arc::new(CpuLayout::uniform(2, 2).unwrap());
+        let only0: CpuSet = [0].into_iter().collect();
+        let steering =
+            KernelSteering::with_backend(backend.clone(), layout, only0, Policy::Always, 64)
+                .unwrap();
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect("127.0.0.1:9").unwrap();
+        let mut rec = steering.recorder_with(On(Rc::new(Cell::new(1))));
+        assert_eq!(rec.record(&a).unwrap(), Recorded::NotSteerable(1));
+        assert_eq!((backend.writes(), steering.stats().not_steerable), (0, 1));
+        // The UDP socket got no filter: its flow was never placed.
+        assert_eq!(*backend.attached.lock().unwrap(), 0);
+    }
+}

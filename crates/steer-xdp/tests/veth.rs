@@ -15,9 +15,8 @@ use steer_core::{
     flow::flow_key,
     packet::{
         build::FrameBuilder,
-        checksum::verify_udp_frame,
         echo::{echo_in_place, EchoMode},
-        EthernetFrame, UdpPacket,
+        verify_udp_frame, EthernetFrame, UdpPacket,
     },
 };
 use steer_xdp::{

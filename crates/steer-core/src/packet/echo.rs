@@ -158,7 +158,7 @@ enum ReplyAddrs {
 mod tests {
     use super::*;
     use crate::packet::build::FrameBuilder;
-    use crate::packet::checksum::verify_udp_frame;
+    use crate::packet::verify_udp_frame;
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     fn v4(a: [u8; 4]) -> IpAddr {

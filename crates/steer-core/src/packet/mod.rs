@@ -53,6 +53,7 @@ pub mod ipv6;
 mod layers;
 pub mod tcp;
 pub mod udp;
+mod verify;
 
 use std::fmt;
 
@@ -62,6 +63,7 @@ pub use ipv6::{Ipv6Packet, MAX_IPV6_EXT_HEADERS};
 pub use layers::{parse, IpVersion, Layers, MAX_VLAN_TAGS};
 pub use tcp::TcpPacket;
 pub use udp::UdpPacket;
+pub use verify::verify_udp_frame;
 
 /// IP protocol numbers (IPv4 `protocol`, IPv6 `next header`) used here.
 pub mod ip_proto {

@@ -270,7 +270,7 @@ pub trait Application: Send + Sync + 'static {
 
     /// Flow-delivery counters, for the stats socket and metrics (default:
     /// none: the application delivers no flows).
-    fn flow_stats(&self) -> Option<crate::flows::HubStats> {
+    fn flow_stats(&self) -> Option<crate::observe::HubStats> {
         None
     }
 

@@ -31,8 +31,6 @@
 
 mod app;
 mod builder;
-/// Live control of a running engine (`steer ctl`).
-mod control;
 mod counters;
 /// Worker health: deaths logged, the loss of every worker acted on.
 mod health;
@@ -56,9 +54,9 @@ use steer_core::runtime::{RuntimeError, WorkerState};
 use steer_topology::Topology;
 use steer_xdp::{FrameCensus, ProgramStats, RawFrame, SocketStats, XdpError, XdpPort};
 
+pub use crate::observe::control::{Control, ControlParseError, Controls};
 pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHandler, Verdict};
 pub use builder::EngineBuilder;
-pub use control::{Control, ControlParseError, Controls};
 pub use counters::WorkerCounts;
 pub use health::WorkerLoss;
 pub use stats::{CpuRow, EngineReport, EngineStats};

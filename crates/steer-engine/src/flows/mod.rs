@@ -81,6 +81,8 @@ use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandl
 use crate::frames::{lock, send_or_recycle, TxResources};
 use crate::probe::LiveProbe;
 
+/// Flow-delivery counters (defined with the snapshot the observer publishes).
+pub use crate::observe::HubStats;
 pub use budget::{grow_fd_table, FlowBudget, FlowLimits, HostResources, FLOW_BYTES, RESERVED_FDS};
 pub(crate) use deliver::FlowDemux;
 use flow::FlowShared;
@@ -159,42 +161,6 @@ pub enum SendError {
     /// The socket's tx ring stayed full.
     #[error("the AF_XDP tx ring is full; retry")]
     TxFull,
-}
-
-/// Flow-delivery counters of the whole engine: what the budget admitted,
-/// refused and evicted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct HubStats {
-    /// Flows offered to a listener.
-    pub accepted: u64,
-    /// New flows dropped because the listener's backlog was full.
-    pub accept_drops: u64,
-    /// Flows open now (not yet dropped by the application nor evicted).
-    pub open: u64,
-    /// The most flows open at once (the resolved budget).
-    pub max_flows: u64,
-    /// New flows refused: the budget was full of recently active flows.
-    pub refused: u64,
-    /// New flows refused: their source was over its new-flow rate.
-    pub rate_limited: u64,
-    /// New flows refused: the application was falling behind (new flows
-    /// waited too long to be read; see `overload`).
-    pub overload: u64,
-    /// Flows evicted for room that had no two-way traffic.
-    pub evicted_unassured: u64,
-    /// Assured flows evicted for room, the least recently active.
-    pub evicted_idle: u64,
-    /// Failures of the application's per-flow resources it reported
-    /// ([`Flow::count_backend_error`]).
-    pub backend_errors: u64,
-}
-
-impl HubStats {
-    /// Flows evicted for room, for any reason.
-    pub fn evicted(&self) -> u64 {
-        self.evicted_unassured + self.evicted_idle
-    }
 }
 
 /// Monotonic nanoseconds since the first call (the per-source buckets' clock).

@@ -42,9 +42,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::control::Control;
 use super::live::{LiveStats, FORMAT_VERSION};
 use super::Service;
-use crate::engine::Control;
 
 /// Where engines put their stats sockets unless told otherwise.
 pub const DEFAULT_RUN_DIR: &str = "/run/steer";
@@ -470,7 +470,7 @@ pub(crate) fn serve(stream: UnixStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(SERVER_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(SERVER_IO_TIMEOUT));
-    super::server::serve_blocking(stream, super::server::Kind::Stats, &|| snapshot());
+    super::server::serve_blocking(stream, super::Kind::Stats, &|| snapshot());
 }
 
 /// Asks a running engine for its pid (for the error that names it).

@@ -18,8 +18,6 @@ use steer_core::balance::BalanceStats;
 use steer_core::cpu::CpuId;
 use steer_core::stats::LocalStats;
 
-use crate::flows::HubStats;
-
 /// The version of the JSON a stats socket speaks.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -291,6 +289,42 @@ impl From<steer_xdp::FrameCensus> for FrameCounters {
             kernel_tx: c.kernel_tx,
             completion: c.completion,
         }
+    }
+}
+
+/// Flow-delivery counters of the whole engine: what the budget admitted,
+/// refused and evicted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct HubStats {
+    /// Flows offered to a listener.
+    pub accepted: u64,
+    /// New flows dropped because the listener's backlog was full.
+    pub accept_drops: u64,
+    /// Flows open now (not yet dropped by the application nor evicted).
+    pub open: u64,
+    /// The most flows open at once (the resolved budget).
+    pub max_flows: u64,
+    /// New flows refused: the budget was full of recently active flows.
+    pub refused: u64,
+    /// New flows refused: their source was over its new-flow rate.
+    pub rate_limited: u64,
+    /// New flows refused: the application was falling behind (new flows
+    /// waited too long to be read; see `overload`).
+    pub overload: u64,
+    /// Flows evicted for room that had no two-way traffic.
+    pub evicted_unassured: u64,
+    /// Assured flows evicted for room, the least recently active.
+    pub evicted_idle: u64,
+    /// Failures of the application's per-flow resources it reported
+    /// ([`Flow::count_backend_error`](crate::flows::Flow::count_backend_error)).
+    pub backend_errors: u64,
+}
+
+impl HubStats {
+    /// Flows evicted for room, for any reason.
+    pub fn evicted(&self) -> u64 {
+        self.evicted_unassured + self.evicted_idle
     }
 }
 

@@ -366,7 +366,7 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
 }
 
 /// Flow delivery's budget families (engines that deliver flows).
-fn flow_budget(f: &Families, h: &crate::flows::HubStats) -> prometheus::Result<()> {
+fn flow_budget(f: &Families, h: &super::live::HubStats) -> prometheus::Result<()> {
     let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     f.gauge(
         "steer_flows_open",
@@ -519,7 +519,7 @@ pub(crate) fn serve(mut stream: TcpStream, snapshot: &dyn Fn() -> LiveStats) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(HTTP_IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(HTTP_IO_TIMEOUT));
-    super::server::serve_blocking(&mut stream, super::server::Kind::Metrics, &|| snapshot());
+    super::server::serve_blocking(&mut stream, super::Kind::Metrics, &|| snapshot());
 }
 
 /// An HTTP/1.1 response.
@@ -650,7 +650,7 @@ mod tests {
                 restarts: 5,
             },
         ];
-        live.flows = Some(crate::flows::HubStats {
+        live.flows = Some(super::super::live::HubStats {
             open: 900,
             max_flows: 920,
             refused: 2,

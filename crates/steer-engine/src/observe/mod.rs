@@ -43,6 +43,8 @@
 //!   the engine stops it (and removes its socket) before it releases its
 //!   AF_XDP sockets.
 
+/// Live control of a running engine (`steer ctl`).
+pub mod control;
 pub mod endpoint;
 pub mod live;
 pub mod metrics;
@@ -62,16 +64,15 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::warn;
 
-use crate::engine::{Control, Controls};
+use server::{Connections, Stream};
 
-use server::{Connections, Kind, Stream};
-
+pub use control::{Control, ControlParseError, Controls};
 pub use endpoint::{
     parse_request, query, send_control, socket_path, ObserveError, Request, StatsAccess,
     StatsEndpoint, DEFAULT_RUN_DIR,
 };
 pub use live::{
-    CpuCounters, DesiredCounters, FrameCounters, LiveStats, SocketCounters, WorkerStatus,
+    CpuCounters, DesiredCounters, FrameCounters, HubStats, LiveStats, SocketCounters, WorkerStatus,
     FORMAT_VERSION,
 };
 
@@ -106,6 +107,40 @@ impl<F: Fn() -> LiveStats> Service for Controlled<F> {
     }
     fn control(&self, control: &Control) -> Result<String, String> {
         self.controls.apply(control)
+    }
+}
+
+/// Which endpoint a connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The stats socket: one request line, one JSON line back.
+    Stats,
+    /// The stats socket, from a peer that may also send control lines
+    /// (root or the engine's own user).
+    StatsControl,
+    /// `/metrics`: one HTTP request, one response.
+    Metrics,
+}
+
+impl Kind {
+    pub(crate) fn reply_to(
+        self,
+        received: &[u8],
+        closed: bool,
+        service: &dyn Service,
+    ) -> Option<Vec<u8>> {
+        match self {
+            Kind::Stats => endpoint::reply_to(received, closed, service, false),
+            Kind::StatsControl => endpoint::reply_to(received, closed, service, true),
+            Kind::Metrics => metrics::reply_to(received, closed, &|| service.snapshot()),
+        }
+    }
+
+    pub(crate) fn timeout_reply(self) -> Vec<u8> {
+        match self {
+            Kind::Stats | Kind::StatsControl => endpoint::timeout_reply(),
+            Kind::Metrics => metrics::timeout_reply(),
+        }
     }
 }
 

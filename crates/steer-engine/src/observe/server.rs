@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use super::{endpoint, metrics, Service};
+use super::{Kind, Service};
 
 /// Connections served at once.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
@@ -31,35 +31,6 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 pub(crate) const DEADLINE: Duration = Duration::from_secs(1);
 /// Most bytes read from one client (the longest request head and then some).
 const MAX_RECEIVED: usize = 16 * 1024;
-
-/// Which endpoint a connection came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// The stats socket: one request line, one JSON line back.
-    Stats,
-    /// The stats socket, from a peer that may also send control lines
-    /// (root or the engine's own user).
-    StatsControl,
-    /// `/metrics`: one HTTP request, one response.
-    Metrics,
-}
-
-impl Kind {
-    fn reply_to(self, received: &[u8], closed: bool, service: &dyn Service) -> Option<Vec<u8>> {
-        match self {
-            Kind::Stats => endpoint::reply_to(received, closed, service, false),
-            Kind::StatsControl => endpoint::reply_to(received, closed, service, true),
-            Kind::Metrics => metrics::reply_to(received, closed, &|| service.snapshot()),
-        }
-    }
-
-    fn timeout_reply(self) -> Vec<u8> {
-        match self {
-            Kind::Stats | Kind::StatsControl => endpoint::timeout_reply(),
-            Kind::Metrics => metrics::timeout_reply(),
-        }
-    }
-}
 
 /// Answers one connection, blocking (the tests' servers; the observer
 /// serves many at once without blocking). A read that times out gets the

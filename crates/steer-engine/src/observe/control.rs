@@ -19,7 +19,7 @@
 //! when it is valid (a pin names a worker CPU of this engine); every
 //! outcome is one line, the applied state on success, what to do on error.
 //! Who may send these is the stats socket's business
-//! ([`crate::observe`]: root or the engine's own user, by `SO_PEERCRED`).
+//! ([`super::endpoint`]: root or the engine's own user, by `SO_PEERCRED`).
 
 use std::fmt;
 use std::str::FromStr;
