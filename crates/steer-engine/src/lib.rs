@@ -20,20 +20,21 @@
 //!   (`/run/steer/<interface>.sock`, read by `steer stats` and `steer
 //!   top`) and Prometheus metrics on `/metrics`.
 //!
-//! The layering, bottom up: `frames` (where UMEM frames live between the
-//! sockets: the spare pool, the rx source, the transmit path), `tasks` and
-//! `observe` (the published snapshot's format, live control and its two servers) below `engine`,
-//! `engine` below `flows`; nothing below imports anything above.
-//! `unsafe` is denied crate-wide and allowed only in `frames` (the one
-//! place a descriptor becomes a frame again, UMEM reads, prefetch) and in
-//! the scheduling syscalls.
+//! The layering, bottom up: `tasks` and `observe` (the published
+//! snapshot's format, live control and its two servers) below `engine`,
+//! `engine` below `flows`; nothing below imports anything above. Where
+//! UMEM frames live between the sockets (the spare pool, the rx source,
+//! the frame pool, the transmit path) is steer-xdp's [`frames`] module,
+//! which owns the whole frame-ownership argument; this crate has no code
+//! the compiler cannot check (the attribute below forbids it).
+//!
+//! [`frames`]: steer_xdp::frames
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod echo;
 pub mod engine;
 pub mod flows;
-mod frames;
 pub mod observe;
 pub mod probe;
 pub mod sleep;

@@ -13,7 +13,9 @@
 //! cpumap, in order.
 //!
 //! `unsafe` is fenced: denied at this root and allowed only in [`umem`]
-//! (frame memory), [`socket`] (the rings) and the private `sys` modules that
+//! (frame memory), [`frames`] (frames lent out as descriptors and taken
+//! back: its module doc holds the ownership argument), [`socket`] (the
+//! rings), [`sched`] and the private `sys` modules that
 //! make system calls and libxdp/libbpf calls, and in the privilege tests
 //! that make the raw calls a seccomp filter must refuse. Every unsafe block
 //! there says why it is sound.
@@ -25,6 +27,11 @@ pub mod accounting;
 pub mod config;
 /// Typed errors.
 pub mod error;
+/// Frame ownership between the sockets and steer-core's runtime: the
+/// `Copy` descriptor of a lent frame and the rx source, pool and transmit
+/// adapters an engine plugs into the runtime.
+#[allow(unsafe_code)]
+pub mod frames;
 /// What a device's driver offers XDP programs (features, receive metadata).
 pub mod nic;
 /// The ethtool ntuple steering backend.
@@ -53,13 +60,14 @@ pub mod shutdown;
 pub mod socket;
 /// The OS boundary: system calls and the libxdp/libbpf FFI behind safe functions.
 mod sys;
-/// The UMEM: the `Frame` token, its `Copy` form and reading/rewriting frames.
+/// The UMEM: the `Frame` token and reading/rewriting frames.
 #[allow(unsafe_code)]
 pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
 pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach, XdpMode};
 pub use error::{Result, XdpError};
+pub use frames::RawFrame;
 pub use port::XdpPort;
 pub use program::{
     attached_programs, AttachedProgram, FlowMapKey, OwnedAction, OwnedActionSwitch, ProgramOwner,
@@ -67,4 +75,4 @@ pub use program::{
 };
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};
-pub use umem::{Frame, RawFrame, RxMeta, UmemView};
+pub use umem::{Frame, RxMeta, UmemView};

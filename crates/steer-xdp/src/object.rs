@@ -220,7 +220,7 @@ impl XdpObject {
             frame_size: config.frame_size,
             reason: e.to_string(),
         })?;
-        let mem = UmemView::new(umem.clone(), config.frame_size as usize);
+        let mem = UmemView::new(umem.clone(), config.frame_size as usize, descs.len());
         let iface = Interface::new(
             CString::new(name.clone())
                 .map_err(|_| XdpError::UnknownInterface { name: name.clone() })?,

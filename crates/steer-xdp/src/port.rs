@@ -111,7 +111,7 @@ impl XdpPort {
             }
             Err(e) => return Err(umem_err(e)),
         };
-        let mem = UmemView::new(umem.clone(), config.frame_size as usize);
+        let mem = UmemView::new(umem.clone(), config.frame_size as usize, descs.len());
 
         let iface = Interface::new(
             CString::new(name.clone())

@@ -1,25 +1,28 @@
 //! The port's UMEM as the application sees it: the [`Frame`] token through
-//! which the application owns one UMEM frame, its `Copy` form [`RawFrame`]
-//! for descriptor queues, and [`UmemView`], which reads and rewrites the
-//! bytes of owned frames and the [`RxMeta`] the steer program writes in
-//! front of a received packet.
+//! which the application owns one UMEM frame, and [`UmemView`], which reads
+//! and rewrites the bytes of owned frames and the [`RxMeta`] the steer
+//! program writes in front of a received packet. A frame lent out as a
+//! `Copy` descriptor is [`crate::frames`]' business; this module only keeps
+//! the per-frame custody state that module reads and writes.
 //!
 //! Invariants:
 //! - A [`Frame`] is created only by the socket module, from a descriptor it
 //!   took off a ring or out of a free pool (`Frame::from_ring`), or by
-//!   [`Frame::from_raw`] from the one live copy of a [`RawFrame`]; it is
-//!   consumed when given back (send, recycle) and is neither `Clone` nor
-//!   `Copy`. So `&mut Frame` is exclusive access to that frame's memory, and
-//!   the kernel never touches a frame while a `Frame` exists for it.
+//!   [`crate::frames`] when it takes a lent frame back (`Frame::reclaim`);
+//!   it is consumed when given back (send, recycle, lend) and is neither
+//!   `Clone` nor `Copy`. So `&mut Frame` is exclusive access to that frame's
+//!   memory, and the kernel never touches a frame while a `Frame` exists
+//!   for it.
 //! - Every `Frame` carries the id of the UMEM it belongs to; a [`UmemView`]
 //!   touches only frames of its own UMEM (others read as empty / `None`), so
 //!   no access leaves the one mmap'd region it checks against.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use xsk_rs::{FrameDesc, Umem};
 
-/// Ids of the UMEMs of this process (0 is the default [`RawFrame`]'s: no UMEM).
+/// Ids of the UMEMs of this process (0 is no UMEM's: a default descriptor's).
 static NEXT_UMEM_ID: AtomicU32 = AtomicU32::new(1);
 
 /// A UMEM frame owned by the application: received from a socket, or taken
@@ -65,81 +68,21 @@ impl Frame {
 }
 
 impl Frame {
-    /// Turns the token into a plain descriptor that can travel through
-    /// `Copy`-only queues (steer's rings and dispatchers). The frame stays
-    /// owned by whoever holds the [`RawFrame`]; turn it back with
-    /// [`Frame::from_raw`] exactly once to send or recycle it.
-    ///
-    /// ```no_run
-    /// # fn demo(s: &mut steer_xdp::QueueSocket, f: steer_xdp::Frame) {
-    /// let raw = f.into_raw();
-    /// // ... pass `raw` through a ring to another thread ...
-    /// // SAFETY: `raw` came from `into_raw` and is turned back once.
-    /// let f = unsafe { steer_xdp::Frame::from_raw(raw) };
-    /// s.recycle([f]);
-    /// # }
-    /// ```
-    pub fn into_raw(self) -> RawFrame {
-        RawFrame {
-            desc: self.desc,
-            umem_id: self.umem_id,
-            flow_hash: 0,
-        }
+    /// The descriptor and UMEM id, consuming the token: for
+    /// [`crate::frames`], which lends the frame out as a descriptor.
+    pub(crate) fn into_parts(self) -> (FrameDesc, u32) {
+        (self.desc, self.umem_id)
     }
 
-    /// Takes ownership of a frame back from its descriptor.
+    /// The token for a frame [`crate::frames`] takes back from a lent
+    /// descriptor.
     ///
     /// # Safety
-    /// `raw` must come from [`Frame::into_raw`], and it (or any copy of it)
-    /// must not be turned back again while the returned `Frame` or its
-    /// successors exist: two `Frame`s for one UMEM frame would alias its
-    /// memory and hand it to the kernel twice.
-    pub unsafe fn from_raw(raw: RawFrame) -> Frame {
-        Frame {
-            desc: raw.desc,
-            umem_id: raw.umem_id,
-        }
-    }
-}
-
-/// A [`Frame`] in transit: a `Copy` descriptor without ownership semantics,
-/// for queues that move descriptors by value. Made by [`Frame::into_raw`].
-/// The default value refers to no frame of any port.
-#[derive(Debug, Clone, Copy, Default)]
-#[doc(alias = "xdp_desc")]
-pub struct RawFrame {
-    desc: FrameDesc,
-    umem_id: u32,
-    /// A tag travelling with the descriptor (it sits in what would be
-    /// padding: the descriptor stays 40 bytes): steer's dispatcher writes
-    /// the flow hash it steered the frame by, for the handler.
-    flow_hash: u32,
-}
-
-impl RawFrame {
-    /// The flow hash a dispatcher tagged this descriptor with (0: none).
-    pub fn flow_hash(&self) -> u32 {
-        self.flow_hash
-    }
-
-    /// Tags the descriptor with the flow hash it was steered by.
-    pub fn set_flow_hash(&mut self, hash: u32) {
-        self.flow_hash = hash;
-    }
-
-    /// Offset of the packet data in the UMEM.
-    pub fn addr(&self) -> usize {
-        self.desc.addr()
-    }
-
-    /// Packet length in bytes.
-    pub fn len(&self) -> usize {
-        self.desc.lengths().data()
-    }
-
-    /// Whether the packet is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// No `Frame` exists for that UMEM frame and no ring or free pool holds
+    /// it: the caller has just ended the one loan of it (the custody
+    /// argument in [`crate::frames`]).
+    pub(crate) unsafe fn reclaim(desc: FrameDesc, umem_id: u32) -> Frame {
+        Frame { desc, umem_id }
     }
 }
 
@@ -191,17 +134,41 @@ pub struct UmemView {
     id: u32,
     /// Frame size in bytes (frames are aligned to it in the UMEM).
     frame_size: usize,
+    /// log2 of `frame_size` (a power of two, as the UMEM config demands;
+    /// another size is divided by instead): the frame index of an offset.
+    frame_shift: Option<u32>,
+    /// One custody state per frame of the UMEM, by frame index (`addr /
+    /// frame_size`): whether the frame is lent out as a descriptor. Read
+    /// and written only by [`crate::frames`]; shared by every view of the
+    /// UMEM, so there is one state per frame, whoever asks.
+    custody: Arc<[AtomicU8]>,
 }
 
 impl UmemView {
-    /// A view on a freshly created `umem` of `frame_size`-byte frames, with
-    /// an id of its own.
-    pub(crate) fn new(umem: Umem, frame_size: usize) -> Self {
+    /// A view on a freshly created `umem` of `frame_count` frames of
+    /// `frame_size` bytes, with an id of its own and no frame lent out.
+    pub(crate) fn new(umem: Umem, frame_size: usize, frame_count: usize) -> Self {
         UmemView {
             umem,
             id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
             frame_size,
+            frame_shift: frame_size
+                .is_power_of_two()
+                .then(|| frame_size.trailing_zeros()),
+            custody: (0..frame_count).map(|_| AtomicU8::new(0)).collect(),
         }
+    }
+
+    /// The custody state of the frame holding UMEM offset `addr`, `None`
+    /// past the UMEM's end. The states start at 0; what the values mean is
+    /// [`crate::frames`]' business.
+    #[inline]
+    pub(crate) fn custody_of(&self, addr: usize) -> Option<&AtomicU8> {
+        let index = match self.frame_shift {
+            Some(shift) => addr >> shift,
+            None => addr / self.frame_size.max(1),
+        };
+        self.custody.get(index)
     }
 
     /// The id the frames of this UMEM carry.
@@ -259,30 +226,30 @@ impl UmemView {
         Some(cursor.pos())
     }
 
-    /// The packet bytes of a frame in transit (empty for a frame of another
-    /// port, or the default descriptor).
+    /// The packet bytes of the frame `desc` names if it is of this UMEM
+    /// (`umem_id`; empty otherwise): a lent frame, read by its holder.
     ///
     /// # Safety
-    /// The caller must own the frame `raw` describes (it holds the only live
-    /// copy of a descriptor made by [`Frame::into_raw`]) for as long as the
-    /// returned slice lives, so nobody writes the frame meanwhile.
-    pub unsafe fn data_raw(&self, raw: &RawFrame) -> &[u8] {
-        if raw.umem_id != self.id {
+    /// Nobody writes the frame while the returned slice lives: no `Frame`
+    /// exists for it and it is on no ring (it is lent out, and the caller
+    /// holds the loan; see [`crate::frames`]).
+    pub(crate) unsafe fn data_of(&self, desc: &FrameDesc, umem_id: u32) -> &[u8] {
+        if umem_id != self.id {
             return &[];
         }
-        // SAFETY: the descriptor came from this UMEM (same id) and the
-        // caller owns the frame, so nobody writes it meanwhile.
-        unsafe { self.umem.data(&raw.desc) }.contents()
+        // SAFETY: the descriptor is of this UMEM (same id) and nobody
+        // writes the frame meanwhile (forwarded from the caller).
+        unsafe { self.umem.data(desc) }.contents()
     }
 
-    /// The metadata in front of a frame in transit, as [`Self::meta`].
+    /// The metadata in front of the frame `desc` names, as [`Self::meta`].
     ///
     /// # Safety
-    /// As [`Self::data_raw`].
-    pub unsafe fn meta_raw(&self, raw: &RawFrame) -> Option<RxMeta> {
+    /// As [`Self::data_of`].
+    pub(crate) unsafe fn meta_of(&self, desc: &FrameDesc, umem_id: u32) -> Option<RxMeta> {
         // SAFETY: forwarded from the caller.
-        let data = unsafe { self.data_raw(raw) };
-        self.meta_before(data, raw.desc.addr())
+        let data = unsafe { self.data_of(desc, umem_id) };
+        self.meta_before(data, desc.addr())
     }
 
     /// The metadata the steer program wrote in front of a received packet, if any.
@@ -316,21 +283,5 @@ impl UmemView {
             rx_hash: (flags & META_HASH != 0).then_some(hash),
             rx_hash_type: hash_type,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_flow_hash_tag_costs_no_ring_space() {
-        // The descriptor steer's rings carry stays five words: the tag
-        // fills what was padding after the UMEM id.
-        assert_eq!(std::mem::size_of::<RawFrame>(), 40);
-        let mut raw = RawFrame::default();
-        assert_eq!(raw.flow_hash(), 0);
-        raw.set_flow_hash(0xdead_beef);
-        assert_eq!(raw.flow_hash(), 0xdead_beef);
     }
 }

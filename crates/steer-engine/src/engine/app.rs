@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Handler;
-use steer_xdp::{RawFrame, UmemView};
+use steer_xdp::frames::{RawFrame, TxPath, TxResources, UmemPool};
+use steer_xdp::UmemView;
 
 use super::counters::{EngineCounters, WorkerCounts};
 use super::steering::{FlowSteerError, FlowSteering};
-use crate::frames::{adopt, TxPath, UmemPool};
 use steer_core::flow::{FlowHasher, KeyedHasher};
 use steer_core::policy::RecordOutcome;
 
@@ -203,7 +203,11 @@ pub(crate) struct WorkerHandler {
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
     fn handle(&mut self, desc: RawFrame, pool: &mut UmemPool) {
         self.ctx.hash = desc.flow_hash();
-        let mut frame = adopt(desc);
+        // The runtime hands each descriptor over once: adoption is refused
+        // only to a copy, which names no frame of ours (nothing to do).
+        let Some(mut frame) = pool.adopt(desc) else {
+            return;
+        };
         let app = &mut self.app;
         let ctx = &self.ctx;
         let verdict = self.umem.with_data_mut(&mut frame, |data| {
@@ -216,7 +220,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
                 // The frame goes back before the worker dies; the runtime
                 // then routes around this worker.
                 self.local.app_panicked += 1;
-                pool.spare.put(frame);
+                pool.spare().put(frame);
                 resume_unwind(panic);
             }
         };
@@ -227,11 +231,11 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
             }
             Verdict::Consume => {
                 self.local.consumed += 1;
-                pool.spare.put(frame);
+                pool.spare().put(frame);
             }
             Verdict::Drop => {
                 self.local.app_dropped += 1;
-                pool.spare.put(frame);
+                pool.spare().put(frame);
             }
         }
     }
@@ -307,7 +311,7 @@ pub struct EngineParts {
     /// application hash alike.
     pub hasher: steer_core::flow::AnyHasher,
     /// Where replies the application sends from its own threads go.
-    pub(crate) tx: crate::frames::TxResources,
+    pub(crate) tx: TxResources,
     /// Where consumption is recorded for the trace, when recording.
     pub(crate) trace: Option<Arc<crate::trace::TraceSink>>,
 }

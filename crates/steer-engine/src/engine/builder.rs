@@ -16,6 +16,7 @@ use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{RestartLimit, RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
 use steer_topology::Topology;
+use steer_xdp::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use steer_xdp::privileges::RunAs;
 use steer_xdp::{
     BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
@@ -34,7 +35,6 @@ use super::steering::FlowSteering;
 use super::{
     Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
 };
-use crate::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use crate::observe::{
     bind_metrics, Controlled, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
 };
@@ -853,11 +853,7 @@ impl EngineBuilder {
             slice: self.worker_slice,
             hasher,
             use_rx_hash: self.use_rx_hash,
-            pool: UmemPool {
-                umem: umem.clone(),
-                spare: Arc::clone(&spare),
-                use_rx_hash: self.use_rx_hash,
-            },
+            pool: UmemPool::new(umem.clone(), Arc::clone(&spare), self.use_rx_hash),
             tx_sockets: sockets.clone(),
             cpus: cpu_list.clone(),
             ring_size,

@@ -7,7 +7,7 @@
 //!
 //! Wiring (one UMEM, one socket per rx queue, one worker per CPU):
 //! - rx queue `i`'s socket is polled and dispatched by the `i % n`-th worker
-//!   (an `XskSource`, in `frames`);
+//!   (an [`XskSource`](steer_xdp::frames::XskSource));
 //! - the worker on the `j`-th CPU transmits on socket `j % queues` (sockets
 //!   are shared through a mutex taken once per batch; with as many queues as
 //!   CPUs each socket has one rx and one tx user on the same thread);
@@ -65,9 +65,9 @@ pub use steering::FlowSteerError;
 use counters::EngineCounters;
 use setup::EngineSetup;
 
-use crate::frames::{lock, SharedSocket, SparePool};
 use crate::observe::{LiveStats, ObserveError, Observer};
 use publish::Publisher;
+use steer_xdp::frames::{lock, SharedSocket, SparePool};
 
 type Runtime = steer_core::runtime::Runtime<RawFrame, EngineSetup>;
 

@@ -21,10 +21,10 @@ use steer_core::runtime::{WorkerState, WorkerStates};
 use steer_xdp::{ActiveModes, BindMode, FrameCensus, LedgerSnapshot, RingCensus, XdpMode};
 
 use super::counters::EngineCounters;
-use crate::frames::{lock, SharedSocket};
 use crate::observe::{
     CpuCounters, DesiredCounters, LiveStats, SocketCounters, WorkerStatus, FORMAT_VERSION,
 };
+use steer_xdp::frames::{lock, SharedSocket};
 
 /// Shared handles on everything a snapshot reads.
 pub(super) struct Publisher {

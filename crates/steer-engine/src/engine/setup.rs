@@ -15,13 +15,12 @@ use steer_core::hook::{NoopHook, SteerHook};
 use steer_core::runtime::Setup;
 use steer_core::wake::Sleeper;
 use steer_topology::Topology;
-use steer_xdp::RawFrame;
+use steer_xdp::frames::{RawFrame, SharedSocket, TxPath, UmemPool};
 use tracing::{debug, info, warn};
 
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
 use super::steering::FlowSteering;
-use crate::frames::{SharedSocket, TxPath, UmemPool};
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
 
@@ -109,8 +108,8 @@ impl Setup<RawFrame> for EngineSetup {
         WorkerHandler {
             app: self.app.handler(cpu),
             ctx: PacketContext::new(cpu, Arc::clone(&self.steering)),
-            umem: self.pool.umem.clone(),
-            tx: TxPath::new(socket, Arc::clone(&self.pool.spare), self.ring_size),
+            umem: self.pool.umem().clone(),
+            tx: TxPath::new(socket, Arc::clone(self.pool.spare()), self.ring_size),
             counters: Arc::clone(&self.counters),
             local: WorkerCounts::default(),
         }

@@ -78,8 +78,8 @@ use steer_xdp::Frame;
 use tracing::warn;
 
 use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
-use crate::frames::{lock, send_or_recycle, TxResources};
 use crate::probe::LiveProbe;
+use steer_xdp::frames::{lock, send_or_recycle, TxResources};
 
 /// Flow-delivery counters (defined with the snapshot the observer publishes).
 pub use crate::observe::HubStats;

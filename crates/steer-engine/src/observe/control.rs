@@ -11,7 +11,7 @@
 //! | `fast-path on` / `off` | the same-CPU fast path |
 //! | `flow-limit on` / `off` | the per-CPU flow limit |
 //! | `balance on` / `off` | the load balancer |
-//! | `pin CPU flow FLOW` | steer one flow to a worker CPU (FLOW as [`FlowKey`] prints it) |
+//! | `pin CPU flow FLOW` | steer one flow to a worker CPU (FLOW as [`FlowKey`](steer_core::flow::FlowKey) prints it) |
 //! | `unpin flow FLOW` | let it follow its consumer again |
 //! | `pin CPU port PORT` / `unpin port PORT` | the same for every flow to a local port |
 //!
@@ -19,7 +19,7 @@
 //! when it is valid (a pin names a worker CPU of this engine); every
 //! outcome is one line, the applied state on success, what to do on error.
 //! Who may send these is the stats socket's business
-//! ([`super::endpoint`]: root or the engine's own user, by `SO_PEERCRED`).
+//! ([`crate::observe::endpoint`]: root or the engine's own user, by `SO_PEERCRED`).
 
 use std::fmt;
 use std::str::FromStr;

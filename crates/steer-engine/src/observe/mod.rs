@@ -13,7 +13,7 @@
 //!
 //! A snapshot file under `/run/steer` would let readers map the counters
 //! without the engine's help, but it would need a versioned binary layout
-//! with a seqlock (and `unsafe` on both sides), and the engine would copy
+//! with a seqlock (and raw shared-memory access on both sides), and the engine would copy
 //! its counters there on a timer whether anybody reads them or not. A
 //! reader could not tell a live engine's file from one a killed engine
 //! left, short of checking a pid that may have been reused. A unix socket

@@ -1,19 +1,26 @@
 //! One rx queue's AF_XDP socket as the runtime's [`RxSource`]: received
-//! frames out as [`RawFrame`] descriptors, the socket's fill ring topped up
-//! from the spare pool and its excess free frames spilled back.
+//! frames lent out as [`RawFrame`] descriptors, the socket's fill ring
+//! topped up from the spare pool and its excess free frames spilled back.
+//!
+//! Invariant: every frame received is lent out in the same call (or, if it
+//! could not be, which cannot happen with one UMEM, given back to the
+//! socket); every descriptor given back is taken back once or refused.
 
 use std::sync::Arc;
 
 use steer_core::runtime::RxSource;
-use steer_xdp::{Frame, RawFrame};
 use tracing::warn;
 
-use super::{adopt, lock, SharedSocket, SparePool};
+use super::custody::{self, RawFrame};
+use super::spare::SparePool;
+use super::{lock, SharedSocket};
+use crate::umem::{Frame, UmemView};
 
 /// One rx queue's socket as a [`RxSource`].
 #[derive(Debug)]
-pub(crate) struct XskSource {
+pub struct XskSource {
     socket: SharedSocket,
+    umem: UmemView,
     spare: Arc<SparePool>,
     frames: Vec<Frame>,
     /// Top the socket up from the spare pool when its fill ring and free
@@ -29,9 +36,13 @@ pub(crate) struct XskSource {
 }
 
 impl XskSource {
-    pub(crate) fn new(socket: SharedSocket, spare: Arc<SparePool>, ring_size: usize) -> Self {
+    /// The source of `socket` (rings of `ring_size`), topping it up from
+    /// and spilling it to `spare`.
+    pub fn new(socket: SharedSocket, spare: Arc<SparePool>, ring_size: usize) -> Self {
+        let umem = lock(&socket).umem();
         Self {
             socket,
+            umem,
             spare,
             frames: Vec::with_capacity(ring_size),
             low_water: ring_size / 2,
@@ -74,15 +85,34 @@ impl RxSource<RawFrame> for XskSource {
             }
         };
         debug_assert!(n <= out.len());
-        for (slot, f) in out.iter_mut().zip(self.frames.drain(..)) {
-            *slot = f.into_raw();
+        let mut lent = 0;
+        for f in self.frames.drain(..) {
+            match custody::lend(&self.umem, f) {
+                Ok(raw) if lent < out.len() => {
+                    out[lent] = raw;
+                    lent += 1;
+                }
+                Ok(raw) => {
+                    // More than asked for (cannot happen: `recv` takes at
+                    // most `out.len()`): back to the spare pool.
+                    if let Some(f) = custody::reclaim(&self.umem, raw) {
+                        self.spare.put(f);
+                    }
+                }
+                // Not of this socket's UMEM (cannot happen): not ours to lend.
+                Err(f) => self.spare.put_all(s.recycle([f])),
+            }
         }
-        n
+        lent
     }
 
     fn give_back(&mut self, descs: &[RawFrame]) {
         let mut s = lock(&self.socket);
-        let strays = s.recycle(descs.iter().map(|&d| adopt(d)));
+        let strays = s.recycle(
+            descs
+                .iter()
+                .filter_map(|&d| custody::reclaim(&self.umem, d)),
+        );
         self.spare.put_all(strays);
     }
 

@@ -9,21 +9,23 @@
 
 use std::sync::Arc;
 
-use steer_xdp::{Frame, QueueSocket};
-
-use super::{lock, SharedSocket, SparePool};
+use super::spare::SparePool;
+use super::{lock, SharedSocket};
+use crate::socket::QueueSocket;
+use crate::umem::{Frame, UmemView};
 
 /// Per-flush outcome, for the worker's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TxCounts {
+pub struct TxCounts {
     /// Frames put on the tx ring.
-    pub(crate) sent: u64,
+    pub sent: u64,
     /// Frames that found the tx ring full and were recycled.
-    pub(crate) dropped: u64,
+    pub dropped: u64,
 }
 
+/// A worker's replies on their way to its socket's tx ring.
 #[derive(Debug)]
-pub(crate) struct TxPath {
+pub struct TxPath {
     socket: SharedSocket,
     spare: Arc<SparePool>,
     staged: Vec<Frame>,
@@ -33,7 +35,9 @@ pub(crate) struct TxPath {
 }
 
 impl TxPath {
-    pub(crate) fn new(socket: SharedSocket, spare: Arc<SparePool>, ring_size: usize) -> Self {
+    /// The path to `socket` (rings of `ring_size`), spilling excess free
+    /// frames to `spare`.
+    pub fn new(socket: SharedSocket, spare: Arc<SparePool>, ring_size: usize) -> Self {
         Self {
             socket,
             spare,
@@ -43,13 +47,14 @@ impl TxPath {
         }
     }
 
-    pub(crate) fn stage(&mut self, frame: Frame) {
+    /// Stages a reply, to leave at the next [`TxPath::flush`].
+    pub fn stage(&mut self, frame: Frame) {
         self.staged.push(frame);
     }
 
     /// Sends what is staged. A full tx ring gets one completion pass and a
     /// second try; what still does not fit is recycled and counted.
-    pub(crate) fn flush(&mut self) -> TxCounts {
+    pub fn flush(&mut self) -> TxCounts {
         if self.staged.is_empty() {
             return TxCounts::default();
         }
@@ -80,7 +85,7 @@ impl Drop for TxPath {
 /// completion pass and a second try; what still does not fit goes back to
 /// the socket's free pool (strays to `spare`) and is counted as dropped.
 /// `frames` is empty afterwards.
-pub(crate) fn send_or_recycle(
+pub fn send_or_recycle(
     socket: &mut QueueSocket,
     frames: &mut Vec<Frame>,
     spare: &SparePool,
@@ -101,4 +106,17 @@ pub(crate) fn send_or_recycle(
         sent: (before - dropped) as u64,
         dropped: dropped as u64,
     }
+}
+
+/// The transmit resources of a port, for sends from outside the workers
+/// (an application's replies from its own threads): every queue's socket,
+/// the spare pool and the UMEM.
+#[derive(Debug, Clone)]
+pub struct TxResources {
+    /// Every queue's socket, shared with the rx sources.
+    pub sockets: Vec<SharedSocket>,
+    /// The spare pool.
+    pub spare: Arc<SparePool>,
+    /// The UMEM, to write replies into frames.
+    pub umem: UmemView,
 }

@@ -7,22 +7,25 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::socket::QueueSocket;
+use crate::umem::Frame;
 use crossbeam_queue::ArrayQueue;
-use steer_xdp::{Frame, QueueSocket};
 
 /// Free frames shared by all workers.
 #[derive(Debug)]
-pub(crate) struct SparePool {
+pub struct SparePool {
     frames: ArrayQueue<Frame>,
     /// Frames kept back from rx top-ups for replies the application sends
     /// (flow delivery), so receive cannot starve transmit.
     reserve: usize,
     /// Frames that found the pool full (never expected; see module docs).
-    pub(crate) lost: AtomicU64,
+    pub lost: AtomicU64,
 }
 
 impl SparePool {
-    pub(crate) fn new(capacity: usize, reserve: usize) -> Self {
+    /// A pool for up to `capacity` frames (the UMEM's frame count), of
+    /// which rx top-ups leave `reserve` for transmit.
+    pub fn new(capacity: usize, reserve: usize) -> Self {
         Self {
             frames: ArrayQueue::new(capacity.max(1)),
             reserve,
@@ -30,19 +33,31 @@ impl SparePool {
         }
     }
 
-    pub(crate) fn put(&self, frame: Frame) {
+    /// Puts a free frame in the pool.
+    pub fn put(&self, frame: Frame) {
         if self.frames.push(frame).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub(crate) fn take(&self) -> Option<Frame> {
+    /// Takes a free frame, if any.
+    pub fn take(&self) -> Option<Frame> {
         self.frames.pop()
+    }
+
+    /// Frames in the pool now.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether the pool is empty now.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
     }
 
     /// Gives frames a socket did not take (not of its UMEM: cannot happen
     /// with one UMEM) back to the pool.
-    pub(crate) fn put_all(&self, strays: impl IntoIterator<Item = Frame>) {
+    pub fn put_all(&self, strays: impl IntoIterator<Item = Frame>) {
         for stray in strays {
             self.put(stray);
         }
@@ -50,7 +65,7 @@ impl SparePool {
 
     /// Moves up to `max` spare frames into `socket`'s free pool, leaving
     /// the reserve for transmit unless `all`.
-    pub(crate) fn top_up(
+    pub fn top_up(
         &self,
         socket: &mut QueueSocket,
         max: usize,
@@ -69,7 +84,7 @@ impl SparePool {
     }
 
     /// Moves the part of `socket`'s free pool above `keep` to the spare pool.
-    pub(crate) fn spill(&self, socket: &mut QueueSocket, keep: usize, scratch: &mut Vec<Frame>) {
+    pub fn spill(&self, socket: &mut QueueSocket, keep: usize, scratch: &mut Vec<Frame>) {
         let excess = socket.free_frames().saturating_sub(keep);
         if excess > 0 {
             socket.alloc(excess, scratch);
