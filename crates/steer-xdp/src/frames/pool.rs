@@ -140,6 +140,25 @@ mod tests {
     }
 
     #[test]
+    fn a_descriptor_is_adopted_once_by_any_worker() {
+        let Some((umem, mut frames)) = test_umem(2) else {
+            return;
+        };
+        let spare = Arc::new(SparePool::new(2, 0));
+        // Two workers' handles on the same UMEM.
+        let (a, b) = (
+            UmemPool::new(umem.clone(), Arc::clone(&spare), false),
+            UmemPool::new(umem.clone(), spare, false),
+        );
+        let raw = custody::lend(&umem, frames.pop().unwrap()).unwrap();
+        let frame = a.adopt(raw).expect("the holder adopts it");
+        assert!(b.adopt(raw).is_none(), "a copy elsewhere is refused");
+        assert!(a.adopt(raw).is_none(), "and so is the same one again");
+        // The adopted frame is an ordinary owned frame again.
+        assert_eq!(umem.data(&frame).len(), raw.len());
+    }
+
+    #[test]
     fn the_flow_tag_travels_with_the_descriptor() {
         let Some((umem, mut frames)) = test_umem(2) else {
             return;
