@@ -28,15 +28,15 @@ cargo bench --no-default-features --bench table --bench dispatch --no-run
 "$STEER_BENCH" run --quick --steer-cmd "$STEER echo"
 # The seed reproductions (benches/seeds/README.md; they find steer through
 # $STEER): each exits 2 unless it finds every number it reports.
-for seed in 000 001 002-004 003; do
+for seed in llc-updates sockmap-affinity false-sharing fast-path; do
   "$STEER_BENCH" seed "$seed" --quick
 done
-# 000-tcp: one connection of 64 has been seen to stall past a quick run's
-# 2 s window under heavy load (a missing number, exit 2; see
+# tcp-llc-updates: one connection of 64 has been seen to stall past a quick
+# run's 2 s window under heavy load (a missing number, exit 2; see
 # docs/kernel-sockets.md): a second try, said out loud, before failing.
-"$STEER_BENCH" seed 000-tcp --quick || {
-  echo "bench-smoke: seed 000-tcp missed a number; trying once more" >&2
-  "$STEER_BENCH" seed 000-tcp --quick
+"$STEER_BENCH" seed tcp-llc-updates --quick || {
+  echo "bench-smoke: seed tcp-llc-updates missed a number; trying once more" >&2
+  "$STEER_BENCH" seed tcp-llc-updates --quick
 }
 # The README's first command, short: exits 3 unless its summary shows flows
 # steered and moved under `always` and moves suppressed under `llc` with 2 LLCs.

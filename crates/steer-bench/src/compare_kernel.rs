@@ -77,7 +77,7 @@ pub struct CompareKernel {
     #[arg(short = 'm', long = "msg-size", default_value_t = 14, value_parser = clap::value_parser!(u16).range(14..))]
     pub msg_size: u16,
     /// under-load send rate per client (`max` or messages per second).
-    #[arg(long, default_value = "max", value_parser = crate::seeds::seed001::parse_mps)]
+    #[arg(long, default_value = "max", value_parser = crate::seeds::sockmap_affinity::parse_mps)]
     pub mps: String,
     /// Also write the numbers as JSON.
     #[arg(long, value_name = "FILE")]

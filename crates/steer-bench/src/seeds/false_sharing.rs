@@ -1,286 +1,374 @@
-//! Seeds 002/004's replica: two-thread throughput of a flow-table header
-//! and its counters, packed into one cache line against split onto their
-//! own line, with both threads measured over a fixed time.
+//! `steer-bench seed false-sharing`: seeds 002 ("bridge: improve cache utilization": write-heavy fdb members
+//! moved to their own cache line, HitM 100% -> 0%) and 004 ("net: dst:
+//! Prevent false sharing vs. dst_entry::__refcnt": +20..120%): throughput
+//! of flow-table lookups and of the counters written next to them, with the
+//! counters split onto their own padded cache line (steer's
+//! DesiredCpuTable layout) against packed into the header's line, under
+//! two threads. No network, no root; CPUs 0 and 1 to pin to.
 //!
-//! It copies the layouts of `benches/table.rs`
-//! (`steer/flow_table/false_sharing/{packed,split}`). The criterion bench
-//! times only the reader; this measures the reader's lookups per second
-//! (1024 flows in a 4096-entry table, the header reloaded per lookup as a
-//! dispatcher does between packets) and the writer's counter increments
-//! per second (two relaxed `fetch_add`s per bump, as `record` bumps its
-//! counters). Each layout also runs each thread alone, the no-contention
-//! reference. Reader and writer are pinned to two different CPUs.
+//! 1. criterion, steer's own bench (benches/table.rs), filtered to
+//!    `steer/flow_table/false_sharing/{split,packed}` (lookups while a
+//!    second thread, pinned to the other CPU, bumps the record counters),
+//!    `.../desired_table_llc_churn` (the real DesiredCpuTable while the
+//!    other thread records suppressed intra-LLC churn) and
+//!    `steer/flow_table/lookup/hit` (no second thread): median ns per batch
+//!    of 1024 lookups, turned into lookups per second.
+//! 2. The replica ([`sharing_replica`]): both threads
+//!    measured over a fixed time, the reader's lookups/s and the writer's
+//!    counter increments/s, each also alone.
 //!
-//! Invariant: `Packed` is exactly one 64-byte line; `Split`'s counters sit
-//! on their own 128-byte aligned block (the x86_64 prefetcher pulls lines
-//! in pairs). Measure with an optimised build (`--release`).
+//! Goal (no number): split beats packed under two threads, for the reader
+//! and for the writer.
 
-use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
-use serde::Serialize;
+use anyhow::Result;
+use clap::Args;
+use serde_json::{json, Value};
 
-const FLOWS: u32 = 1024;
-const ENTRIES: usize = 4096;
-const NR_CPUS: u32 = 256;
+use super::{
+    criterion::Benches,
+    harness::{self, Harness},
+    num::{div, fixed, jnum, num, raw},
+    sharing_replica, Common, Outcome,
+};
 
-/// The read-mostly header: codec, index mask, entries (as in benches/table.rs).
-struct Header {
-    cpu_mask: u32,
-    nr_cpus: u32,
-    index_mask: u32,
-    entries: Box<[AtomicU32]>,
+/// The JSON `tool` of this seed.
+pub const TOOL: &str = "steer-bench seed 002-004";
+/// What results of the shell script call it.
+pub const OLD_TOOL: &str = "benches/seeds/seed002-004-false-sharing.sh";
+/// The criterion benches read, in table order.
+pub const CRITERION_IDS: [&str; 4] = [
+    "steer/flow_table/false_sharing/split",
+    "steer/flow_table/false_sharing/packed",
+    "steer/flow_table/false_sharing/desired_table_llc_churn",
+    "steer/flow_table/lookup/hit",
+];
+const FILTER: &str = "steer/flow_table/(false_sharing|lookup/hit)";
+
+/// `steer-bench seed false-sharing`.
+#[derive(Debug, Clone, Args)]
+pub struct FalseSharing {
+    /// CI smoke: criterion warm-up 1 s / measurement 2 s, replica 1 s per case.
+    #[arg(long)]
+    pub quick: bool,
+    /// Replica seconds per case (default 3, 1 with --quick); criterion uses
+    /// its defaults (3 s warm-up, 5 s measurement) unless --quick.
+    #[arg(short = 't', long = "time")]
+    pub secs: Option<f64>,
+    /// Skip the replica.
+    #[arg(long, conflicts_with = "replica_only")]
+    pub criterion_only: bool,
+    /// Skip criterion.
+    #[arg(long)]
+    pub replica_only: bool,
+    /// Output, runs, source tree.
+    #[command(flatten)]
+    pub common: Common,
 }
 
-impl Header {
-    fn new() -> Self {
-        let cpu_mask = (NR_CPUS + 1).next_power_of_two() - 1;
-        let entries: Box<[AtomicU32]> = (0..ENTRIES).map(|_| AtomicU32::new(u32::MAX)).collect();
-        let index_mask = ENTRIES as u32 - 1;
-        for (i, f) in flows().into_iter().enumerate() {
-            let ent = (f & !cpu_mask) | (i as u32 % NR_CPUS);
-            entries[(f & index_mask) as usize].store(ent, Ordering::Relaxed);
+fn flag(doc: &Value, key: &str) -> bool {
+    doc.pointer(&format!("/config/{key}"))
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
+}
+
+fn crit<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    super::find_run(&doc["criterion"], |c| {
+        c["id"].as_str().and_then(|id| id.rsplit('/').next()) == Some(name)
+    })
+}
+
+fn rep(doc: &Value, case: &str, layout: &str, key: &str) -> Option<f64> {
+    super::find_run(&doc["replica"], |r| {
+        r["case"] == case && r["layout"] == layout
+    })
+    .and_then(|r| num(r, &format!("/{key}")))
+}
+
+fn mega(v: Option<f64>) -> String {
+    fixed(v.map(|v| v / 1e6), 1)
+}
+
+/// Split beats packed: in criterion (lower median) and in the replica
+/// (more lookups and more increments), for the parts that ran.
+pub fn goal_met(doc: &Value) -> bool {
+    let mut ok = true;
+    if flag(doc, "criterion") {
+        let med = |n| crit(doc, n).and_then(|c| num(c, "/median_ns"));
+        ok &= matches!((med("split"), med("packed")), (Some(s), Some(p)) if s < p);
+    }
+    if flag(doc, "replica") {
+        let both = |l, k| rep(doc, "both", l, k);
+        ok &= matches!(
+            (both("split", "lookups_per_s"), both("packed", "lookups_per_s"),
+             both("split", "increments_per_s"), both("packed", "increments_per_s")),
+            (Some(sl), Some(pl), Some(si), Some(pi)) if sl > pl && si > pi
+        );
+    }
+    ok
+}
+
+/// The table the seed prints, from its JSON document.
+pub fn table(doc: &Value) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t);
+    let (with_crit, with_rep) = (flag(doc, "criterion"), flag(doc, "replica"));
+    if with_crit {
+        let _ = writeln!(t, "seeds 002/004 (criterion, benches/table.rs): lookups of 1024 flows per batch, second thread pinned to the other CPU");
+        let row = |t: &mut String, v: [&str; 5]| {
+            let _ = writeln!(
+                t,
+                "{:<55} {:>10} {:>14} {:>9} {:>9}",
+                v[0], v[1], v[2], v[3], v[4]
+            );
+        };
+        row(
+            &mut t,
+            ["bench", "median ns", "95% CI", "M look/s", "x packed"],
+        );
+        let packed = crit(doc, "packed").and_then(|c| num(c, "/median_ns"));
+        for name in ["split", "packed", "desired_table_llc_churn", "hit"] {
+            let c = crit(doc, name);
+            let get = |k: &str| c.and_then(|c| num(c, &format!("/{k}")));
+            let id = c.map_or(name.to_owned(), |c| raw(c.get("id")));
+            row(
+                &mut t,
+                [
+                    &id,
+                    &fixed(get("median_ns"), 0),
+                    &format!(
+                        "[{} {}]",
+                        fixed(get("ci_lower_ns"), 0),
+                        fixed(get("ci_upper_ns"), 0)
+                    ),
+                    &mega(get("lookups_per_s")),
+                    &div(packed, get("median_ns"), 2),
+                ],
+            );
         }
-        Self {
-            cpu_mask,
-            nr_cpus: NR_CPUS,
-            index_mask,
-            entries,
+        let _ = writeln!(
+            t,
+            "(lookup/hit: no second thread, the uncontended reference)"
+        );
+    }
+    if with_rep {
+        let _ = writeln!(t);
+        let _ = writeln!(
+            t,
+            "seeds 002/004 (sharing_replica.rs replica, {}s per case): reader lookups and writer counter increments per second",
+            raw(doc.pointer("/config/replica_seconds_per_case"))
+        );
+        let row = |t: &mut String, v: [&str; 5]| {
+            let _ = writeln!(
+                t,
+                "{:<8} {:>14} {:>14} {:>16} {:>16}",
+                v[0], v[1], v[2], v[3], v[4]
+            );
+        };
+        row(
+            &mut t,
+            [
+                "layout",
+                "M look/s both",
+                "M incr/s both",
+                "M look/s alone",
+                "M incr/s alone",
+            ],
+        );
+        for l in ["split", "packed"] {
+            row(
+                &mut t,
+                [
+                    l,
+                    &mega(rep(doc, "both", l, "lookups_per_s")),
+                    &mega(rep(doc, "both", l, "increments_per_s")),
+                    &mega(rep(doc, "reader_alone", l, "lookups_per_s")),
+                    &mega(rep(doc, "writer_alone", l, "increments_per_s")),
+                ],
+            );
         }
+        let both = |l, k| rep(doc, "both", l, k);
+        let _ = writeln!(
+            t,
+            "split/packed under two threads: lookups {}x, increments {}x",
+            div(
+                both("split", "lookups_per_s"),
+                both("packed", "lookups_per_s"),
+                2
+            ),
+            div(
+                both("split", "increments_per_s"),
+                both("packed", "increments_per_s"),
+                2
+            )
+        );
     }
-
-    #[inline]
-    fn lookup(&self, hash: u32) -> Option<u32> {
-        let ent = self.entries[(hash & self.index_mask) as usize].load(Ordering::Relaxed);
-        if (ent ^ hash) & !self.cpu_mask != 0 {
-            return None;
-        }
-        let cpu = ent & self.cpu_mask;
-        (cpu < self.nr_cpus).then_some(cpu)
-    }
+    let _ = if goal_met(doc) {
+        writeln!(
+            t,
+            "goal: met (split beats packed under two threads{})",
+            if with_rep { ", reader and writer" } else { "" }
+        )
+    } else {
+        writeln!(
+            t,
+            "goal: NOT met (split must beat packed under two threads)"
+        )
+    };
+    let _ = writeln!(t);
+    t
 }
 
-trait Layout: Send + Sync + 'static {
-    fn header(&self) -> &Header;
-    fn bump(&self);
-}
-
-/// Counters in the header's cache line.
-#[repr(C, align(64))]
-struct Packed {
-    header: Header,
-    updates: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-/// 128 bytes: the x86_64 prefetcher pulls cache lines in pairs.
-#[repr(C, align(128))]
-struct Padded<T>(T);
-
-/// Counters on their own (128-byte aligned) line.
-#[repr(C)]
-struct Split {
-    header: Header,
-    counters: Padded<(AtomicU64, AtomicU64)>,
-}
-
-impl Layout for Packed {
-    fn header(&self) -> &Header {
-        &self.header
-    }
-    fn bump(&self) {
-        self.updates.fetch_add(1, Ordering::Relaxed);
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Layout for Split {
-    fn header(&self) -> &Header {
-        &self.header
-    }
-    fn bump(&self) {
-        self.counters.0 .0.fetch_add(1, Ordering::Relaxed);
-        self.counters.0 .1.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-fn flows() -> Vec<u32> {
-    (1..=FLOWS)
-        .map(|i| i.wrapping_mul(0x9e37_79b9) | 1)
+/// The `false_sharing/...: N batches timed, M retried` lines of a
+/// criterion log.
+pub fn batch_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.starts_with("false_sharing/") && l.contains("batches timed"))
+        .map(str::to_owned)
         .collect()
 }
 
-struct Rates {
-    lookups_per_s: f64,
-    increments_per_s: f64,
-}
-
-/// Runs the reader and/or the writer on `table` for `secs`.
-fn run<L: Layout>(table: Arc<L>, secs: f64, reader: Option<usize>, writer: Option<usize>) -> Rates {
-    let stop = Arc::new(AtomicBool::new(false));
-    let go = Arc::new(AtomicBool::new(false));
-    let w = writer.map(|cpu| {
-        let (table, stop, go) = (Arc::clone(&table), Arc::clone(&stop), Arc::clone(&go));
-        std::thread::spawn(move || {
-            let _ = crate::sys::pin(cpu);
-            while !go.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            let start = Instant::now();
-            let mut bumps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                for _ in 0..64 {
-                    black_box(&*table).bump();
-                }
-                bumps += 64;
-            }
-            (bumps, start.elapsed())
-        })
-    });
-    let r = reader.map(|cpu| {
-        let (table, stop, go) = (Arc::clone(&table), Arc::clone(&stop), Arc::clone(&go));
-        std::thread::spawn(move || {
-            let _ = crate::sys::pin(cpu);
-            let hashes = flows();
-            while !go.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            let start = Instant::now();
-            let (mut lookups, mut found) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                for &h in &hashes {
-                    found += black_box(&*table).header().lookup(h).is_some() as u64;
-                }
-                lookups += hashes.len() as u64;
-            }
-            black_box(found);
-            (lookups, start.elapsed())
-        })
-    });
-    go.store(true, Ordering::Release);
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    stop.store(true, Ordering::Relaxed);
-    let rate = |h: Option<std::thread::JoinHandle<(u64, Duration)>>| {
-        h.map(|h| {
-            let (n, d) = h.join().expect("thread panicked");
-            n as f64 / d.as_secs_f64()
-        })
-        .unwrap_or(0.0)
-    };
-    Rates {
-        lookups_per_s: rate(r),
-        // Two counters per bump.
-        increments_per_s: 2.0 * rate(w),
+/// One run of the seed: criterion and the replica, the table and the JSON.
+pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
+    let secs = a.secs.unwrap_or(if a.quick { 1.0 } else { 3.0 });
+    if !(secs > 0.0 && secs <= 600.0) {
+        anyhow::bail!("-t wants seconds (0 < t <= 600)");
     }
-}
-
-/// One case of the replica: which threads ran, which layout, the rates.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Case {
-    /// `both`, `reader_alone` or `writer_alone`.
-    pub case: &'static str,
-    /// `split` or `packed`.
-    pub layout: &'static str,
-    /// Reader lookups per second (0 without a reader).
-    pub lookups_per_s: u64,
-    /// Writer counter increments per second (0 without a writer).
-    pub increments_per_s: u64,
-}
-
-/// Runs every case (both threads, reader alone, writer alone; split and
-/// packed) for `secs` each, the reader on `reader_cpu`, the writer on
-/// `writer_cpu`.
-pub fn run_all(secs: f64, reader_cpu: usize, writer_cpu: usize) -> Result<Vec<Case>> {
-    // Try the pinning in a throwaway thread (the caller's stays unpinned).
-    let pinnable = std::thread::spawn(move || {
-        crate::sys::pin(reader_cpu).is_ok() && crate::sys::pin(writer_cpu).is_ok()
-    })
-    .join()
-    .unwrap_or(false);
-    if !pinnable {
-        bail!("false sharing replica: cannot pin to CPUs {reader_cpu} and {writer_cpu}");
-    }
-    assert_eq!(std::mem::size_of::<Packed>(), 64, "packed fits one line");
-    let mut out = Vec::new();
-    for (case, reader, writer) in [
-        ("both", Some(reader_cpu), Some(writer_cpu)),
-        ("reader_alone", Some(reader_cpu), None),
-        ("writer_alone", None, Some(writer_cpu)),
-    ] {
-        for layout in ["split", "packed"] {
-            let rates = if layout == "split" {
-                run(
-                    Arc::new(Split {
-                        header: Header::new(),
-                        counters: Padded((AtomicU64::new(0), AtomicU64::new(0))),
-                    }),
-                    secs,
-                    reader,
-                    writer,
-                )
-            } else {
-                run(
-                    Arc::new(Packed {
-                        header: Header::new(),
-                        updates: AtomicU64::new(0),
-                        suppressed: AtomicU64::new(0),
-                    }),
-                    secs,
-                    reader,
-                    writer,
-                )
+    harness::require_cpus_0_1("the two threads are pinned to them")?;
+    let src = harness::source_tree(a.common.src.as_deref())?;
+    let (with_crit, with_rep) = (!a.replica_only, !a.criterion_only);
+    let mut failed = false;
+    let mut criterion = Vec::new();
+    let mut batches = Vec::new();
+    if with_crit {
+        let benches = Benches::new(&src);
+        h.log(&format!(
+            "building the criterion bench (table) in {} (the first build takes a few minutes)",
+            src.display()
+        ));
+        benches.build(&["table"], &h.path("cargo-build.log"))?;
+        h.check()?;
+        let since = super::criterion::marker(&h.path("criterion.marker"))?;
+        h.log(&format!(
+            "criterion: {FILTER}{}",
+            if a.quick { " (quick)" } else { "" }
+        ));
+        let log = h.path("criterion-table.log");
+        if !benches.run("table", FILTER, a.quick, &log)? {
+            eprintln!("{}", super::procs::tail(&log, 20));
+            h.log("cargo bench --bench table failed (output above)");
+            failed = true;
+        }
+        h.check()?;
+        for id in CRITERION_IDS {
+            let Some(e) = benches.estimate(id, since) else {
+                h.log(&format!("no criterion result for {id}"));
+                failed = true;
+                continue;
             };
-            out.push(Case {
-                case,
-                layout,
-                lookups_per_s: rates.lookups_per_s.round() as u64,
-                increments_per_s: rates.increments_per_s.round() as u64,
-            });
+            criterion.push(json!({
+                "id": id,
+                "median_ns": e.median_ns,
+                "ci_lower_ns": e.ci_lower_ns,
+                "ci_upper_ns": e.ci_upper_ns,
+                "elements": jnum(e.elements),
+                "lookups_per_s": e.elements * 1e9 / e.median_ns,
+            }));
+        }
+        criterion.sort_by_key(|c| raw(c.get("id")).rsplit('/').next().map(str::to_owned));
+        batches = batch_lines(&std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    let mut replica = Vec::new();
+    if with_rep {
+        h.log(&format!(
+            "replica: {secs}s per case, reader on CPU 0, writer on CPU 1"
+        ));
+        if cfg!(debug_assertions) {
+            h.log("steer-bench is a debug build: the replica's rates mean nothing (cargo build --release -p steer-bench)");
+        }
+        match sharing_replica::run_all(secs, 0, 1) {
+            Ok(cases) => replica = cases,
+            Err(e) => {
+                h.log(&format!("the replica failed: {e:#}"));
+                failed = true;
+            }
         }
     }
-    Ok(out)
+    let mut doc = json!({
+        "tool": TOOL,
+        "format": 1,
+        "host": harness::host_json(&src),
+        "config": {
+            "quick": a.quick,
+            "replica_seconds_per_case": jnum(secs),
+            "reader_cpu": 0,
+            "writer_cpu": 1,
+            "criterion": with_crit,
+            "replica": with_rep,
+        },
+        "criterion": criterion,
+        "criterion_batches": batches,
+        "replica": replica,
+    });
+    doc["goal_split_beats_packed"] = json!(goal_met(&doc));
+    Ok(Outcome {
+        table: table(&doc),
+        doc,
+        status: if failed { 2 } else { 0 },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seeds::tests::{fixture, result};
 
     #[test]
-    fn every_case_measures_its_threads() {
-        let cases = run_all(0.05, 0, 0).unwrap();
-        assert_eq!(cases.len(), 6);
-        for c in &cases {
-            assert_eq!(c.lookups_per_s > 0, c.case != "writer_alone", "{c:?}");
-            assert_eq!(c.increments_per_s > 0, c.case != "reader_alone", "{c:?}");
+    fn tables_of_the_committed_results() {
+        for n in 1..=3 {
+            let doc = result(&format!("seed002-004-false-sharing-{n}"));
+            assert_eq!(
+                table(&doc),
+                fixture(&format!("table-seed002-004-{n}.txt")),
+                "run {n}"
+            );
+            assert!(goal_met(&doc));
         }
-        assert_eq!(
-            cases.iter().map(|c| (c.case, c.layout)).collect::<Vec<_>>(),
-            [
-                ("both", "split"),
-                ("both", "packed"),
-                ("reader_alone", "split"),
-                ("reader_alone", "packed"),
-                ("writer_alone", "split"),
-                ("writer_alone", "packed"),
-            ]
-        );
     }
 
     #[test]
-    fn lookups_find_the_flows() {
-        let h = Header::new();
-        // A flow is found unless a later flow took its slot.
-        let slots: std::collections::BTreeSet<u32> =
-            flows().into_iter().map(|f| f & h.index_mask).collect();
-        let found = flows()
-            .into_iter()
-            .filter(|&f| h.lookup(f).is_some())
-            .count();
-        assert_eq!(found, slots.len());
-        assert!(found > 900, "{found}");
-        assert_eq!(h.lookup(0), None, "an empty slot");
+    fn parts_and_goal() {
+        let mut doc = result("seed002-004-false-sharing-1");
+        doc["config"]["replica"] = json!(false);
+        let t = table(&doc);
+        assert!(!t.contains("replica"), "{t}");
+        assert!(
+            t.contains("goal: met (split beats packed under two threads)\n"),
+            "{t}"
+        );
+        // packed faster than split in the replica: not met.
+        doc["config"]["replica"] = json!(true);
+        doc["replica"][0]["lookups_per_s"] = json!(1);
+        assert!(!goal_met(&doc));
+        // Missing criterion results: short names and dashes, goal not met.
+        doc["criterion"] = json!([]);
+        let t = table(&doc);
+        let dashes = format!(
+            "\n{:<55} {:>10} {:>14} {:>9} {:>9}\n",
+            "split", "-", "[- -]", "-", "-"
+        );
+        assert!(t.contains(&dashes), "{t}");
+        assert!(t.contains("goal: NOT met"), "{t}");
+    }
+
+    #[test]
+    fn batch_lines_of_a_log() {
+        let log =
+            "Benchmarking x\nfalse_sharing/split: 2684775 batches timed, 21033 retried\nother\n";
+        assert_eq!(
+            batch_lines(log),
+            ["false_sharing/split: 2684775 batches timed, 21033 retried"]
+        );
     }
 }

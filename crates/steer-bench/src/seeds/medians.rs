@@ -4,10 +4,11 @@
 //! ratios and reductions are computed per run first, then their median is
 //! taken.
 //!
-//! Invariant: every document must come from the same seed; results of the
-//! earlier scripts (`"tool": "benches/seeds/seed000-llc-steering.sh"`, or
-//! no `tool` but `"seed": "000-kernel-sockets"`) and of `steer-bench seed`
-//! (`"tool": "steer-bench seed 000"`) mix freely, they share one format.
+//! Invariant: every document must come from the same seed; a seed's
+//! `tool` has two spellings (`"steer-bench seed 000"` and the shell
+//! script's `"benches/seeds/seed000-llc-steering.sh"`, or no `tool` but
+//! `"seed": "000-kernel-sockets"`), which mix freely: they share one
+//! format.
 
 use std::collections::BTreeMap;
 
@@ -15,34 +16,47 @@ use anyhow::{bail, Result};
 use serde_json::Value;
 
 use super::{
+    false_sharing, fast_path, llc_updates,
     num::{median, num, ratio, raw, round_to},
-    seed000, seed000_tcp, seed001, seed002_004, seed003,
+    sockmap_affinity, tcp_llc_updates,
 };
 
 /// Which seed a result came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seed {
-    /// `steer-bench seed 000`.
-    S000,
-    /// `steer-bench seed 000-tcp`.
-    S000Tcp,
-    /// `steer-bench seed 001`.
-    S001,
-    /// `steer-bench seed 002-004`.
-    S002004,
-    /// `steer-bench seed 003`.
-    S003,
+    /// `steer-bench seed llc-updates`.
+    LlcUpdates,
+    /// `steer-bench seed tcp-llc-updates`.
+    TcpLlcUpdates,
+    /// `steer-bench seed sockmap-affinity`.
+    SockmapAffinity,
+    /// `steer-bench seed false-sharing`.
+    FalseSharing,
+    /// `steer-bench seed fast-path`.
+    FastPath,
 }
 
 impl Seed {
     /// The seed of a JSON document's `tool`, old or new.
     pub fn of_tool(tool: &str) -> Option<Seed> {
         [
-            (Seed::S000, seed000::TOOL, seed000::OLD_TOOL),
-            (Seed::S000Tcp, seed000_tcp::TOOL, seed000_tcp::OLD_TOOL),
-            (Seed::S001, seed001::TOOL, seed001::OLD_TOOL),
-            (Seed::S002004, seed002_004::TOOL, seed002_004::OLD_TOOL),
-            (Seed::S003, seed003::TOOL, seed003::OLD_TOOL),
+            (Seed::LlcUpdates, llc_updates::TOOL, llc_updates::OLD_TOOL),
+            (
+                Seed::TcpLlcUpdates,
+                tcp_llc_updates::TOOL,
+                tcp_llc_updates::OLD_TOOL,
+            ),
+            (
+                Seed::SockmapAffinity,
+                sockmap_affinity::TOOL,
+                sockmap_affinity::OLD_TOOL,
+            ),
+            (
+                Seed::FalseSharing,
+                false_sharing::TOOL,
+                false_sharing::OLD_TOOL,
+            ),
+            (Seed::FastPath, fast_path::TOOL, fast_path::OLD_TOOL),
         ]
         .into_iter()
         .find(|(_, new, old)| tool == *new || tool == *old)
@@ -53,7 +67,7 @@ impl Seed {
     /// script's results (which have none) that script.
     pub fn tool_of(doc: &Value) -> String {
         match doc.get("tool") {
-            None if doc["seed"] == seed000_tcp::SEED => seed000_tcp::OLD_TOOL.into(),
+            None if doc["seed"] == tcp_llc_updates::SEED => tcp_llc_updates::OLD_TOOL.into(),
             t => raw(t),
         }
     }
@@ -140,16 +154,16 @@ pub fn markdown(docs: &[Value]) -> Result<String> {
     }
     let mut out = format!("medians of {} runs of {tool}\n\n", docs.len());
     out += &match seed {
-        Seed::S000 => s000(docs),
-        Seed::S000Tcp => s000_tcp(docs),
-        Seed::S001 => s001(docs),
-        Seed::S002004 => s002_004(docs),
-        Seed::S003 => s003(docs),
+        Seed::LlcUpdates => llc_updates_md(docs),
+        Seed::TcpLlcUpdates => tcp_llc_updates_md(docs),
+        Seed::SockmapAffinity => sockmap_affinity_md(docs),
+        Seed::FalseSharing => false_sharing_md(docs),
+        Seed::FastPath => fast_path_md(docs),
     };
     Ok(out)
 }
 
-fn s000(docs: &[Value]) -> String {
+fn llc_updates_md(docs: &[Value]) -> String {
     let mut o = head(&[
         "topology",
         "policy",
@@ -206,7 +220,7 @@ fn s000(docs: &[Value]) -> String {
     o + &load_line(docs)
 }
 
-fn s000_tcp(docs: &[Value]) -> String {
+fn tcp_llc_updates_md(docs: &[Value]) -> String {
     let mut o = head(&[
         "topology",
         "policy",
@@ -248,7 +262,7 @@ fn s000_tcp(docs: &[Value]) -> String {
             let (topo, policy) = (s(g[0], "topology"), s(g[0], "policy"));
             let each: Vec<String> = docs
                 .iter()
-                .map(|d| round_to(seed000_tcp::moves(d, &topo, &policy), 0))
+                .map(|d| round_to(tcp_llc_updates::moves(d, &topo, &policy), 0))
                 .collect();
             format!("{topo} {policy} {}", each.join(" / "))
         })
@@ -274,7 +288,7 @@ fn s000_tcp(docs: &[Value]) -> String {
     o + &load_line(docs)
 }
 
-fn s001(docs: &[Value]) -> String {
+fn sockmap_affinity_md(docs: &[Value]) -> String {
     let mut o = head(&[
         "layout",
         "placement",
@@ -368,7 +382,7 @@ fn s001(docs: &[Value]) -> String {
     o + &load_line(docs)
 }
 
-fn s002_004(docs: &[Value]) -> String {
+fn false_sharing_md(docs: &[Value]) -> String {
     const PACKED: &str = "steer/flow_table/false_sharing/packed";
     let mut o = head(&[
         "criterion bench",
@@ -459,7 +473,7 @@ fn s002_004(docs: &[Value]) -> String {
     o + &load_line(docs)
 }
 
-fn s003(docs: &[Value]) -> String {
+fn fast_path_md(docs: &[Value]) -> String {
     let mut o = head(&[
         "layout",
         "fast path",
@@ -577,7 +591,7 @@ mod tests {
     #[test]
     fn old_and_new_results_mix_but_seeds_do_not() {
         let mut docs = three("seed003-fast-path");
-        docs[1]["tool"] = seed003::TOOL.into();
+        docs[1]["tool"] = fast_path::TOOL.into();
         let m = markdown(&docs).unwrap();
         assert!(m.starts_with("medians of 3 runs of benches/seeds/seed003-fast-path.sh\n"));
         docs[2] = result("seed000-llc-steering-1");
@@ -585,7 +599,7 @@ mod tests {
         assert!(markdown(&[]).is_err());
         // The kernel-socket script's results have no tool, only their seed.
         let mut tcp = three("seed000-kernel-sockets");
-        tcp[2]["tool"] = seed000_tcp::TOOL.into();
+        tcp[2]["tool"] = tcp_llc_updates::TOOL.into();
         let m = markdown(&tcp).unwrap();
         assert!(m.starts_with("medians of 3 runs of benches/seeds/seed000-kernel-sockets.sh\n"));
         tcp[1] = result("seed000-llc-steering-2");

@@ -1,42 +1,47 @@
-//! The seed reproductions (`steer-bench seed ...`): one command per seed
-//! post of the kernel mailing list the product is built from, each printing
-//! one table and, with `--json FILE`, writing every number plus the final
-//! counters of the steer process it drove; and `steer-bench seed medians`,
-//! the medians over several runs' JSON as Markdown (the tables of
-//! benches/seeds/README.md).
+//! The seed reproductions (`steer-bench seed ...`): one command per
+//! kernel-list seed the product is built from, each named by what it
+//! measures, each printing one table and, with `--json FILE`, writing every
+//! number plus the final counters of the steer process it drove; and
+//! `steer-bench seed medians`, the medians over several runs' JSON as
+//! Markdown (the tables of benches/seeds/README.md).
 //!
 //! ```text
-//! steer-bench seed 000      steering-hook calls, policy always vs llc    (root)
-//! steer-bench seed 000-tcp  the same for kernel TCP sockets: map updates (root)
-//! steer-bench seed 001      pinned proxy, client on a worker's CPU       (root)
-//! steer-bench seed 002-004  false sharing: split vs packed counters
-//! steer-bench seed 003      same-CPU fast path on vs off                 (root)
+//! steer-bench seed llc-updates       steering-hook calls, policy always vs llc  (root)
+//! steer-bench seed tcp-llc-updates   the same for kernel TCP sockets: map updates (root)
+//! steer-bench seed sockmap-affinity  pinned proxy, client on a worker's CPU     (root)
+//! steer-bench seed false-sharing     split vs packed counters
+//! steer-bench seed fast-path         same-CPU fast path on vs off               (root)
 //! steer-bench seed medians FILE.json...
 //! ```
+//!
+//! Each seed also answers to the seed's number (`000`, `000-tcp`, `001`,
+//! `002-004`, `003`), a hidden alias; the JSON `tool` keeps that form, so
+//! every result reads alike.
 //!
 //! Every seed takes `--quick` (the CI smoke: short windows, numbers not
 //! meaningful), `--runs N` (N runs one after the other, then their
 //! medians), `--json FILE`, `--keep-logs DIR`. Exit status: 0 ok, 1 setup
 //! error, 2 a run produced no numbers, 3 goal not met (with
-//! `--require-goal`, seeds 000, 000-tcp and 003), 130 interrupted.
+//! `--require-goal`: llc-updates, tcp-llc-updates, fast-path), 130
+//! interrupted.
 //!
 //! Invariants: one seed measurement at a time (the seeds lock); every
 //! namespace, veth pair, XDP program and process a run makes is removed on
-//! every exit path (their owners' `Drop`); the JSON keeps the fields (and
-//! `"format": 1`) of the earlier scripts' results, so old and new results
-//! read alike.
+//! every exit path (their owners' `Drop`); every result carries
+//! `"format": 1`, and results written by the shell scripts this command
+//! replaced read the same way.
 
 pub mod criterion;
 pub mod false_sharing;
+pub mod fast_path;
 pub mod harness;
+pub mod llc_updates;
 pub mod medians;
 pub mod num;
 pub mod procs;
-pub mod seed000;
-pub mod seed000_tcp;
-pub mod seed001;
-pub mod seed002_004;
-pub mod seed003;
+pub mod sharing_replica;
+pub mod sockmap_affinity;
+pub mod tcp_llc_updates;
 pub mod udp_flows;
 
 use std::{
@@ -90,28 +95,27 @@ pub struct Outcome {
 /// `steer-bench seed ...`.
 #[derive(Debug, Subcommand)]
 pub enum SeedCmd {
-    /// Seed 000: steering-hook calls and proxy CPU, policy always vs llc,
-    /// under tokio work-stealing with many flows (root).
-    #[command(name = "000")]
-    S000(seed000::Seed000),
-    /// Seed 000 for kernel TCP sockets: XDP RFS map updates and their cost,
+    /// Steering-hook calls and proxy CPU, policy always vs llc, under tokio
+    /// work-stealing with many flows (root).
+    #[command(name = "llc-updates", alias = "000")]
+    LlcUpdates(llc_updates::LlcUpdates),
+    /// The same for kernel TCP sockets: XDP RFS map updates and their cost,
     /// policy always vs llc, `steer tcp-echo` under tokio work-stealing
     /// (root).
-    #[command(name = "000-tcp")]
-    S000Tcp(seed000_tcp::Seed000Tcp),
-    /// Seed 001: a proxy's forward rate when its client shares a worker's
-    /// CPU, workers pinned / unpinned / traffic on the other worker (root).
-    #[command(name = "001")]
-    S001(seed001::Seed001),
-    /// Seeds 002 and 004: lookups and counter increments under two threads,
-    /// counters split onto their own cache line vs packed (criterion and a
-    /// replica).
-    #[command(name = "002-004")]
-    S002004(seed002_004::Seed002004),
-    /// Seed 003: ring enqueues per packet with the same-CPU fast path on vs
-    /// off, end to end (root) and in criterion.
-    #[command(name = "003")]
-    S003(seed003::Seed003),
+    #[command(name = "tcp-llc-updates", alias = "000-tcp")]
+    TcpLlcUpdates(tcp_llc_updates::TcpLlcUpdates),
+    /// A proxy's forward rate when its client shares a worker's CPU,
+    /// workers pinned / unpinned / traffic on the other worker (root).
+    #[command(name = "sockmap-affinity", alias = "001")]
+    SockmapAffinity(sockmap_affinity::SockmapAffinity),
+    /// Lookups and counter increments under two threads, counters split
+    /// onto their own cache line vs packed (criterion and a replica).
+    #[command(name = "false-sharing", alias = "002-004")]
+    FalseSharing(false_sharing::FalseSharing),
+    /// Ring enqueues per packet with the same-CPU fast path on vs off, end
+    /// to end (root) and in criterion.
+    #[command(name = "fast-path", alias = "003")]
+    FastPath(fast_path::FastPath),
     /// Medians over several `--json` outputs of one seed, as Markdown.
     Medians {
         /// The outputs (all of one seed).
@@ -123,15 +127,17 @@ pub enum SeedCmd {
 /// Runs a `steer-bench seed` command.
 pub fn run(cmd: SeedCmd) -> Result<ExitCode> {
     match cmd {
-        SeedCmd::S000(a) => repeat("seed000", &a.common.clone(), |h| seed000::run_once(&a, h)),
-        SeedCmd::S000Tcp(a) => repeat("seed000-tcp", &a.common.clone(), |h| {
-            seed000_tcp::run_once(&a, h)
+        SeedCmd::LlcUpdates(a) => repeat("seed000", &a.common, |h| llc_updates::run_once(&a, h)),
+        SeedCmd::TcpLlcUpdates(a) => repeat("seed000-tcp", &a.common, |h| {
+            tcp_llc_updates::run_once(&a, h)
         }),
-        SeedCmd::S001(a) => repeat("seed001", &a.common.clone(), |h| seed001::run_once(&a, h)),
-        SeedCmd::S002004(a) => repeat("seed002-004", &a.common.clone(), |h| {
-            seed002_004::run_once(&a, h)
-        }),
-        SeedCmd::S003(a) => repeat("seed003", &a.common.clone(), |h| seed003::run_once(&a, h)),
+        SeedCmd::SockmapAffinity(a) => {
+            repeat("seed001", &a.common, |h| sockmap_affinity::run_once(&a, h))
+        }
+        SeedCmd::FalseSharing(a) => {
+            repeat("seed002-004", &a.common, |h| false_sharing::run_once(&a, h))
+        }
+        SeedCmd::FastPath(a) => repeat("seed003", &a.common, |h| fast_path::run_once(&a, h)),
         SeedCmd::Medians { files } => {
             let docs = files
                 .iter()

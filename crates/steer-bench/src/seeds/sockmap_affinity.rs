@@ -1,4 +1,5 @@
-//! Seed 001 ("sockmap: CPU affinity for the backlog workqueue"): send rate
+//! `steer-bench seed sockmap-affinity` (seed 001, "sockmap: CPU affinity
+//! for the backlog workqueue"): send rate
 //! against receive rate of a proxy whose sending client is pinned to the
 //! same CPU as one of the proxy's workers. In the seed a local client
 //! saturating its CPU starved the proxy work on that same CPU; running
@@ -48,14 +49,14 @@ use crate::netns::TestBed;
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 001";
-/// What earlier results call it.
+/// What results of the shell script call it.
 pub const OLD_TOOL: &str = "benches/seeds/seed001-pinned-proxy.sh";
 const PLACEMENTS: [&str; 3] = ["same", "unpinned", "other"];
 const CLIENT_PORT: u16 = 21000;
 
-/// `steer-bench seed 001`.
+/// `steer-bench seed sockmap-affinity`.
 #[derive(Debug, Clone, Args)]
-pub struct Seed001 {
+pub struct SockmapAffinity {
     /// sockperf run time per configuration, seconds.
     #[arg(short = 't', long = "time", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     pub secs: u64,
@@ -314,7 +315,7 @@ fn xps(bed: &TestBed, client_cpu: u8, q: u8) -> Result<()> {
 
 #[allow(clippy::too_many_arguments)]
 fn run_config(
-    a: &Seed001,
+    a: &SockmapAffinity,
     h: &Harness,
     bed: &TestBed,
     steer: &Path,
@@ -461,7 +462,7 @@ fn sockperf_version() -> String {
 }
 
 /// One run of the seed: every layout and placement, the table and the JSON.
-pub fn run_once(a: &Seed001, h: &Harness) -> Result<Outcome> {
+pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
     let mut a = a.clone();
     if a.quick {
         a.secs = 2;

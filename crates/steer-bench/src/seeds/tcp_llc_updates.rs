@@ -1,4 +1,4 @@
-//! Seed 000 for kernel TCP sockets (`steer-bench seed 000-tcp`): how many
+//! Seed 000 for kernel TCP sockets (`steer-bench seed tcp-llc-updates`): how many
 //! steering updates (writes of a flow's CPU into the XDP RFS program's map,
 //! one bpf(2) call each) a tokio TCP echo server makes under work-stealing,
 //! policy `always` (every change of a connection's reading CPU is written)
@@ -38,8 +38,8 @@
 //! `always`; on the override cross-LLC moves are still written (`llc`
 //! moves > 0).
 //!
-//! The JSON keeps the fields of the earlier script
-//! (benches/seeds/seed000-kernel-sockets.sh: `seed`, `connections`,
+//! The JSON has the fields of the shell script's results
+//! (`seed`, `connections`,
 //! `seconds`, `override`, `saving_percent`, `goal` as `met` / `not met`,
 //! `runs[]` with the server's whole `--stats-json` report) and adds `tool`,
 //! `format`, `host`, `machine_topology` and each run's `client` report.
@@ -61,18 +61,17 @@ use crate::netns::TestBed;
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 000-tcp";
-/// The script the earlier results came from (they carry no `tool`, only
-/// [`SEED`]).
+/// The shell script whose results carry no `tool`, only [`SEED`].
 pub const OLD_TOOL: &str = "benches/seeds/seed000-kernel-sockets.sh";
-/// The JSON `seed` field, the same in old and new results.
+/// The JSON `seed` field, the same in every result.
 pub const SEED: &str = "000-kernel-sockets";
 const GOAL_PCT: f64 = 90.0;
 const TOPOLOGIES: [&str; 2] = ["real", "override"];
 const POLICIES: [&str; 2] = ["always", "llc"];
 
-/// `steer-bench seed 000-tcp`.
+/// `steer-bench seed tcp-llc-updates`.
 #[derive(Debug, Clone, Args)]
-pub struct Seed000Tcp {
+pub struct TcpLlcUpdates {
     /// Seconds of load per configuration.
     #[arg(short = 't', long = "time", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub secs: u64,
@@ -272,7 +271,7 @@ pub fn client_report(log: &str) -> Option<Value> {
 }
 
 fn run_config(
-    a: &Seed000Tcp,
+    a: &TcpLlcUpdates,
     h: &Harness,
     bed: &TestBed,
     steer: &Path,
@@ -360,7 +359,7 @@ fn run_config(
 }
 
 /// One run of the seed: every configuration, the table and the JSON.
-pub fn run_once(a: &Seed000Tcp, h: &Harness) -> Result<Outcome> {
+pub fn run_once(a: &TcpLlcUpdates, h: &Harness) -> Result<Outcome> {
     let mut a = a.clone();
     if a.quick {
         a.secs = 2;

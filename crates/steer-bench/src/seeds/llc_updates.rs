@@ -1,4 +1,5 @@
-//! Seed 000 ("net: reduce RFS/ARFS flow updates by checking LLC affinity"):
+//! `steer-bench seed llc-updates` (seed 000, "net: reduce RFS/ARFS flow
+//! updates by checking LLC affinity"):
 //! steering-hook calls per second and the proxy's CPU time under tokio
 //! work-stealing with many flows, policy `always` (every change of a flow's
 //! consuming CPU rewrites its entry, as the kernel does today) against `llc`
@@ -62,13 +63,13 @@ use crate::netns::TestBed;
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 000";
-/// What earlier results call it.
+/// What results of the shell script call it.
 pub const OLD_TOOL: &str = "benches/seeds/seed000-llc-steering.sh";
 const GOAL_PCT: f64 = 95.0;
 
-/// `steer-bench seed 000`.
+/// `steer-bench seed llc-updates`.
 #[derive(Debug, Clone, Args)]
-pub struct Seed000 {
+pub struct LlcUpdates {
     /// Measured window per configuration, seconds.
     #[arg(short = 't', long = "time", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub secs: u64,
@@ -383,7 +384,7 @@ struct Bed<'a> {
 }
 
 fn run_config(
-    a: &Seed000,
+    a: &LlcUpdates,
     b: &Bed<'_>,
     topo: &str,
     policy: &str,
@@ -490,7 +491,7 @@ fn run_config(
 }
 
 /// One run of the seed: every configuration, the table and the JSON.
-pub fn run_once(a: &Seed000, h: &Harness) -> Result<Outcome> {
+pub fn run_once(a: &LlcUpdates, h: &Harness) -> Result<Outcome> {
     let mut a = a.clone();
     if a.quick {
         a.secs = 3;

@@ -1,4 +1,4 @@
-//! Seed 003 ("rps: process the skb directly if rps cpu not changed"): ring
+//! `steer-bench seed fast-path` (seed 003, "rps: process the skb directly if rps cpu not changed"): ring
 //! enqueues per packet with steer's same-CPU fast path on and off when
 //! flows are local (their target CPU is the CPU that received them). The
 //! seed measured 50% fewer NET_RX softirqs on a 2-CPU guest; steer's analog
@@ -43,14 +43,14 @@ use crate::netns::TestBed;
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 003";
-/// What earlier results call it.
+/// What results of the shell script call it.
 pub const OLD_TOOL: &str = "benches/seeds/seed003-fast-path.sh";
 const GOAL_PCT: f64 = 50.0;
 const FILTER: &str = "steer/dispatch/fast_path";
 
-/// `steer-bench seed 003`.
+/// `steer-bench seed fast-path`.
 #[derive(Debug, Clone, Args)]
-pub struct Seed003 {
+pub struct FastPath {
     /// Traffic per end-to-end configuration, seconds.
     #[arg(short = 't', long = "time", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub secs: u64,
@@ -318,7 +318,7 @@ fn e2e_json(
 }
 
 fn run_e2e(
-    a: &Seed003,
+    a: &FastPath,
     h: &Harness,
     bed: &TestBed,
     steer: &Path,
@@ -397,7 +397,7 @@ fn run_e2e(
 
 /// One run of the seed: criterion and the end-to-end layouts, the table and
 /// the JSON.
-pub fn run_once(a: &Seed003, h: &Harness) -> Result<Outcome> {
+pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
     let mut a = a.clone();
     if a.quick {
         a.secs = 3;
