@@ -33,10 +33,8 @@ use clap::Args;
 
 use crate::{
     netns::{self, RpsGuard, TestBed},
-    seeds::{
-        harness::{self, Harness},
-        procs::{tail, Proc, Spawn},
-    },
+    procs::{tail, Proc, Spawn},
+    seeds::harness::{self, Harness},
     sockperf::{self, Comparison, Mode},
 };
 

@@ -25,7 +25,7 @@ use serde::Serialize;
 use steer_core::packet::build::FrameBuilder;
 
 use crate::netns::{ip, TestBed};
-use crate::seeds::procs::{tail, Proc, Spawn};
+use crate::procs::{tail, Proc, Spawn};
 use crate::sys::{mono_ns, sleep_until, PacketSender};
 
 /// The proxy's UDP port.

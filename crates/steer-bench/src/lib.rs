@@ -30,10 +30,15 @@ pub mod kernel_echo;
 pub mod napi;
 /// Namespace, veth pair, RPS/RFS settings.
 pub mod netns;
+/// Numbers as the reports print and store them: medians, ratios, fixed
+/// decimals, JSON numbers.
+pub mod num;
 /// Token-bucket pacing.
 pub mod pacing;
 /// Request and reply frames.
 pub mod payload;
+/// Child processes: spawned into a log, pid, CPU time, stopped on drop.
+pub mod procs;
 /// Medians, own cost, ratios, table, JSON.
 pub mod report;
 /// The scheduling slice of another process's threads.
@@ -46,6 +51,8 @@ pub mod servers;
 pub mod sockperf;
 /// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).
 pub mod sys;
+/// Fixed-width text tables and Markdown tables: the one renderer.
+pub mod table;
 /// `steer rfs` beside an unmodified iperf3 whose reader moves.
 pub mod transparent;
 /// The XDP programs of this crate.

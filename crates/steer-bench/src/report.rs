@@ -12,7 +12,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::{gen::PhaseResult, servers::Kind, sockperf::median};
+use crate::{
+    gen::PhaseResult,
+    num::{f0, f1, f2, median, median_of, ratio_pos},
+    servers::Kind,
+    table::{Col, Layout},
+};
 
 /// The phase names: `max` and the fixed rates.
 pub fn phase_name(rate: Option<u64>) -> String {
@@ -175,8 +180,7 @@ pub struct ProcessCost {
 }
 
 fn med(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let v: Vec<f64> = v.flatten().collect();
-    median(&v)
+    median(v)
 }
 
 fn phase<'a>(r: &'a ServerRun, name: &str) -> Option<&'a PhaseResult> {
@@ -295,9 +299,9 @@ fn summarize_one(kind: Kind, runs: &[ServerRun], rates: &[u64]) -> Summary {
                 .filter(|p| held(p))
                 .filter_map(|p| p.latency)
                 .collect();
-            s.p50_us = median(&l.iter().map(|l| l.p50_us).collect::<Vec<_>>());
-            s.p99_us = median(&l.iter().map(|l| l.p99_us).collect::<Vec<_>>());
-            s.p999_us = median(&l.iter().map(|l| l.p999_us).collect::<Vec<_>>());
+            s.p50_us = median_of(&l.iter().map(|l| l.p50_us).collect::<Vec<_>>());
+            s.p99_us = median_of(&l.iter().map(|l| l.p99_us).collect::<Vec<_>>());
+            s.p999_us = median_of(&l.iter().map(|l| l.p999_us).collect::<Vec<_>>());
         }
     }
     s
@@ -360,23 +364,7 @@ pub fn kernel_best(sums: &[Summary], rates: &[u64]) -> KernelBest {
     }
 }
 
-fn f0(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.0}"))
-}
-fn f2(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.2}"))
-}
-fn f1(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}"))
-}
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    }
-}
-
-/// The ratios the issue asks for (steer over the kernel's figure, steer's
+/// The ratios the report gives (steer over the kernel's figure, steer's
 /// capacity over the raw AF_XDP turnaround's).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Ratios {
@@ -419,20 +407,90 @@ pub fn proxy_ratios(sums: &[Summary], rates: &[u64]) -> ProxyRatios {
     let get = |n: &str| sums.iter().find(|s| s.server == n);
     let (s, k) = (get("steer-proxy"), get("kernel-proxy"));
     ProxyRatios {
-        capacity: ratio(s.and_then(|s| s.capacity), k.and_then(|k| k.capacity)),
+        capacity: ratio_pos(s.and_then(|s| s.capacity), k.and_then(|k| k.capacity)),
         cost: (0..rates.len())
             .map(|i| {
                 let cost = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.1);
-                (rates[i], ratio(cost(s), cost(k)))
+                (rates[i], ratio_pos(cost(s), cost(k)))
             })
             .collect(),
         own_cost: (0..rates.len())
             .map(|i| {
                 let own = |x: Option<&Summary>| x.and_then(|x| x.cost.get(i)).and_then(|c| c.2);
-                (rates[i], ratio(own(s), own(k)))
+                (rates[i], ratio_pos(own(s), own(k)))
             })
             .collect(),
-        p99: ratio(s.and_then(|s| s.p99_us), k.and_then(|k| k.p99_us)),
+        p99: ratio_pos(s.and_then(|s| s.p99_us), k.and_then(|k| k.p99_us)),
+    }
+}
+
+/// The columns of the echo and proxy tables: the name, `lead` numbers,
+/// whole-machine and own cost per rate, latency.
+fn cost_layout(lead: &[usize], rates: usize) -> Layout {
+    let mut l = Layout::new(&[Col::L(12)]);
+    for &w in lead {
+        l.push(Col::R(w));
+    }
+    for _ in 0..rates {
+        l.extend(&[Col::R(10), Col::R(8)]);
+    }
+    l.extend(&[Col::R(8); 3]);
+    l
+}
+
+/// The head of a cost table: `name`, the `lead` names, then per rate
+/// `us@RATE` and `own`, then the latency percentiles.
+fn cost_head(name: &str, lead: &[&str], rates: &[u64]) -> Vec<String> {
+    let mut h: Vec<String> = std::iter::once(name)
+        .chain(lead.iter().copied())
+        .map(String::from)
+        .collect();
+    for rate in rates {
+        h.push(format!("us@{}", short(*rate)));
+        h.push("own".into());
+    }
+    h.extend(["p50 us", "p99 us", "p99.9 us"].map(String::from));
+    h
+}
+
+/// One server's row of a cost table: its name, `lead`, its whole-machine
+/// and own cost at each of `rates` rates, its latency.
+fn cost_row(s: &Summary, lead: Vec<String>, rates: usize) -> Vec<String> {
+    let mut row = vec![s.server.clone()];
+    row.extend(lead);
+    for i in 0..rates {
+        let c = s.cost.get(i);
+        row.push(f2(c.and_then(|c| c.1)));
+        row.push(f2(c.and_then(|c| c.2)));
+    }
+    row.extend([f1(s.p50_us), f1(s.p99_us), f1(s.p999_us)]);
+    row
+}
+
+/// A ratio row of a cost table: `name`, `lead`, the (whole-machine, own)
+/// pair per rate, then an empty p50 cell and `p99`.
+fn ratio_row(
+    name: &str,
+    lead: Vec<String>,
+    per_rate: impl Iterator<Item = (Option<f64>, Option<f64>)>,
+    p99: String,
+) -> Vec<String> {
+    let mut row = vec![name.to_owned()];
+    row.extend(lead);
+    for (c, o) in per_rate {
+        row.push(f2(c));
+        row.push(f2(o));
+    }
+    row.extend([String::new(), p99]);
+    row
+}
+
+/// The flag lines (`! server: flag`) of `sums`.
+fn flag_lines(t: &mut String, sums: &[Summary]) {
+    for s in sums {
+        for f in &s.flags {
+            let _ = writeln!(t, "! {}: {f}", s.server);
+        }
     }
 }
 
@@ -445,48 +503,24 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
         t,
         "\nproxies (a reply = a datagram forwarded to a kernel echo on loopback and back; the echo on the server CPUs too); cost = whole-machine busy CPU per reply, own = minus the reflector's; latency at {lat}/s"
     );
-    let mut head = format!("{:<12} {:>11} {:>11}", "proxy", "capacity/s", "offered/s");
-    for rate in rates {
-        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
-    }
-    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
-    let _ = writeln!(t, "{head}");
+    let n = rates.len();
+    let l = cost_layout(&[11, 11], n);
+    t += &l.line(&cost_head("proxy", &["capacity/s", "offered/s"], rates));
     for s in sums {
-        let mut row = format!(
-            "{:<12} {:>11} {:>11}",
-            s.server,
-            f0(s.capacity),
-            f0(s.offered_at_max)
-        );
-        for i in 0..rates.len() {
-            let c = s.cost.get(i);
-            let _ = write!(
-                row,
-                " {:>10} {:>8}",
-                f2(c.and_then(|c| c.1)),
-                f2(c.and_then(|c| c.2))
-            );
-        }
-        let _ = write!(
-            row,
-            " {:>8} {:>8} {:>8}",
-            f1(s.p50_us),
-            f1(s.p99_us),
-            f1(s.p999_us)
-        );
-        let _ = writeln!(t, "{row}");
+        t += &l.line(&cost_row(s, vec![f0(s.capacity), f0(s.offered_at_max)], n));
     }
-    let mut row = format!("{:<12} {:>11} {:>11}", "steer/tokio", f2(r.capacity), "");
-    for i in 0..rates.len() {
-        let _ = write!(
-            row,
-            " {:>10} {:>8}",
-            f2(r.cost.get(i).and_then(|x| x.1)),
-            f2(r.own_cost.get(i).and_then(|x| x.1))
-        );
-    }
-    let _ = write!(row, " {:>8} {:>8}", "", f2(r.p99));
-    let _ = writeln!(t, "{row}");
+    let per_rate = (0..n).map(|i| {
+        (
+            r.cost.get(i).and_then(|x| x.1),
+            r.own_cost.get(i).and_then(|x| x.1),
+        )
+    });
+    t += &l.line(&ratio_row(
+        "steer/tokio",
+        vec![f2(r.capacity), String::new()],
+        per_rate,
+        f2(r.p99),
+    ));
     // The proxy's process alone: its CPU time and context switches are
     // counted per process, so other load on the machine barely moves them
     // (each switch costs several microseconds of CPU here).
@@ -494,41 +528,29 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
         t,
         "\nper reply, the proxy's own process (CPU time of its threads and of its backend; its threads' voluntary context switches, all of them, and the whole machine's)"
     );
-    let mut head = format!("{:<12}", "proxy");
+    let mut l = Layout::new(&[Col::L(12)]);
+    let mut head = vec!["proxy".to_owned()];
     for rate in rates {
-        let r = short(*rate);
-        let _ = write!(
-            head,
-            " {:>9} {:>9} {:>7} {:>7} {:>8}",
-            format!("cpu@{r}"),
-            "backend",
-            "vol",
-            "all",
-            "machine"
-        );
+        l.extend(&[Col::R(9), Col::R(9), Col::R(7), Col::R(7), Col::R(8)]);
+        head.push(format!("cpu@{}", short(*rate)));
+        head.extend(["backend", "vol", "all", "machine"].map(String::from));
     }
-    let _ = writeln!(t, "{head}");
+    t += &l.line(&head);
     for s in sums.iter().filter(|s| s.server != "reflector") {
-        let mut row = format!("{:<12}", s.server);
-        for i in 0..rates.len() {
+        let mut row = vec![s.server.clone()];
+        for i in 0..n {
             let p = s.process.get(i).cloned().unwrap_or_default();
-            let _ = write!(
-                row,
-                " {:>9} {:>9} {:>7} {:>7} {:>8}",
+            row.extend([
                 f2(p.cpu_us),
                 f2(p.backend_cpu_us),
                 f2(p.voluntary),
                 f2(p.switches),
-                f2(p.machine_switches)
-            );
+                f2(p.machine_switches),
+            ]);
         }
-        let _ = writeln!(t, "{row}");
+        t += &l.line(&row);
     }
-    for s in sums {
-        for f in &s.flags {
-            let _ = writeln!(t, "! {}: {f}", s.server);
-        }
-    }
+    flag_lines(&mut t, sums);
     t
 }
 
@@ -538,11 +560,11 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
     let steer = get("steer");
     let afxdp = get("afxdp");
     Ratios {
-        capacity: ratio(
+        capacity: ratio_pos(
             steer.and_then(|s| s.capacity),
             k.capacity.as_ref().map(|x| x.0),
         ),
-        peak: ratio(steer.and_then(|s| s.peak), k.peak.as_ref().map(|x| x.0)),
+        peak: ratio_pos(steer.and_then(|s| s.peak), k.peak.as_ref().map(|x| x.0)),
         own_cost: rates
             .iter()
             .enumerate()
@@ -550,7 +572,7 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
                 let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.2);
                 (
                     r,
-                    ratio(s, k.own_cost.get(i).cloned().flatten().map(|x| x.0)),
+                    ratio_pos(s, k.own_cost.get(i).cloned().flatten().map(|x| x.0)),
                 )
             })
             .collect(),
@@ -559,19 +581,22 @@ pub fn ratios(sums: &[Summary], k: &KernelBest, rates: &[u64]) -> Ratios {
             .enumerate()
             .map(|(i, &r)| {
                 let s = steer.and_then(|s| s.cost.get(i)).and_then(|c| c.1);
-                (r, ratio(s, k.cost.get(i).cloned().flatten().map(|x| x.0)))
+                (
+                    r,
+                    ratio_pos(s, k.cost.get(i).cloned().flatten().map(|x| x.0)),
+                )
             })
             .collect(),
-        p99: ratio(steer.and_then(|s| s.p99_us), k.p99_us.as_ref().map(|x| x.0)),
-        capacity_vs_afxdp: ratio(
+        p99: ratio_pos(steer.and_then(|s| s.p99_us), k.p99_us.as_ref().map(|x| x.0)),
+        capacity_vs_afxdp: ratio_pos(
             steer.and_then(|s| s.capacity),
             afxdp.and_then(|s| s.capacity),
         ),
-        wakeup_tax: ratio(
+        wakeup_tax: ratio_pos(
             steer.and_then(|s| s.cost.first()).and_then(|c| c.1),
             steer.and_then(|s| s.cpu_us_at_max),
         ),
-        wakeup_tax_own: ratio(
+        wakeup_tax_own: ratio_pos(
             steer.and_then(|s| s.cost.first()).and_then(|c| c.2),
             match (
                 steer.and_then(|s| s.cpu_us_at_max),
@@ -592,73 +617,43 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
         t,
         "\nmedians of {runs} interleaved run(s); cost = whole-machine busy CPU (all CPUs, all contexts, /proc/stat) per reply, own = minus the reflector's at the same rate; latency at {lat}/s, send to arrival in XDP"
     );
-    let mut head = format!(
-        "{:<12} {:>11} {:>11} {:>9}",
-        "server", "capacity/s", "offered/s", "peak/s"
-    );
-    for rate in rates {
-        let _ = write!(head, " {:>10} {:>8}", format!("us@{}", short(*rate)), "own");
-    }
-    let _ = write!(head, " {:>8} {:>8} {:>8}", "p50 us", "p99 us", "p99.9 us");
-    let _ = writeln!(t, "{head}");
+    let n = rates.len();
+    let l = cost_layout(&[11, 11, 9], n);
+    t += &l.line(&cost_head(
+        "server",
+        &["capacity/s", "offered/s", "peak/s"],
+        rates,
+    ));
     for s in sums {
-        let mut row = format!(
-            "{:<12} {:>11} {:>11} {:>9}",
-            s.server,
-            f0(s.capacity),
-            f0(s.offered_at_max),
-            f0(s.peak)
-        );
-        for i in 0..rates.len() {
-            let c = s.cost.get(i);
-            let _ = write!(
-                row,
-                " {:>10} {:>8}",
-                f2(c.and_then(|c| c.1)),
-                f2(c.and_then(|c| c.2))
-            );
-        }
-        let _ = write!(
-            row,
-            " {:>8} {:>8} {:>8}",
-            f1(s.p50_us),
-            f1(s.p99_us),
-            f1(s.p999_us)
-        );
-        let _ = writeln!(t, "{row}");
+        let lead = vec![f0(s.capacity), f0(s.offered_at_max), f0(s.peak)];
+        t += &l.line(&cost_row(s, lead, n));
     }
     let name = |x: &Option<(f64, String)>| x.as_ref().map_or("-".to_owned(), |x| x.1.clone());
-    let mut krow = format!(
-        "{:<12} {:>11} {:>11} {:>9}",
+    let value = |x: &Option<(f64, String)>| x.as_ref().map(|x| x.0);
+    let kernel_per_rate = (0..n).map(|i| {
+        (
+            value(k.cost.get(i).unwrap_or(&None)),
+            value(k.own_cost.get(i).unwrap_or(&None)),
+        )
+    });
+    t += &l.line(&ratio_row(
         "kernel=best",
-        f0(k.capacity.as_ref().map(|x| x.0)),
-        "",
-        f0(k.peak.as_ref().map(|x| x.0))
-    );
-    for i in 0..rates.len() {
-        let c = k.cost.get(i).cloned().flatten().map(|x| x.0);
-        let o = k.own_cost.get(i).cloned().flatten().map(|x| x.0);
-        let _ = write!(krow, " {:>10} {:>8}", f2(c), f2(o));
-    }
-    let _ = write!(krow, " {:>8} {:>8}", "", f1(k.p99_us.as_ref().map(|x| x.0)));
-    let _ = writeln!(t, "{krow}");
-    let mut rrow = format!(
-        "{:<12} {:>11} {:>11} {:>9}",
+        vec![f0(value(&k.capacity)), String::new(), f0(value(&k.peak))],
+        kernel_per_rate,
+        f1(value(&k.p99_us)),
+    ));
+    let ratio_per_rate = (0..n).map(|i| {
+        (
+            r.cost.get(i).and_then(|x| x.1),
+            r.own_cost.get(i).and_then(|x| x.1),
+        )
+    });
+    t += &l.line(&ratio_row(
         "steer/kernel",
-        f2(r.capacity),
-        "",
-        f2(r.peak)
-    );
-    for i in 0..rates.len() {
-        let _ = write!(
-            rrow,
-            " {:>10} {:>8}",
-            f2(r.cost.get(i).and_then(|x| x.1)),
-            f2(r.own_cost.get(i).and_then(|x| x.1))
-        );
-    }
-    let _ = write!(rrow, " {:>8} {:>8}", "", f2(r.p99));
-    let _ = writeln!(t, "{rrow}");
+        vec![f2(r.capacity), String::new(), f2(r.peak)],
+        ratio_per_rate,
+        f2(r.p99),
+    ));
     let _ = writeln!(
         t,
         "kernel figures from: capacity {}, peak {}, own cost {}, p99 {}",
@@ -684,11 +679,7 @@ pub fn table(sums: &[Summary], k: &KernelBest, r: &Ratios, rates: &[u64], runs: 
             "note: a kernel server collapses under overload, so capacity (at max) compares steer with a livelocked kernel; peak compares best with best"
         );
     }
-    for s in sums {
-        for f in &s.flags {
-            let _ = writeln!(t, "! {}: {f}", s.server);
-        }
-    }
+    flag_lines(&mut t, sums);
     t
 }
 
@@ -951,6 +942,16 @@ mod tests {
             json!(50_000)
         );
         let t = table(&sums, &k, &r, &rates, 3);
+        // The columns line up under the head, dashes for what is missing.
+        for line in [
+            "server        capacity/s   offered/s    peak/s     us@50k      own    us@200k      own   p50 us   p99 us p99.9 us\n",
+            "steer             400002      500000    400002      12.00     7.00       5.00     3.00     41.0     82.0    164.0\n",
+            "kernel=best         5000                190000       7.00     2.00       6.00     4.00             100.0\n",
+            "steer/kernel       80.00                  2.11       1.71     3.50       0.83     0.75              0.82\n",
+            "steer capacity / raw AF_XDP turnaround: - (target >= 0.80)",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
         assert!(
             t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
             "{t}"
@@ -997,6 +998,19 @@ mod tests {
         assert!((r.capacity.unwrap() - 2.0).abs() < 1e-9);
         assert!((r.p99.unwrap() - 120.0 / 150.0).abs() < 1e-9);
         let t = proxy_table(&sums, &r, &rates);
+        for line in [
+            "proxy         capacity/s   offered/s     us@50k      own   p50 us   p99 us p99.9 us\n",
+            "steer-proxy       200000      300000       9.00     6.00     60.0    120.0    240.0\n",
+            "steer/tokio         2.00                   0.75     0.67              0.80\n",
+            "proxy          cpu@50k   backend     vol     all  machine\n",
+            "steer-proxy          -         -       -       -        -\n",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+        assert!(
+            !t.contains("\nreflector          -"),
+            "no process row for the floor\n{t}"
+        );
         assert!(t.contains("steer/tokio") && t.contains("0.75"), "{t}");
         let k = kernel_best(&[], &[]);
         let j = json(

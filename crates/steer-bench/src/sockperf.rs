@@ -18,6 +18,7 @@
 //! that came back (under-load: received+ooo over received+ooo+dropped);
 //! p50, p99 and the mean are medians over the clients; counts are sums.
 
+use crate::table::{Col, Layout};
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
@@ -27,6 +28,8 @@ use std::{
 
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
+
+use crate::num::{fixed, median_of, ratio};
 
 /// The keys a report can yield, in print order.
 pub const KEYS: &[&str] = &[
@@ -293,21 +296,6 @@ pub struct Aggregate {
     pub valid_received: u64,
 }
 
-/// The median of `v` (the mean of the middle two for an even count).
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    Some(if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    })
-}
-
 /// Aggregates the reports of one mode's clients.
 pub fn aggregate(mode: Mode, reports: &[Report]) -> Aggregate {
     let mut a = Aggregate {
@@ -353,9 +341,9 @@ pub fn aggregate(mode: Mode, reports: &[Report]) -> Aggregate {
     if a.ok_clients > 0 {
         a.sent_per_sec = Some(sps);
         a.msg_per_sec = Some(mps);
-        a.p50 = median(&p50);
-        a.p99 = median(&p99);
-        a.avg_usec = median(&avg);
+        a.p50 = median_of(&p50);
+        a.p99 = median_of(&p99);
+        a.avg_usec = median_of(&avg);
     }
     a
 }
@@ -535,13 +523,6 @@ pub fn read_side(work: &Path, side: &str, mode: Mode, clients: usize) -> Option<
     })
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) if b != 0.0 => Some(a / b),
-        _ => None,
-    }
-}
-
 /// Goal: steer msg/s >= 3x kernel, steer p99 <= kernel p99, 0 out-of-order.
 pub fn goal_met(kernel: &Aggregate, steer: &Aggregate) -> bool {
     match (kernel.msg_per_sec, steer.msg_per_sec, kernel.p99, steer.p99) {
@@ -550,10 +531,6 @@ pub fn goal_met(kernel: &Aggregate, steer: &Aggregate) -> bool {
         }
         _ => false,
     }
-}
-
-fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
-    v.map_or("-".into(), |v| format!("{v:.decimals$}"))
 }
 
 /// What the comparison found: the table text, the JSON, and the exit status
@@ -579,22 +556,19 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
         t,
         "ratio = steer/kernel (msg/s: higher is better; latency: lower is better)"
     );
-    let row = |t: &mut String, cols: [&str; 10]| {
-        let _ = writeln!(
-            t,
-            "{:<10} {:<7} {:>7} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>6}",
-            cols[0],
-            cols[1],
-            cols[2],
-            cols[3],
-            cols[4],
-            cols[5],
-            cols[6],
-            cols[7],
-            cols[8],
-            cols[9]
-        );
-    };
+    let layout = Layout::new(&[
+        Col::L(10),
+        Col::L(7),
+        Col::R(7),
+        Col::R(11),
+        Col::R(11),
+        Col::R(9),
+        Col::R(9),
+        Col::R(9),
+        Col::R(6),
+        Col::R(6),
+    ]);
+    let row = |t: &mut String, cols: [&str; 10]| t.push_str(&layout.line(&cols));
     row(
         &mut t,
         [
@@ -637,10 +611,10 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
                     m,
                     name,
                     &format!("{}/{}", a.ok_clients, a.clients),
-                    &fmt_opt(a.sent_per_sec, 0),
-                    &fmt_opt(a.msg_per_sec, 0),
-                    &fmt_opt(a.p50, 1),
-                    &fmt_opt(a.p99, 1),
+                    &fixed(a.sent_per_sec, 0),
+                    &fixed(a.msg_per_sec, 0),
+                    &fixed(a.p50, 1),
+                    &fixed(a.p99, 1),
                     &a.dropped.to_string(),
                     &a.duplicated.to_string(),
                     &a.ooo.to_string(),
@@ -665,10 +639,10 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
                     m,
                     "ratio",
                     "",
-                    &fmt_opt(r(s.sent_per_sec, k.sent_per_sec), 2),
-                    &fmt_opt(r(s.msg_per_sec, k.msg_per_sec), 2),
-                    &fmt_opt(r(s.p50, k.p50), 2),
-                    &fmt_opt(r(s.p99, k.p99), 2),
+                    &fixed(r(s.sent_per_sec, k.sent_per_sec), 2),
+                    &fixed(r(s.msg_per_sec, k.msg_per_sec), 2),
+                    &fixed(r(s.p50, k.p50), 2),
+                    &fixed(r(s.p99, k.p99), 2),
                     "",
                     "",
                     "",
@@ -808,9 +782,9 @@ mod tests {
 
     #[test]
     fn medians_and_keys() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
+        assert_eq!(median_of(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median_of(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median_of(&[]), None);
         assert_eq!(percentile_key("99.900"), "p99_9");
         assert_eq!(percentile_key("50.000"), "p50");
         assert_eq!(percentile_key("99.999"), "p99_999");

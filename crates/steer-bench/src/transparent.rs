@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::netns::TestBed;
-use crate::seeds::procs::{tail, Proc, Spawn};
+use crate::procs::{tail, Proc, Spawn};
 
 const PORT: u16 = 5299;
 

@@ -76,7 +76,7 @@ impl Benches {
             bail!(
                 "cargo bench --no-run failed in {}: {}",
                 self.src.display(),
-                crate::seeds::procs::tail(log, 10)
+                crate::procs::tail(log, 10)
             );
         }
         Ok(())

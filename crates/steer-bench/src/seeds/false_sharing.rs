@@ -20,6 +20,7 @@
 //! Goal (no number): split beats packed under two threads, for the reader
 //! and for the writer.
 
+use crate::table::{Col, Layout};
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -29,9 +30,9 @@ use serde_json::{json, Value};
 use super::{
     criterion::Benches,
     harness::{self, Harness},
-    num::{div, fixed, jnum, num, raw},
     sharing_replica, Common, Outcome,
 };
+use crate::num::{div, fixed, jnum, num, raw};
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 002-004";
@@ -116,13 +117,8 @@ pub fn table(doc: &Value) -> String {
     let (with_crit, with_rep) = (flag(doc, "criterion"), flag(doc, "replica"));
     if with_crit {
         let _ = writeln!(t, "seeds 002/004 (criterion, benches/table.rs): lookups of 1024 flows per batch, second thread pinned to the other CPU");
-        let row = |t: &mut String, v: [&str; 5]| {
-            let _ = writeln!(
-                t,
-                "{:<55} {:>10} {:>14} {:>9} {:>9}",
-                v[0], v[1], v[2], v[3], v[4]
-            );
-        };
+        let layout = Layout::new(&[Col::L(55), Col::R(10), Col::R(14), Col::R(9), Col::R(9)]);
+        let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
             ["bench", "median ns", "95% CI", "M look/s", "x packed"],
@@ -159,13 +155,8 @@ pub fn table(doc: &Value) -> String {
             "seeds 002/004 (sharing_replica.rs replica, {}s per case): reader lookups and writer counter increments per second",
             raw(doc.pointer("/config/replica_seconds_per_case"))
         );
-        let row = |t: &mut String, v: [&str; 5]| {
-            let _ = writeln!(
-                t,
-                "{:<8} {:>14} {:>14} {:>16} {:>16}",
-                v[0], v[1], v[2], v[3], v[4]
-            );
-        };
+        let layout = Layout::new(&[Col::L(8), Col::R(14), Col::R(14), Col::R(16), Col::R(16)]);
+        let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
             [
@@ -256,7 +247,7 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
         ));
         let log = h.path("criterion-table.log");
         if !benches.run("table", FILTER, a.quick, &log)? {
-            eprintln!("{}", super::procs::tail(&log, 20));
+            eprintln!("{}", crate::procs::tail(&log, 20));
             h.log("cargo bench --bench table failed (output above)");
             failed = true;
         }

@@ -24,6 +24,7 @@
 //! Goal: with the fast path on, at least 50% fewer ring enqueues per packet
 //! than off, for local flows (end to end and in the bench).
 
+use crate::table::{Col, Layout};
 use std::{fmt::Write as _, net::SocketAddr, path::Path, time::Duration};
 
 use anyhow::{bail, Context, Result};
@@ -34,12 +35,12 @@ use super::{
     criterion::{printed_enqueues, Benches},
     find_run,
     harness::{self, Harness},
-    num::{div, fewer_pct, fixed, jnum, jopt, num, raw},
-    procs::{Proc, Spawn},
     udp_flows::{FlowsConfig, FlowsResult},
     Common, Outcome,
 };
 use crate::netns::TestBed;
+use crate::num::{div, fewer_pct, fixed, jnum, jopt, num, raw};
+use crate::procs::{Proc, Spawn};
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 003";
@@ -160,13 +161,18 @@ pub fn table(doc: &Value) -> String {
             raw(c.get("window")),
             raw(c.get("seconds"))
         );
-        let row = |t: &mut String, v: [&str; 9]| {
-            let _ = writeln!(
-                t,
-                "{:<6} {:<5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>8}",
-                v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]
-            );
-        };
+        let layout = Layout::new(&[
+            Col::L(6),
+            Col::L(5),
+            Col::R(10),
+            Col::R(9),
+            Col::R(9),
+            Col::R(10),
+            Col::R(10),
+            Col::R(9),
+            Col::R(8),
+        ]);
+        let row = |t: &mut String, v: [&str; 9]| t.push_str(&layout.line(&v));
         row(
             &mut t,
             [
@@ -218,13 +224,8 @@ pub fn table(doc: &Value) -> String {
     if flag(doc, "criterion") {
         let _ = writeln!(t);
         let _ = writeln!(t, "seed 003 (criterion, benches/dispatch.rs): steer/dispatch/fast_path, batches of 64 packets, flows on the dispatcher's CPU");
-        let row = |t: &mut String, v: [&str; 5]| {
-            let _ = writeln!(
-                t,
-                "{:<28} {:>10} {:>20} {:>9} {:>9}",
-                v[0], v[1], v[2], v[3], v[4]
-            );
-        };
+        let layout = Layout::new(&[Col::L(28), Col::R(10), Col::R(20), Col::R(9), Col::R(9)]);
+        let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
             [
@@ -380,7 +381,7 @@ fn run_e2e(
     if rc != 0 {
         h.log(&format!(
             "{tag}: steer echo exited with {rc}: {}",
-            super::procs::tail(&log, 2)
+            crate::procs::tail(&log, 2)
         ));
     }
     let fin = crate::servers::read_json(&fin_path);
@@ -432,7 +433,7 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
         ));
         let log = h.path("criterion-dispatch.log");
         if !benches.run("dispatch", FILTER, a.quick, &log)? {
-            eprintln!("{}", super::procs::tail(&log, 20));
+            eprintln!("{}", crate::procs::tail(&log, 20));
             h.log("cargo bench --bench dispatch failed (output above)");
             failed = true;
         }

@@ -40,6 +40,7 @@
 //! flows that cross the two "LLCs" (cross_llc writes > 0 and hook calls >
 //! 0).
 
+use crate::table::{Col, Layout};
 use std::{
     fmt::Write as _,
     net::SocketAddr,
@@ -54,12 +55,12 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    num::{fewer_pct, fixed, jnum, jopt, num, raw},
-    procs::{Proc, Spawn},
     udp_flows::FlowsConfig,
     Common, Outcome,
 };
 use crate::netns::TestBed;
+use crate::num::{fewer_pct, fixed, jnum, jopt, num, raw};
+use crate::procs::{Proc, Spawn};
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 000";
@@ -159,13 +160,21 @@ pub fn table(doc: &Value) -> String {
         "override topology: \"{}\"; window columns: dgram/s hook/s cpu ms/1k; run columns: hooks(run) upd/s supp/s cross_llc other",
         raw(c.get("override"))
     );
-    let row = |t: &mut String, v: [&str; 12]| {
-        let _ = writeln!(
-            t,
-            "{:<9} {:<7} {:>8} {:>8} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6} {:>5} {:>6}",
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]
-        );
-    };
+    let layout = Layout::new(&[
+        Col::L(9),
+        Col::L(7),
+        Col::R(8),
+        Col::R(8),
+        Col::R(10),
+        Col::R(8),
+        Col::R(8),
+        Col::R(9),
+        Col::R(7),
+        Col::R(6),
+        Col::R(5),
+        Col::R(6),
+    ]);
+    let row = |t: &mut String, v: [&str; 12]| t.push_str(&layout.line(&v));
     row(
         &mut t,
         [
@@ -242,7 +251,7 @@ pub fn table(doc: &Value) -> String {
                 t,
                 "real-llc: {} desired-table writes were slot collisions between live flows (the LLC rule cannot suppress those; cross-LLC and forced writes: {}): the source of its remaining hook calls",
                 raw(r.pointer("/run/collision_writes")),
-                super::num::shortest(forced)
+                crate::num::shortest(forced)
             );
         }
     }
@@ -469,7 +478,7 @@ fn run_config(
     if rc != 0 {
         h.log(&format!(
             "{tag}: steer proxy exited with {rc}: {}",
-            super::procs::tail(&log, 2)
+            crate::procs::tail(&log, 2)
         ));
     }
     let fin = crate::servers::read_json(&fin_path);

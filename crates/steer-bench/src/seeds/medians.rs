@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{
-    false_sharing, fast_path, llc_updates,
+use super::{false_sharing, fast_path, llc_updates, sockmap_affinity, tcp_llc_updates};
+use crate::{
     num::{median, num, ratio, raw, round_to},
-    sockmap_affinity, tcp_llc_updates,
+    table::{md_head, md_row},
 };
 
 /// Which seed a result came from.
@@ -71,15 +71,6 @@ impl Seed {
             t => raw(t),
         }
     }
-}
-
-fn row(cells: &[String]) -> String {
-    format!("| {} |\n", cells.join(" | "))
-}
-
-fn head(cells: &[&str]) -> String {
-    let names: Vec<String> = cells.iter().map(|s| (*s).to_owned()).collect();
-    row(&names) + &row(&vec!["---".to_owned(); cells.len()])
 }
 
 /// Median of the number at `ptr` over `runs`, rounded to `d` decimals.
@@ -164,7 +155,7 @@ pub fn markdown(docs: &[Value]) -> Result<String> {
 }
 
 fn llc_updates_md(docs: &[Value]) -> String {
-    let mut o = head(&[
+    let mut o = md_head(&[
         "topology",
         "policy",
         "dgram/s",
@@ -181,7 +172,7 @@ fn llc_updates_md(docs: &[Value]) -> String {
     let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
     g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
     for g in &g {
-        o += &row(&[
+        o += &md_row(&[
             s(g[0], "topology"),
             s(g[0], "policy"),
             med(g, "/window/rx_per_s", 0),
@@ -221,7 +212,7 @@ fn llc_updates_md(docs: &[Value]) -> String {
 }
 
 fn tcp_llc_updates_md(docs: &[Value]) -> String {
-    let mut o = head(&[
+    let mut o = md_head(&[
         "topology",
         "policy",
         "msg/s",
@@ -239,7 +230,7 @@ fn tcp_llc_updates_md(docs: &[Value]) -> String {
     let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
     g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
     for g in &g {
-        o += &row(&[
+        o += &md_row(&[
             s(g[0], "topology"),
             s(g[0], "policy"),
             med(g, "/msg_per_s", 0),
@@ -289,7 +280,7 @@ fn tcp_llc_updates_md(docs: &[Value]) -> String {
 }
 
 fn sockmap_affinity_md(docs: &[Value]) -> String {
-    let mut o = head(&[
+    let mut o = md_head(&[
         "layout",
         "placement",
         "rx CPU",
@@ -327,7 +318,7 @@ fn sockmap_affinity_md(docs: &[Value]) -> String {
             .collect();
         cpus.sort();
         cpus.dedup();
-        o += &row(&[
+        o += &md_row(&[
             s(g[0], "layout"),
             s(g[0], "placement"),
             cpus.join("/"),
@@ -384,7 +375,7 @@ fn sockmap_affinity_md(docs: &[Value]) -> String {
 
 fn false_sharing_md(docs: &[Value]) -> String {
     const PACKED: &str = "steer/flow_table/false_sharing/packed";
-    let mut o = head(&[
+    let mut o = md_head(&[
         "criterion bench",
         "median ns / 1024 lookups",
         "M lookups/s",
@@ -406,7 +397,7 @@ fn false_sharing_md(docs: &[Value]) -> String {
             let packed = indexed(crits(), "id", PACKED)?;
             ratio(num(packed, "/median_ns"), num(this, "/median_ns"))
         }));
-        o += &row(&[
+        o += &md_row(&[
             id.clone(),
             med(g, "/median_ns", 0),
             med_by(g, 1, |c| num(c, "/lookups_per_s").map(|v| v / 1e6)),
@@ -414,7 +405,7 @@ fn false_sharing_md(docs: &[Value]) -> String {
         ]);
     }
     o += "\n";
-    o += &head(&[
+    o += &md_head(&[
         "replica layout",
         "M lookups/s (both)",
         "M increments/s (both)",
@@ -431,7 +422,7 @@ fn false_sharing_md(docs: &[Value]) -> String {
         round_to(median(v), 1)
     };
     for l in ["split", "packed"] {
-        o += &row(&[
+        o += &md_row(&[
             l.into(),
             replica("both", l, "lookups_per_s"),
             replica("both", l, "increments_per_s"),
@@ -474,7 +465,7 @@ fn false_sharing_md(docs: &[Value]) -> String {
 }
 
 fn fast_path_md(docs: &[Value]) -> String {
-    let mut o = head(&[
+    let mut o = md_head(&[
         "layout",
         "fast path",
         "ring enqueues/packet",
@@ -488,7 +479,7 @@ fn fast_path_md(docs: &[Value]) -> String {
     });
     g.sort_by_key(|g| (s(g[0], "layout"), g[0]["fast_path"] != "on"));
     for g in &g {
-        o += &row(&[
+        o += &md_row(&[
             s(g[0], "layout"),
             s(g[0], "fast_path"),
             med(g, "/ring_enqueues_per_packet", 3),
@@ -499,7 +490,7 @@ fn fast_path_md(docs: &[Value]) -> String {
         ]);
     }
     o += "\n";
-    o += &head(&[
+    o += &md_head(&[
         "criterion bench",
         "ns/packet",
         "ring enqueues/packet",
@@ -508,7 +499,7 @@ fn fast_path_md(docs: &[Value]) -> String {
     let mut g = groups(docs, "criterion", |c| vec![s(c, "fast_path")]);
     g.sort_by_key(|g| g[0]["fast_path"] != "on");
     for g in &g {
-        o += &row(&[
+        o += &md_row(&[
             format!("steer/dispatch/fast_path/{}", s(g[0], "fast_path")),
             med(g, "/ns_per_packet", 2),
             med(g, "/ring_enqueues_per_packet", 3),

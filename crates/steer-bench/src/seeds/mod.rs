@@ -37,8 +37,6 @@ pub mod fast_path;
 pub mod harness;
 pub mod llc_updates;
 pub mod medians;
-pub mod num;
-pub mod procs;
 pub mod sharing_replica;
 pub mod sockmap_affinity;
 pub mod tcp_llc_updates;
@@ -57,8 +55,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::netns::TestBed;
+use crate::procs::{self, Proc, Spawn};
 use harness::Harness;
-use procs::{Proc, Spawn};
 use udp_flows::{FlowsConfig, FlowsResult};
 
 /// Options every seed takes.

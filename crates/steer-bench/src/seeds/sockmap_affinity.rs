@@ -32,6 +32,7 @@
 //! Goal: none numeric; does pinning hurt when the sender shares a
 //! worker's CPU, and does moving the flow to the other CPU restore it?
 
+use crate::table::{Col, Layout};
 use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{bail, Context, Result};
@@ -41,11 +42,11 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    num::{div, fixed, jnum, jopt, num, raw},
-    procs::{Proc, Spawn},
     Common, Outcome,
 };
 use crate::netns::TestBed;
+use crate::num::{div, fixed, jnum, jopt, num, raw};
+use crate::procs::{Proc, Spawn};
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 001";
@@ -132,15 +133,24 @@ pub fn table(doc: &Value) -> String {
         t,
         "same = workers pinned, traffic on CPU {}'s worker; unpinned = --no-pin; other = pinned, traffic on CPU {}'s worker",
         raw(c.get("client_cpu")),
-        super::num::shortest(1.0 - client_cpu)
+        crate::num::shortest(1.0 - client_cpu)
     );
-    let row = |t: &mut String, v: [&str; 13]| {
-        let _ = writeln!(
-            t,
-            "{:<9} {:<9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>9} {:>5}",
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]
-        );
-    };
+    let layout = Layout::new(&[
+        Col::L(9),
+        Col::L(9),
+        Col::R(6),
+        Col::R(9),
+        Col::R(9),
+        Col::R(9),
+        Col::R(9),
+        Col::R(9),
+        Col::R(6),
+        Col::R(6),
+        Col::R(8),
+        Col::R(9),
+        Col::R(5),
+    ]);
+    let row = |t: &mut String, v: [&str; 13]| t.push_str(&layout.line(&v));
     row(
         &mut t,
         [
@@ -404,7 +414,7 @@ fn run_config(
         if rc != 0 {
             h.log(&format!(
                 "{tag}: client {i} exited with an error: {}",
-                super::procs::tail(&c.log, 2)
+                crate::procs::tail(&c.log, 2)
             ));
         }
         if r.num("total_sent").is_none() {
@@ -422,7 +432,7 @@ fn run_config(
     if rc != 0 {
         h.log(&format!(
             "{tag}: steer proxy exited with {rc}: {}",
-            super::procs::tail(&log, 2)
+            crate::procs::tail(&log, 2)
         ));
     }
     let Some(fin) = crate::servers::read_json(&fin_path) else {

@@ -44,6 +44,7 @@
 //! `runs[]` with the server's whole `--stats-json` report) and adds `tool`,
 //! `format`, `host`, `machine_topology` and each run's `client` report.
 
+use crate::table::{Col, Layout};
 use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{Context, Result};
@@ -53,11 +54,11 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    num::{fixed, jnum, jopt, num, raw, shortest},
-    procs::{self, Proc, Spawn},
     Common, Outcome,
 };
 use crate::netns::TestBed;
+use crate::num::{fixed, jnum, jopt, num, raw, shortest};
+use crate::procs::{self, Proc, Spawn};
 
 /// The JSON `tool` of this seed.
 pub const TOOL: &str = "steer-bench seed 000-tcp";
@@ -137,13 +138,20 @@ fn cell(v: Option<&Value>) -> String {
 /// The table the seed prints, from its JSON document (what the script
 /// printed, byte for byte).
 pub fn table(doc: &Value) -> String {
-    let row = |t: &mut String, v: [&str; 11]| {
-        let _ = writeln!(
-            t,
-            "{:<9} {:<7} {:>9} {:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>22} {}",
-            v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]
-        );
-    };
+    let layout = Layout::new(&[
+        Col::L(9),
+        Col::L(7),
+        Col::R(9),
+        Col::R(7),
+        Col::R(6),
+        Col::R(8),
+        Col::R(8),
+        Col::R(7),
+        Col::R(7),
+        Col::R(22),
+        Col::L(0),
+    ]);
+    let row = |t: &mut String, v: [&str; 11]| t.push_str(&layout.line(&v));
     let mut t = String::from("\n");
     row(
         &mut t,

@@ -1,7 +1,8 @@
-//! Numbers as the seed reports print and store them: fixed decimals or `-`
-//! for a missing value, ratios, jq-style rounding (`r(d)`) and jq-style
-//! JSON numbers (integral values stored as integers), medians over runs,
-//! and reading a number out of a JSON document by pointer.
+//! Numbers as every report prints and stores them: fixed decimals or `-`
+//! for a missing value ([`fixed`], [`f0`], [`f1`], [`f2`]), ratios,
+//! medians, jq-style rounding (`r(d)`) and jq-style JSON numbers (integral
+//! values stored as integers), and reading a number out of a JSON document
+//! by pointer.
 //!
 //! Invariant: a missing or non-finite value is never printed as a number:
 //! it is `-` in tables and `null` in JSON.
@@ -12,7 +13,7 @@ use serde_json::Value;
 /// (`2.0` -> `2`), anything else as a float, non-finite as `null`.
 ///
 /// ```
-/// use steer_bench::seeds::num::jnum;
+/// use steer_bench::num::jnum;
 /// assert_eq!(jnum(2.0).to_string(), "2");
 /// assert_eq!(jnum(2.5).to_string(), "2.5");
 /// assert!(jnum(f64::NAN).is_null());
@@ -40,9 +41,31 @@ pub fn fixed(v: Option<f64>, d: usize) -> String {
     }
 }
 
+/// `v` with no decimals, `-` when missing.
+pub fn f0(v: Option<f64>) -> String {
+    fixed(v, 0)
+}
+
+/// `v` with one decimal, `-` when missing.
+pub fn f1(v: Option<f64>) -> String {
+    fixed(v, 1)
+}
+
+/// `v` with two decimals, `-` when missing.
+pub fn f2(v: Option<f64>) -> String {
+    fixed(v, 2)
+}
+
 /// `a / b` with `d` decimals, `-` when either is missing or `b` is 0.
 pub fn div(a: Option<f64>, b: Option<f64>, d: usize) -> String {
     fixed(ratio(a, b), d)
+}
+
+/// `a / b` of two costs or rates, `None` when either is missing or `b` is
+/// not positive (a cost minus a floor can come out at or below zero: no
+/// ratio then).
+pub fn ratio_pos(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    ratio(a, b.filter(|&b| b > 0.0))
 }
 
 /// `a / b`, `None` when either is missing or `b` is 0.
@@ -94,14 +117,30 @@ pub fn num(v: &Value, ptr: &str) -> Option<f64> {
 /// even count), as the medians tables take it; `None` when none is.
 ///
 /// ```
-/// use steer_bench::seeds::num::median;
+/// use steer_bench::num::median;
 /// assert_eq!(median([Some(3.0), None, Some(1.0), Some(2.0)]), Some(2.0));
 /// assert_eq!(median([Some(1.0), Some(2.0)]), Some(1.5));
 /// assert_eq!(median([None]), None);
 /// ```
 pub fn median(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     let v: Vec<f64> = values.into_iter().flatten().collect();
-    crate::sockperf::median(&v)
+    median_of(&v)
+}
+
+/// The median of `v` (the mean of the middle two for an even count),
+/// `None` when empty.
+pub fn median_of(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
 }
 
 /// Percent fewer: `100 * (1 - new / old)` rounded to one decimal, as
@@ -132,6 +171,31 @@ mod tests {
         assert_eq!(fewer_pct(Some(0.0), Some(5.0)).as_deref(), Some("100.0"));
         assert_eq!(fewer_pct(Some(6.0), Some(5.0)).as_deref(), Some("-20.0"));
         assert_eq!(fewer_pct(Some(1.0), Some(0.0)), None);
+    }
+
+    #[test]
+    fn fixed_decimals_and_ratios() {
+        assert_eq!(f0(Some(2.5)), "2");
+        assert_eq!(f0(Some(3.5)), "4");
+        assert_eq!(f1(Some(0.25)), "0.2");
+        assert_eq!(f2(Some(1.0 / 3.0)), "0.33");
+        assert_eq!(f2(None), "-");
+        assert_eq!(f1(Some(f64::NAN)), "-");
+        assert_eq!(ratio(Some(1.0), Some(-2.0)), Some(-0.5));
+        assert_eq!(ratio_pos(Some(1.0), Some(-2.0)), None);
+        assert_eq!(ratio_pos(Some(1.0), Some(0.0)), None);
+        assert_eq!(ratio_pos(Some(3.0), Some(2.0)), Some(1.5));
+        assert_eq!(ratio_pos(None, Some(2.0)), None);
+    }
+
+    #[test]
+    fn medians_odd_even_empty_and_unsorted() {
+        assert_eq!(median_of(&[]), None);
+        assert_eq!(median_of(&[5.0]), Some(5.0));
+        assert_eq!(median_of(&[9.0, 1.0, 5.0]), Some(5.0));
+        assert_eq!(median_of(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median_of(&[f64::INFINITY, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median([None, None]), None);
     }
 
     #[test]

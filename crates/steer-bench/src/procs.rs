@@ -1,11 +1,11 @@
-//! The processes a seed run starts (steer's servers, `sockperf`, `cargo`):
+//! The processes a run starts (steer's servers, `sockperf`, `iperf3`, `cargo`):
 //! started with their output in a log file, optionally pinned and with a
 //! stdin pipe for control lines; waited for (`ready` in the log, exit);
 //! stopped with SIGINT, then SIGTERM, then SIGKILL; their CPU time read
 //! from /proc.
 //!
 //! Invariant: a [`Proc`] owns its child. Dropping it (also on error or
-//! Ctrl-C) ends a child still running, so no seed run leaves a process
+//! Ctrl-C) ends a child still running, so no run leaves a process
 //! behind.
 
 use std::{
