@@ -303,29 +303,24 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
         "replica": replica,
     });
     doc["goal_split_beats_packed"] = json!(goal_met(&doc));
-    Ok(Outcome {
-        table: table(&doc),
-        doc,
-        status: if failed { 2 } else { 0 },
-    })
+    Ok(Outcome::new(doc, table, failed, false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeds::tests::{fixture, result};
+    use crate::seeds::tests::{committed_tables, result};
 
     #[test]
     fn tables_of_the_committed_results() {
-        for n in 1..=3 {
-            let doc = result(&format!("seed002-004-false-sharing-{n}"));
-            assert_eq!(
-                table(&doc),
-                fixture(&format!("table-seed002-004-{n}.txt")),
-                "run {n}"
-            );
-            assert!(goal_met(&doc));
-        }
+        committed_tables(
+            "seed002-004-false-sharing",
+            "table-seed002-004",
+            table,
+            |_, doc| {
+                assert!(goal_met(&doc));
+            },
+        );
     }
 
     #[test]

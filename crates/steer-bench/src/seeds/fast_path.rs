@@ -493,33 +493,19 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
     });
     let met = goal_met(&doc);
     doc["goal_50pct_fewer_enqueues"] = json!(met);
-    let mut status = if failed { 2 } else { 0 };
-    if a.require_goal && !met {
-        status = 3;
-    }
-    Ok(Outcome {
-        table: table(&doc),
-        doc,
-        status,
-    })
+    Ok(Outcome::new(doc, table, failed, a.require_goal && !met))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeds::tests::{fixture, result};
+    use crate::seeds::tests::{committed_tables, result};
 
     #[test]
     fn tables_of_the_committed_results() {
-        for n in 1..=3 {
-            let doc = result(&format!("seed003-fast-path-{n}"));
-            assert_eq!(
-                table(&doc),
-                fixture(&format!("table-seed003-{n}.txt")),
-                "run {n}"
-            );
+        committed_tables("seed003-fast-path", "table-seed003", table, |_, doc| {
             assert!(goal_met(&doc));
-        }
+        });
     }
 
     #[test]

@@ -90,6 +90,26 @@ pub struct Outcome {
     pub status: u8,
 }
 
+impl Outcome {
+    /// The outcome of a run whose JSON document is `doc`: its table, and
+    /// the exit status: 3 when the goal was required and missed, else 2
+    /// when a configuration produced no numbers, else 0.
+    pub fn new(doc: Value, table: fn(&Value) -> String, failed: bool, goal_missed: bool) -> Self {
+        let status = if goal_missed {
+            3
+        } else if failed {
+            2
+        } else {
+            0
+        };
+        Outcome {
+            table: table(&doc),
+            doc,
+            status,
+        }
+    }
+}
+
 /// `steer-bench seed ...`.
 #[derive(Debug, Subcommand)]
 pub enum SeedCmd {
@@ -291,10 +311,39 @@ pub(crate) mod tests {
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
+    /// Checks that `table` of each committed run `{result}-{1,2,3}` prints
+    /// the captured `{fixture}-{1,2,3}.txt`, then runs `more(run, doc)`.
+    pub fn committed_tables(
+        result_stem: &str,
+        fixture_stem: &str,
+        table: fn(&Value) -> String,
+        more: impl Fn(u32, &Value),
+    ) {
+        for n in 1..=3 {
+            let doc = result(&format!("{result_stem}-{n}"));
+            assert_eq!(
+                table(&doc),
+                fixture(&format!("{fixture_stem}-{n}.txt")),
+                "{result_stem}: run {n}"
+            );
+            more(n, &doc);
+        }
+    }
+
     /// A committed result in benches/seeds/results.
     pub fn result(name: &str) -> Value {
         let p = dir().join("results").join(format!("{name}.json"));
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_status_says_goal_then_missing_numbers() {
+        let t = |d: &Value| format!("table of {d}");
+        let o = Outcome::new(Value::from(1), t, false, false);
+        assert_eq!((o.status, o.table.as_str()), (0, "table of 1"));
+        assert_eq!(Outcome::new(Value::Null, t, true, false).status, 2);
+        assert_eq!(Outcome::new(Value::Null, t, false, true).status, 3);
+        assert_eq!(Outcome::new(Value::Null, t, true, true).status, 3);
     }
 
     #[test]
