@@ -83,6 +83,29 @@ fn med_by(runs: &[&Value], d: i32, f: impl Fn(&Value) -> Option<f64>) -> String 
     round_to(median(runs.iter().map(|r| f(r))), d)
 }
 
+/// A medians table: one row per group, its `keys` (as the group's first
+/// run has them), then per column `(name, pointer, decimals)` the median of
+/// that number over the group.
+fn med_table(keys: &[&str], cols: &[(&str, &str, i32)], groups: &[Vec<&Value>]) -> String {
+    let mut names = keys.to_vec();
+    names.extend(cols.iter().map(|c| c.0));
+    let mut o = md_head(&names);
+    for g in groups {
+        let mut row: Vec<String> = keys.iter().map(|k| s(g[0], k)).collect();
+        row.extend(cols.iter().map(|&(_, ptr, d)| med(g, ptr, d)));
+        o += &md_row(&row);
+    }
+    o
+}
+
+/// The `runs` of every document grouped by topology and policy, the real
+/// topology first, then by policy.
+fn topology_policy_groups(docs: &[Value]) -> Vec<Vec<&Value>> {
+    let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
+    g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
+    g
+}
+
 /// The runs of every document under `key` (an array), grouped by `by` and
 /// ordered by it (jq's `group_by`).
 fn groups<'a>(
@@ -104,6 +127,26 @@ fn s(v: &Value, key: &str) -> String {
 /// The last run in `runs` with `key` == `value` (jq's `INDEX`).
 fn indexed<'a>(runs: impl Iterator<Item = &'a Value>, key: &str, value: &str) -> Option<&'a Value> {
     runs.filter(|r| r[key] == value).last()
+}
+
+/// Per run: among the rows under `arr` that `keep` accepts, the number at
+/// `ptr` of the row whose `key` is `top` over that of the row whose `key`
+/// is `bottom` (`by` = (key, top, bottom); the last such rows, jq's
+/// `INDEX`); then the median of those ratios over the runs.
+fn median_ratio(
+    docs: &[Value],
+    arr: &str,
+    keep: impl Fn(&Value) -> bool,
+    by: (&str, &str, &str),
+    ptr: &str,
+) -> Option<f64> {
+    let (key, top, bottom) = by;
+    median(docs.iter().map(|d| {
+        let rows = || d[arr].as_array().into_iter().flatten().filter(|r| keep(r));
+        let a = indexed(rows(), key, top)?;
+        let b = indexed(rows(), key, bottom)?;
+        ratio(num(a, ptr), num(b, ptr))
+    }))
 }
 
 fn count(docs: &[Value], ptr: &str) -> usize {
@@ -155,38 +198,23 @@ pub fn markdown(docs: &[Value]) -> Result<String> {
 }
 
 fn llc_updates_md(docs: &[Value]) -> String {
-    let mut o = md_head(&[
-        "topology",
-        "policy",
-        "dgram/s",
-        "hook calls/s",
-        "hook calls (run)",
-        "desired upd/s",
-        "suppressed/s",
-        "cross_llc",
-        "other-flow",
-        "collision writes",
-        "CPU s/s",
-        "CPU ms/1k dgram",
-    ]);
-    let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
-    g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
-    for g in &g {
-        o += &md_row(&[
-            s(g[0], "topology"),
-            s(g[0], "policy"),
-            med(g, "/window/rx_per_s", 0),
-            med(g, "/window/hook_calls_per_s", 1),
-            med(g, "/run/steering_updates", 0),
-            med(g, "/run/desired_updates_per_s", 1),
-            med(g, "/run/suppressed_per_s", 0),
-            med(g, "/run/by_reason/cross_llc", 0),
-            med(g, "/run/by_reason/new_or_other_flow", 0),
-            med(g, "/run/collision_writes", 0),
-            med(g, "/window/cpu_s_per_s", 2),
-            med(g, "/window/cpu_ms_per_1k", 2),
-        ]);
-    }
+    let g = topology_policy_groups(docs);
+    let mut o = med_table(
+        &["topology", "policy"],
+        &[
+            ("dgram/s", "/window/rx_per_s", 0),
+            ("hook calls/s", "/window/hook_calls_per_s", 1),
+            ("hook calls (run)", "/run/steering_updates", 0),
+            ("desired upd/s", "/run/desired_updates_per_s", 1),
+            ("suppressed/s", "/run/suppressed_per_s", 0),
+            ("cross_llc", "/run/by_reason/cross_llc", 0),
+            ("other-flow", "/run/by_reason/new_or_other_flow", 0),
+            ("collision writes", "/run/collision_writes", 0),
+            ("CPU s/s", "/window/cpu_s_per_s", 2),
+            ("CPU ms/1k dgram", "/window/cpu_ms_per_1k", 2),
+        ],
+        &g,
+    );
     let per_run = |topo: &str| {
         let ptr = format!("/reduction_pct/{topo}");
         let each: Vec<String> = docs.iter().map(|d| round_to(num(d, &ptr), 1)).collect();
@@ -212,40 +240,24 @@ fn llc_updates_md(docs: &[Value]) -> String {
 }
 
 fn tcp_llc_updates_md(docs: &[Value]) -> String {
-    let mut o = md_head(&[
-        "topology",
-        "policy",
-        "msg/s",
-        "writes",
-        "collisions",
-        "suppressed",
-        "map updates",
-        "moves",
-        "moves/s",
-        "cross_llc",
-        "ns/update mean",
-        "ns/update p50",
-        "ns/update p99",
-    ]);
-    let mut g = groups(docs, "runs", |r| vec![s(r, "topology"), s(r, "policy")]);
-    g.sort_by_key(|g| (g[0]["topology"] != "real", s(g[0], "policy")));
-    for g in &g {
-        o += &md_row(&[
-            s(g[0], "topology"),
-            s(g[0], "policy"),
-            med(g, "/msg_per_s", 0),
-            med(g, "/writes", 0),
-            med(g, "/collisions", 0),
-            med(g, "/suppressed", 0),
-            med(g, "/map_updates", 0),
-            med(g, "/moves", 0),
-            med(g, "/moves_per_s", 1),
-            med(g, "/cross_llc", 0),
-            med(g, "/update_ns/mean", 0),
-            med(g, "/update_ns/p50", 0),
-            med(g, "/update_ns/p99", 0),
-        ]);
-    }
+    let g = topology_policy_groups(docs);
+    let mut o = med_table(
+        &["topology", "policy"],
+        &[
+            ("msg/s", "/msg_per_s", 0),
+            ("writes", "/writes", 0),
+            ("collisions", "/collisions", 0),
+            ("suppressed", "/suppressed", 0),
+            ("map updates", "/map_updates", 0),
+            ("moves", "/moves", 0),
+            ("moves/s", "/moves_per_s", 1),
+            ("cross_llc", "/cross_llc", 0),
+            ("ns/update mean", "/update_ns/mean", 0),
+            ("ns/update p50", "/update_ns/p50", 0),
+            ("ns/update p99", "/update_ns/p99", 0),
+        ],
+        &g,
+    );
     o += "\n";
     let per_run: Vec<String> = g
         .iter()
@@ -345,22 +357,10 @@ fn sockmap_affinity_md(docs: &[Value]) -> String {
     layouts.dedup();
     for l in &layouts {
         let against_same = |p: &str| {
+            let in_layout = |r: &Value| r["layout"] == l.as_str();
+            let by = ("placement", p, "same");
             round_to(
-                median(docs.iter().map(|d| {
-                    let runs = || {
-                        d["runs"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter(|r| r["layout"] == l.as_str())
-                    };
-                    let same = indexed(runs(), "placement", "same")?;
-                    let other = indexed(runs(), "placement", p)?;
-                    ratio(
-                        num(other, "/forwarded_per_s"),
-                        num(same, "/forwarded_per_s"),
-                    )
-                })),
+                median_ratio(docs, "runs", in_layout, by, "/forwarded_per_s"),
                 2,
             )
         };
@@ -391,12 +391,8 @@ fn false_sharing_md(docs: &[Value]) -> String {
     g.sort_by_key(|g| order(&g[0]["id"]));
     for g in &g {
         let id = s(g[0], "id");
-        let x_packed = median(docs.iter().map(|d| {
-            let crits = || d["criterion"].as_array().into_iter().flatten();
-            let this = indexed(crits(), "id", &id)?;
-            let packed = indexed(crits(), "id", PACKED)?;
-            ratio(num(packed, "/median_ns"), num(this, "/median_ns"))
-        }));
+        let by = ("id", PACKED, id.as_str());
+        let x_packed = median_ratio(docs, "criterion", |_| true, by, "/median_ns");
         o += &md_row(&[
             id.clone(),
             med(g, "/median_ns", 0),
@@ -431,22 +427,10 @@ fn false_sharing_md(docs: &[Value]) -> String {
         ]);
     }
     let split_over_packed = |key: &str| {
+        let both = |r: &Value| r["case"] == "both";
+        let by = ("layout", "split", "packed");
         round_to(
-            median(docs.iter().map(|d| {
-                let both = || {
-                    d["replica"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|r| r["case"] == "both")
-                };
-                let split = indexed(both(), "layout", "split")?;
-                let packed = indexed(both(), "layout", "packed")?;
-                ratio(
-                    num(split, &format!("/{key}")),
-                    num(packed, &format!("/{key}")),
-                )
-            })),
+            median_ratio(docs, "replica", both, by, &format!("/{key}")),
             2,
         )
     };
@@ -515,37 +499,22 @@ fn fast_path_md(docs: &[Value]) -> String {
         .collect();
     layouts.sort();
     layouts.dedup();
-    let on_over_off = |key: &str, arr: &str, layout: Option<&str>| {
-        round_to(
-            median(docs.iter().map(|d| {
-                let rows = || {
-                    d[arr]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|r| layout.is_none_or(|l| r["layout"] == l))
-                };
-                let on = indexed(rows(), "fast_path", "on")?;
-                let off = indexed(rows(), "fast_path", "off")?;
-                ratio(num(on, &format!("/{key}")), num(off, &format!("/{key}")))
-            })),
-            2,
-        )
-    };
     for l in &layouts {
+        let on_over_off = |key: &str| {
+            let in_layout = |r: &Value| r["layout"] == l.as_str();
+            let by = ("fast_path", "on", "off");
+            let ptr = format!("/{key}");
+            round_to(median_ratio(docs, "end_to_end", in_layout, by, &ptr), 2)
+        };
         o += &format!(
             "{l}: replies/s on/off (per run, then median): {}x; CPU us/packet on/off: {}x\n",
-            on_over_off("replies_per_s", "end_to_end", Some(l)),
-            on_over_off("echo_cpu_us_per_packet", "end_to_end", Some(l))
+            on_over_off("replies_per_s"),
+            on_over_off("echo_cpu_us_per_packet")
         );
     }
+    let by = ("fast_path", "off", "on");
     let off_over_on = round_to(
-        median(docs.iter().map(|d| {
-            let rows = || d["criterion"].as_array().into_iter().flatten();
-            let on = indexed(rows(), "fast_path", "on")?;
-            let off = indexed(rows(), "fast_path", "off")?;
-            ratio(num(off, "/ns_per_packet"), num(on, "/ns_per_packet"))
-        })),
+        median_ratio(docs, "criterion", |_| true, by, "/ns_per_packet"),
         2,
     );
     o += &format!("criterion off/on ns per packet (per run, then median): {off_over_on}x\n");
