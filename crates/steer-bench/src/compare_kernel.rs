@@ -75,7 +75,7 @@ pub struct CompareKernel {
     #[arg(short = 'm', long = "msg-size", default_value_t = 14, value_parser = clap::value_parser!(u16).range(14..))]
     pub msg_size: u16,
     /// under-load send rate per client (`max` or messages per second).
-    #[arg(long, default_value = "max", value_parser = crate::seeds::sockmap_affinity::parse_mps)]
+    #[arg(long, default_value = "max", value_parser = crate::args::parse_mps)]
     pub mps: String,
     /// Also write the numbers as JSON.
     #[arg(long, value_name = "FILE")]
@@ -329,7 +329,7 @@ pub fn run(a: &CompareKernel) -> Result<ExitCode> {
             .trim()
             .to_owned(),
     };
-    let cpus = harness::parse_cpu_list(&cpu_list)
+    let cpus = crate::args::parse_cpu_list(&cpu_list)
         .filter(|c| !c.is_empty())
         .with_context(|| format!("--cpus {cpu_list:?} is not a CPU list"))?;
     let mask = netns::cpu_mask(&cpus);

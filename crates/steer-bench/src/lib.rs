@@ -12,6 +12,8 @@
 
 /// The XDP_TX-free AF_XDP turnaround server (`afxdp-echo`).
 pub mod afxdp_echo;
+/// The command line's values: rates, CPU lists, settings.
+pub mod args;
 /// One benchmark run: test bed, generator thread, servers in turn.
 pub mod bench;
 /// The sockperf comparison (`steer-bench compare-kernel`).

@@ -6,7 +6,8 @@
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
 //! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
-//! steer-bench seed 000|000-tcp|001|002-004|003 [--quick] [--runs N] [--json FILE]
+//! steer-bench seed llc-updates|tcp-llc-updates|sockmap-affinity|false-sharing|fast-path
+//!                  [--quick] [--runs N] [--json FILE]
 //! steer-bench seed medians FILE.json...
 //! steer-bench hostile [--quick] [--rates 5000,20000] [--nofile 1024,20000] [--runs 3] [--json FILE]
 //! steer-bench kernel-echo --addr IP:PORT --cpus 1      (helper: the kernel server)
@@ -26,7 +27,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 use steer_bench::{
+    args::{
+        parse_cpu_pair, parse_cpus, parse_kind, parse_kv, parse_pps, parse_rate, CpuList, Rate,
+    },
     bench::{self, BenchConfig},
+    num::f0,
     report,
     servers::Kind,
     sockperf, sys,
@@ -130,21 +135,6 @@ struct HostileArgs {
     /// Write every result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-fn parse_cpu_pair(s: &str) -> Result<(usize, usize), String> {
-    let bad = || format!("`{s}`: give two CPU numbers, LOAD,SERVER (for example 0,1)");
-    let (a, b) = s.split_once(',').ok_or_else(bad)?;
-    let (a, b) = (
-        a.trim().parse().map_err(|_| bad())?,
-        b.trim().parse().map_err(|_| bad())?,
-    );
-    if a == b {
-        return Err(format!(
-            "`{s}`: the load and the server need different CPUs"
-        ));
-    }
-    Ok((a, b))
 }
 
 #[derive(Debug, Args)]
@@ -404,78 +394,6 @@ enum SockperfCmd {
     },
 }
 
-/// A rate: packets per second, or as fast as possible.
-#[derive(Debug, Clone, Copy)]
-enum Rate {
-    Max,
-    Pps(u64),
-}
-
-fn parse_pps(s: &str) -> Result<u64, String> {
-    let (num, mult) = match s.trim().to_ascii_lowercase() {
-        t if t.ends_with('k') => (t[..t.len() - 1].to_owned(), 1e3),
-        t if t.ends_with('m') => (t[..t.len() - 1].to_owned(), 1e6),
-        t => (t, 1.0),
-    };
-    let v: f64 = num.parse().map_err(|_| {
-        format!("{s:?} is not a rate: give packets per second, e.g. 50000, 50k or 1.2m")
-    })?;
-    let pps = (v * mult).round();
-    if !(1.0..=100e6).contains(&pps) {
-        return Err(format!("{s:?}: the rate must be between 1 and 100m pps"));
-    }
-    Ok(pps as u64)
-}
-
-fn parse_rate(s: &str) -> Result<Rate, String> {
-    if s == "max" {
-        Ok(Rate::Max)
-    } else {
-        parse_pps(s).map(Rate::Pps)
-    }
-}
-
-fn parse_kind(s: &str) -> Result<Kind, String> {
-    Kind::parse(s).ok_or_else(|| {
-        format!(
-            "unknown server {s:?}: one of {}",
-            Kind::ALL.map(Kind::name).join(", ")
-        )
-    })
-}
-
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("{s:?}: want key=value"))
-}
-
-/// A CPU list (`1`, `0-3,5`).
-#[derive(Debug, Clone)]
-struct CpuList(Vec<usize>);
-
-fn parse_cpus(s: &str) -> Result<CpuList, String> {
-    let bad = || format!("{s:?} is not a CPU list (e.g. 1 or 0-3,5)");
-    let mut out = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if a > b {
-                    return Err(bad());
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if out.is_empty() {
-        return Err(bad());
-    }
-    Ok(CpuList(out))
-}
-
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
@@ -699,9 +617,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if let Some(refl) = sums.iter().find(|s| s.server == "reflector") {
         println!(
             "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
-            refl.offered_at_max
-                .map_or("-".into(), |v| format!("{v:.0}")),
-            refl.capacity.map_or("-".into(), |v| format!("{v:.0}"))
+            f0(refl.offered_at_max),
+            f0(refl.capacity)
         );
     }
     println!(
@@ -747,11 +664,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
-    let phase = match a.rate {
-        Rate::Max => None,
-        Rate::Pps(p) => Some(p),
-    };
-    let cfg = config(&a.common, vec![a.server], 1, vec![phase])?;
+    let cfg = config(&a.common, vec![a.server], 1, vec![a.rate.pps()])?;
     let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
     let _lock = measurement_lock()?;
     println!(
@@ -766,25 +679,7 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
         bail!("{}: {e}", a.server.name());
     }
     for (_, p) in &sr.phases {
-        println!(
-            "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
-            "flow", "sent", "answered", "lost", "dup", "reord"
-        );
-        for (i, f) in p.per_flow.iter().enumerate() {
-            println!(
-                "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
-                i, f.sent, f.answered, f.lost, f.duplicated, f.reordered
-            );
-        }
-        println!(
-            "{:>6} {:>10} {:>10} {:>8} {:>6} {:>6}",
-            "all",
-            p.total.sent,
-            p.total.answered,
-            p.total.lost,
-            p.total.duplicated,
-            p.total.reordered
-        );
+        print!("{}", report::per_flow_table(&p.per_flow, &p.total));
     }
     for (name, p) in &sr.phases {
         println!(
@@ -797,7 +692,7 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
             p.total.reordered,
         );
     }
-    if let Some(line) = sr.stats.as_ref().and_then(steer_load_line) {
+    if let Some(line) = sr.stats.as_ref().and_then(report::steer_load_line) {
         println!("{line}");
     }
     println!("{} ran on: {}", a.server.name(), sr.ran_on);
@@ -812,31 +707,6 @@ fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// steer's worker load and balancer from its `--stats-json`, when there.
-fn steer_load_line(stats: &serde_json::Value) -> Option<String> {
-    let load = stats.get("worker_load")?;
-    let busy: Vec<String> = load["busy"]
-        .as_array()?
-        .iter()
-        .map(|b| {
-            format!(
-                "cpu {} {:.0}%",
-                b["cpu"],
-                b["busy"].as_f64().unwrap_or(0.0) * 100.0
-            )
-        })
-        .collect();
-    let b = &stats["balancer"];
-    Some(format!(
-        "steer workers busy: {} (max/mean {:.2}); balancer {}: {} moves, {} elephants",
-        busy.join(", "),
-        load["max_over_mean"].as_f64().unwrap_or(0.0),
-        if b["on"] == true { "on" } else { "off" },
-        b["moves"],
-        b["elephants"],
-    ))
 }
 
 fn cmd_sockperf(c: SockperfCmd) -> Result<ExitCode> {

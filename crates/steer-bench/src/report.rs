@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::{
+    flows::FlowCounts,
     gen::PhaseResult,
     num::{f0, f1, f2, median, median_of, ratio_pos},
     servers::Kind,
@@ -713,6 +714,60 @@ pub fn missing(sums: &[Summary]) -> Vec<String> {
     m
 }
 
+/// The per-flow table of one phase (`steer-bench load`): each flow's
+/// sent, answered, lost, duplicated and reordered requests, then the
+/// totals.
+pub fn per_flow_table(flows: &[FlowCounts], total: &FlowCounts) -> String {
+    let l = Layout::new(&[
+        Col::R(6),
+        Col::R(10),
+        Col::R(10),
+        Col::R(8),
+        Col::R(6),
+        Col::R(6),
+    ]);
+    let row = |name: String, f: &FlowCounts| {
+        l.line(&[
+            name,
+            f.sent.to_string(),
+            f.answered.to_string(),
+            f.lost.to_string(),
+            f.duplicated.to_string(),
+            f.reordered.to_string(),
+        ])
+    };
+    let mut t = l.line(&["flow", "sent", "answered", "lost", "dup", "reord"]);
+    for (i, f) in flows.iter().enumerate() {
+        t += &row(i.to_string(), f);
+    }
+    t + &row("all".into(), total)
+}
+
+/// steer's worker load and balancer from its `--stats-json`, when there.
+pub fn steer_load_line(stats: &Value) -> Option<String> {
+    let load = stats.get("worker_load")?;
+    let busy: Vec<String> = load["busy"]
+        .as_array()?
+        .iter()
+        .map(|b| {
+            format!(
+                "cpu {} {:.0}%",
+                b["cpu"],
+                b["busy"].as_f64().unwrap_or(0.0) * 100.0
+            )
+        })
+        .collect();
+    let b = &stats["balancer"];
+    Some(format!(
+        "steer workers busy: {} (max/mean {:.2}); balancer {}: {} moves, {} elephants",
+        busy.join(", "),
+        load["max_over_mean"].as_f64().unwrap_or(0.0),
+        if b["on"] == true { "on" } else { "off" },
+        b["moves"],
+        b["elephants"],
+    ))
+}
+
 /// The JSON document.
 #[allow(clippy::too_many_arguments)]
 pub fn json(
@@ -785,7 +840,7 @@ pub fn json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cpustat::CpuUse, flows::FlowCounts, gen::Latency};
+    use crate::{cpustat::CpuUse, gen::Latency};
 
     fn phase(asked: Option<f64>, offered: f64, answered: f64, us: f64, p99: f64) -> PhaseResult {
         let sent = (offered * 3.0) as u64;
@@ -840,6 +895,29 @@ mod tests {
             last_words: String::new(),
             stats: None,
         }
+    }
+
+    #[test]
+    fn the_per_flow_table_and_the_load_line() {
+        let f = |sent, answered| FlowCounts {
+            sent,
+            answered,
+            lost: sent - answered,
+            ..FlowCounts::default()
+        };
+        let t = per_flow_table(&[f(10, 9), f(5, 5)], &f(15, 14));
+        assert_eq!(
+            t,
+            "  flow       sent   answered     lost    dup  reord\n     0         10          9        1      0      0\n     1          5          5        0      0      0\n   all         15         14        1      0      0\n"
+        );
+        let stats = json!({"worker_load": {"busy": [{"cpu": 0, "busy": 0.5}, {"cpu": 1, "busy": 0.25}],
+            "max_over_mean": 1.333}, "balancer": {"on": true, "moves": 3, "elephants": 1}});
+        assert_eq!(
+            steer_load_line(&stats).unwrap(),
+            "steer workers busy: cpu 0 50%, cpu 1 25% (max/mean 1.33); balancer on: 3 moves, 1 elephants"
+        );
+        assert_eq!(steer_load_line(&json!({})), None);
+        assert_eq!(steer_load_line(&json!({"worker_load": {}})), None);
     }
 
     #[test]

@@ -185,28 +185,10 @@ pub fn require_tool(tool: &str) -> Result<()> {
     Ok(())
 }
 
-/// Parses a CPU list (`0-1,3`).
-pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
-}
-
 /// Fails unless CPUs 0 and 1 are online (the seeds pin to them).
 pub fn require_cpus_0_1(what: &str) -> Result<()> {
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let cpus = parse_cpu_list(&online).unwrap_or_default();
+    let cpus = crate::args::parse_cpu_list(&online).unwrap_or_default();
     if !(cpus.contains(&0) && cpus.contains(&1)) {
         bail!(
             "needs CPUs 0 and 1 online ({what}; online: {})",
@@ -428,14 +410,6 @@ pub fn clk_tck() -> f64 {
 mod tests {
     use super::*;
     use std::net::UdpSocket;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
-        assert_eq!(parse_cpu_list("0,2-3"), Some(vec![0, 2, 3]));
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
-    }
 
     #[test]
     fn free_ports_are_free() {

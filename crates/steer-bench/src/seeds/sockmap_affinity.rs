@@ -72,7 +72,7 @@ pub struct SockmapAffinity {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub client_cpu: u8,
     /// Send rate per client (`max` or messages per second).
-    #[arg(long, default_value = "max", value_parser = parse_mps)]
+    #[arg(long, default_value = "max", value_parser = crate::args::parse_mps)]
     pub mps: String,
     /// Message size (at least sockperf's 14-byte header).
     #[arg(short = 'm', long = "msg-size", default_value_t = 64, value_parser = clap::value_parser!(u16).range(14..))]
@@ -86,15 +86,6 @@ pub struct SockmapAffinity {
     /// Output, runs, source tree.
     #[command(flatten)]
     pub common: Common,
-}
-
-/// A sockperf `--mps` value: `max` or a positive number.
-pub fn parse_mps(s: &str) -> Result<String, String> {
-    if s == "max" || s.parse::<u32>().is_ok_and(|n| n > 0) {
-        Ok(s.into())
-    } else {
-        Err(format!("{s:?}: want a number or max"))
-    }
 }
 
 fn layouts(doc: &Value) -> Vec<String> {
