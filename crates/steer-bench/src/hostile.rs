@@ -25,8 +25,10 @@ use serde::Serialize;
 use steer_core::packet::build::FrameBuilder;
 
 use crate::netns::{ip, TestBed};
+use crate::num::f0;
 use crate::procs::{tail, Proc, Spawn};
 use crate::sys::{mono_ns, sleep_until, PacketSender};
+use crate::table::{md_head, md_row};
 
 /// The proxy's UDP port.
 const PORT: u16 = 7300;
@@ -477,35 +479,110 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
 
 /// The table of results, one row per run.
 pub fn table(results: &[HostileResult]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "| proxy | ulimit -n | spray/s | answered alone | answered in spray | p99 alone | p99 in spray | max fds | max RSS | open at end | refused | evicted | alive |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut out = md_head(&[
+        "proxy",
+        "ulimit -n",
+        "spray/s",
+        "answered alone",
+        "answered in spray",
+        "p99 alone",
+        "p99 in spray",
+        "max fds",
+        "max RSS",
+        "open at end",
+        "refused",
+        "evicted",
+        "alive",
+    ]);
     for r in results {
         let steer = r.proxy == ProxyKind::Steer;
         let dash = |v: u64| if steer { v.to_string() } else { "-".into() };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {}/{} | {}/{} | {:.0} us | {:.0} us | {} | {:.0} MiB | {} | {} | {} | {} |",
-            r.proxy.name(),
-            r.nofile,
-            r.spray_rate,
-            r.baseline.answered,
-            r.baseline.sent,
-            r.spray.answered,
-            r.spray.sent,
-            r.baseline.p99_us,
-            r.spray.p99_us,
-            r.max_fds,
-            r.max_rss_mib,
+        out += &md_row(&[
+            r.proxy.name().to_owned(),
+            r.nofile.to_string(),
+            r.spray_rate.to_string(),
+            format!("{}/{}", r.baseline.answered, r.baseline.sent),
+            format!("{}/{}", r.spray.answered, r.spray.sent),
+            format!("{} us", f0(Some(r.baseline.p99_us))),
+            format!("{} us", f0(Some(r.spray.p99_us))),
+            r.max_fds.to_string(),
+            format!("{} MiB", f0(Some(r.max_rss_mib))),
             dash(r.flows("open")),
-            dash(r.flows("refused") + r.flows("rate_limited") + r.flows("overload") + r.flows("accept_drops")),
+            dash(
+                r.flows("refused")
+                    + r.flows("rate_limited")
+                    + r.flows("overload")
+                    + r.flows("accept_drops"),
+            ),
             dash(r.flows("evicted_unassured") + r.flows("evicted_idle")),
-            if r.alive { "yes" } else { "no" },
-        );
+            if r.alive { "yes" } else { "no" }.to_owned(),
+        ]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_of_sorted_round_trips() {
+        assert_eq!(quantile(&[], 0.99), 0.0);
+        assert_eq!(quantile(&[7.0], 0.5), 7.0);
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 51.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&v, 0.0), 1.0);
+    }
+
+    fn result(proxy: ProxyKind, report: Option<serde_json::Value>) -> HostileResult {
+        let phase = |answered| ClientPhase {
+            sent: 50,
+            answered,
+            p50_us: 40.0,
+            p99_us: 123.4,
+            rtt_us: Vec::new(),
+        };
+        HostileResult {
+            proxy,
+            nofile: 1024,
+            spray_rate: 5000,
+            sprayed: 10_000,
+            secs: 2.0,
+            baseline: phase(50),
+            spray: phase(48),
+            samples: Vec::new(),
+            max_fds: 200,
+            max_rss_mib: 12.6,
+            alive: true,
+            exit_code: 0,
+            report,
+            log_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_budget_counters_and_the_table() {
+        let flows = serde_json::json!({"flows": {"open": 3, "refused": 4, "rate_limited": 1,
+            "overload": 2, "accept_drops": 5, "evicted_unassured": 6, "evicted_idle": 7}});
+        let steer = result(ProxyKind::Steer, Some(flows));
+        assert_eq!(steer.flows("open"), 3);
+        assert_eq!(steer.flows("missing"), 0);
+        assert_eq!(steer.shed(), 4 + 1 + 5 + 6 + 7);
+        let kernel = result(ProxyKind::Kernel, None);
+        assert_eq!(kernel.shed(), 0);
+        let t = table(&[steer, kernel]);
+        let rows: Vec<&str> = t.lines().collect();
+        assert_eq!(rows.len(), 4, "{t}");
+        assert!(rows[0].starts_with("| proxy | ulimit -n |"), "{t}");
+        assert_eq!(
+            rows[2],
+            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 200 | 13 MiB | 3 | 12 | 13 | yes |"
+        );
+        assert!(
+            rows[3].ends_with("| 200 | 13 MiB | - | - | - | yes |"),
+            "{t}"
+        );
+    }
 }

@@ -25,7 +25,7 @@ use serde::Serialize;
 use steer_xdp::object::XdpObject;
 use tracing::{debug, warn};
 
-use crate::{cpustat, netns::RpsGuard, xdp};
+use crate::{cpustat, netns::RpsGuard, procs::tail, xdp};
 
 /// A server kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -186,12 +186,6 @@ fn log_text(log: &Path) -> String {
         let _ = f.read_to_string(&mut s);
     }
     s
-}
-
-fn tail(log: &Path, lines: usize) -> String {
-    let text = log_text(log);
-    let v: Vec<&str> = text.lines().collect();
-    v[v.len().saturating_sub(lines)..].join(" | ")
 }
 
 impl Running {

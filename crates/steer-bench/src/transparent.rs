@@ -26,7 +26,9 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::netns::TestBed;
+use crate::num::{f1, f2};
 use crate::procs::{tail, Proc, Spawn};
+use crate::table::{md_head, md_row};
 
 const PORT: u16 = 5299;
 
@@ -294,24 +296,33 @@ pub fn run(cfg: &TransparentConfig, runs: u32) -> Result<Vec<TransparentResult>>
 
 /// The results as a Markdown table.
 pub fn table(results: &[TransparentResult]) -> String {
-    let mut s = String::from(
-        "| mode | topology | moves | reads | new flows | updates | updates/s | suppressed | OFO queued | retrans | Gbit/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
+    let mut s = md_head(&[
+        "mode",
+        "topology",
+        "moves",
+        "reads",
+        "new flows",
+        "updates",
+        "updates/s",
+        "suppressed",
+        "OFO queued",
+        "retrans",
+        "Gbit/s",
+    ]);
     for r in results {
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {:.2} |\n",
-            r.mode,
-            r.topology,
-            r.moves,
-            r.reads,
-            r.new_flows,
-            r.updates,
-            r.updates_per_s,
-            r.suppressed,
-            r.ofo_queue,
-            r.retrans,
-            r.gbps
-        );
+        s += &md_row(&[
+            r.mode.clone(),
+            r.topology.clone(),
+            r.moves.to_string(),
+            r.reads.to_string(),
+            r.new_flows.to_string(),
+            r.updates.to_string(),
+            f1(Some(r.updates_per_s)),
+            r.suppressed.to_string(),
+            r.ofo_queue.to_string(),
+            r.retrans.to_string(),
+            f2(Some(r.gbps)),
+        ]);
     }
     s
 }
