@@ -33,7 +33,7 @@ pub fn jopt(v: Option<f64>) -> Value {
     v.map_or(Value::Null, jnum)
 }
 
-/// `v` with `d` decimals, `-` when missing (the scripts' `seeds_fmt`).
+/// `v` with `d` decimals, `-` when missing.
 pub fn fixed(v: Option<f64>, d: usize) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{v:.d$}"),
@@ -143,8 +143,8 @@ pub fn median_of(v: &[f64]) -> Option<f64> {
     })
 }
 
-/// Percent fewer: `100 * (1 - new / old)` rounded to one decimal, as
-/// the scripts printed it (`None` when `old` is 0 or either is missing).
+/// Percent fewer: `100 * (1 - new / old)` rounded to one decimal
+/// (`None` when `old` is 0 or either is missing).
 pub fn fewer_pct(new: Option<f64>, old: Option<f64>) -> Option<String> {
     let r = ratio(new, old)?;
     Some(format!("{:.1}", 100.0 * (1.0 - r)))
@@ -156,7 +156,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn formats_like_the_scripts() {
+    fn fixed_decimals_rounding_and_percentages() {
         assert_eq!(fixed(Some(2608.56), 1), "2608.6");
         assert_eq!(fixed(None, 2), "-");
         assert_eq!(fixed(Some(f64::INFINITY), 2), "-");

@@ -11,6 +11,8 @@
 
 use std::net::Ipv4Addr;
 
+use steer_core::packet::checksum::checksum;
+
 /// Payload bytes (what `sockperf server` sees as the message length).
 pub const PAYLOAD_LEN: usize = 40;
 /// Ethernet + IPv4 + UDP headers.
@@ -68,7 +70,7 @@ impl Template {
         f[23] = 17;
         f[26..30].copy_from_slice(&ep.src.octets());
         f[30..34].copy_from_slice(&ep.dst.octets());
-        let csum = ipv4_checksum(&f[14..34]);
+        let csum = checksum(&f[14..34]);
         f[24..26].copy_from_slice(&csum.to_be_bytes());
         f[36..38].copy_from_slice(&ep.dst_port.to_be_bytes());
         f[38..40].copy_from_slice(&((8 + PAYLOAD_LEN) as u16).to_be_bytes());
@@ -147,17 +149,6 @@ pub fn parse_reply(frame: &[u8]) -> Option<Reply> {
     })
 }
 
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,11 +186,7 @@ mod tests {
             &(PAYLOAD_LEN as u32).to_be_bytes()
         );
         assert_eq!(u16::from_be_bytes([f[34], f[35]]), 40001);
-        assert_eq!(
-            ipv4_checksum(&f[14..34]),
-            0,
-            "the IPv4 header checksum verifies"
-        );
+        assert_eq!(checksum(&f[14..34]), 0, "the IPv4 header checksum verifies");
         // steer's parser agrees on the addresses.
         let key = steer_core::flow::flow_key(&f).unwrap().unwrap();
         let steer_core::flow::FlowAddrs::V4 { dst, .. } = key.addrs else {

@@ -3,27 +3,14 @@
 //! steer's workers ask for (100 us by default), so both servers are
 //! scheduled alike.
 //!
-//! Each thread goes through [`steer_xdp::sched::set_thread_slice`] (only the
-//! slice changes; real-time threads are left alone); this module walks a
-//! process's threads and reads back what the kernel shows.
+//! Each thread goes through [`steer_xdp::sched::set_thread_slice`], the one
+//! place that speaks `sched_setattr` (only the slice changes; real-time
+//! threads are left alone); this module only walks a process's threads.
 
 use std::{fs, time::Duration};
 
 use anyhow::{Context, Result};
 use steer_xdp::sched::set_thread_slice;
-
-/// The slice thread `tid` of process `pid` runs with, ns (`se.slice` of
-/// /proc/PID/task/TID/sched), when the kernel shows it.
-pub fn thread_slice_ns(pid: u32, tid: i32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched")).ok()?;
-    text.lines()
-        .find(|l| l.starts_with("se.slice"))?
-        .split(':')
-        .nth(1)?
-        .trim()
-        .parse()
-        .ok()
-}
 
 /// Gives every thread of process `pid` the slice `slice`; how many were
 /// changed (real-time threads are left alone). Fails on the first thread
@@ -47,6 +34,19 @@ pub fn set_process_slice(pid: u32, slice: Duration) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The slice thread `tid` of process `pid` runs with, ns (`se.slice` of
+    /// /proc/PID/task/TID/sched), when the kernel shows it.
+    fn thread_slice_ns(pid: u32, tid: i32) -> Option<u64> {
+        let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched")).ok()?;
+        text.lines()
+            .find(|l| l.starts_with("se.slice"))?
+            .split(':')
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
+    }
 
     #[test]
     fn every_thread_of_a_child_gets_the_slice() {

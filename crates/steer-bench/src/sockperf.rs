@@ -247,7 +247,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The name sockperf and the script use.
+    /// The name sockperf and the reports use.
     pub fn name(self) -> &'static str {
         match self {
             Mode::UnderLoad => "under-load",
@@ -476,7 +476,7 @@ pub struct Comparison {
     pub modes: Vec<Mode>,
     /// Clients per mode.
     pub clients: usize,
-    /// The script's settings, for the JSON `config` object and the header.
+    /// The run's settings, for the JSON `config` object and the header.
     pub config: Vec<(String, String)>,
 }
 

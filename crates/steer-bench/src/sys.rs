@@ -174,21 +174,23 @@ pub fn enter_net_ns(ns: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Sends SIGINT to process `pid`.
 pub fn interrupt(pid: u32) -> io::Result<()> {
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: kill has no memory preconditions.
-    if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    signal(pid, libc::SIGINT)
 }
 
 /// Sends SIGTERM to process `pid`.
 pub fn terminate(pid: u32) -> io::Result<()> {
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    signal(pid, libc::SIGTERM)
+}
+
+/// Sends `sig` to process `pid` (a pid beyond `pid_t` is invalid input,
+/// never a signal to a process group).
+fn signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: kill has no memory preconditions.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+    if unsafe { libc::kill(pid, sig) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -257,5 +259,18 @@ mod tests {
         let b = mono_ns();
         assert!(b >= a + 2_000_000, "{a} {b}");
         sleep_until(0);
+    }
+
+    #[test]
+    fn signals_reach_a_child_and_never_a_group() {
+        for bad in [0, u32::MAX] {
+            let e = terminate(bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "pid {bad}");
+        }
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        interrupt(child.id()).unwrap();
+        let st = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(libc::SIGINT));
     }
 }

@@ -108,7 +108,7 @@ pub fn moves(doc: &Value, topo: &str, policy: &str) -> Option<f64> {
 }
 
 /// Percent fewer moves under llc than under always on the real topology
-/// (0 when always made none, as the script had it).
+/// (0 when always made none).
 pub fn saving(doc: &Value) -> Option<f64> {
     let (a, l) = (moves(doc, "real", "always")?, moves(doc, "real", "llc")?);
     Some(if a > 0.0 { (1.0 - l / a) * 100.0 } else { 0.0 })
@@ -135,8 +135,7 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-/// The table the seed prints, from its JSON document (what the script
-/// printed, byte for byte).
+/// The table the seed prints, from its JSON document.
 pub fn table(doc: &Value) -> String {
     let layout = Layout::new(&[
         Col::L(9),
