@@ -428,7 +428,7 @@ pub fn proxy_ratios(sums: &[Summary], rates: &[u64]) -> ProxyRatios {
 /// The columns of the echo and proxy tables: the name, `lead` numbers,
 /// whole-machine and own cost per rate, latency.
 fn cost_layout(lead: &[usize], rates: usize) -> Layout {
-    let mut l = Layout::new(&[Col::L(12)]);
+    let mut l = Layout::new(&[12], &[]);
     for &w in lead {
         l.push(Col::R(w));
     }
@@ -529,7 +529,7 @@ pub fn proxy_table(sums: &[Summary], r: &ProxyRatios, rates: &[u64]) -> String {
         t,
         "\nper reply, the proxy's own process (CPU time of its threads and of its backend; its threads' voluntary context switches, all of them, and the whole machine's)"
     );
-    let mut l = Layout::new(&[Col::L(12)]);
+    let mut l = Layout::new(&[12], &[]);
     let mut head = vec!["proxy".to_owned()];
     for rate in rates {
         l.extend(&[Col::R(9), Col::R(9), Col::R(7), Col::R(7), Col::R(8)]);
@@ -718,14 +718,7 @@ pub fn missing(sums: &[Summary]) -> Vec<String> {
 /// sent, answered, lost, duplicated and reordered requests, then the
 /// totals.
 pub fn per_flow_table(flows: &[FlowCounts], total: &FlowCounts) -> String {
-    let l = Layout::new(&[
-        Col::R(6),
-        Col::R(10),
-        Col::R(10),
-        Col::R(8),
-        Col::R(6),
-        Col::R(6),
-    ]);
+    let l = Layout::new(&[], &[6, 10, 10, 8, 6, 6]);
     let row = |name: String, f: &FlowCounts| {
         l.line(&[
             name,

@@ -18,7 +18,7 @@
 //! that came back (under-load: received+ooo over received+ooo+dropped);
 //! p50, p99 and the mean are medians over the clients; counts are sums.
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
@@ -556,18 +556,7 @@ pub fn compare(c: &Comparison, require_goal: bool) -> (String, Value, i32) {
         t,
         "ratio = steer/kernel (msg/s: higher is better; latency: lower is better)"
     );
-    let layout = Layout::new(&[
-        Col::L(10),
-        Col::L(7),
-        Col::R(7),
-        Col::R(11),
-        Col::R(11),
-        Col::R(9),
-        Col::R(9),
-        Col::R(9),
-        Col::R(6),
-        Col::R(6),
-    ]);
+    let layout = Layout::new(&[10, 7], &[7, 11, 11, 9, 9, 9, 6, 6]);
     let row = |t: &mut String, cols: [&str; 10]| t.push_str(&layout.line(&cols));
     row(
         &mut t,

@@ -25,10 +25,13 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// A layout of `cols`, in order.
-    pub fn new(cols: &[Col]) -> Self {
+    /// A layout of left-aligned columns of widths `left`, then
+    /// right-aligned ones of widths `right` (the shape of most tables: names
+    /// first, numbers after).
+    pub fn new(left: &[usize], right: &[usize]) -> Self {
+        let cols = left.iter().map(|&w| Col::L(w));
         Layout {
-            cols: cols.to_vec(),
+            cols: cols.chain(right.iter().map(|&w| Col::R(w))).collect(),
         }
     }
 
@@ -87,7 +90,7 @@ mod tests {
 
     #[test]
     fn fixed_width_rows_pad_align_and_never_cut() {
-        let l = Layout::new(&[Col::L(5), Col::R(4), Col::R(3)]);
+        let l = Layout::new(&[5], &[4, 3]);
         assert_eq!(l.row(&["ab", "1", "22"]), "ab       1  22");
         assert_eq!(l.line(&["ab", "1", "22"]), "ab       1  22\n");
         // A wide cell pushes the rest right; nothing is cut.
@@ -100,7 +103,7 @@ mod tests {
 
     #[test]
     fn a_layout_is_the_format_string_it_replaces() {
-        let mut l = Layout::new(&[Col::L(12), Col::R(11)]);
+        let mut l = Layout::new(&[12], &[11]);
         l.push(Col::R(10)).extend(&[Col::R(8), Col::L(3)]);
         let cells = ["steer", "1234", "0.50", "-", "x"];
         assert_eq!(

@@ -16,6 +16,8 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use super::harness::Harness;
+
 /// One bench's median and its 95% confidence interval, ns per iteration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
@@ -115,6 +117,66 @@ impl Benches {
             .ok()?;
             parse_estimate(&b, &e)
         })
+    }
+}
+
+/// One criterion bench built and run for a seed run: its results from
+/// this run on, and its log.
+pub struct BenchRun {
+    benches: Benches,
+    since: SystemTime,
+    /// The `cargo bench` output.
+    pub log: PathBuf,
+    /// Whether `cargo bench` succeeded (its log's tail is printed when not).
+    pub ok: bool,
+}
+
+impl BenchRun {
+    /// Builds bench `bench` in `src` and runs it filtered to `filter`
+    /// (shorter when `quick`), logging each step through `h`; the logs go
+    /// to `h`'s work directory (`cargo-build.log`, `criterion-BENCH.log`).
+    pub fn start(h: &Harness, src: &Path, bench: &str, filter: &str, quick: bool) -> Result<Self> {
+        let benches = Benches::new(src);
+        h.log(&format!(
+            "building the criterion bench ({bench}) in {} (the first build takes a few minutes)",
+            src.display()
+        ));
+        benches.build(&[bench], &h.path("cargo-build.log"))?;
+        h.check()?;
+        let since = marker(&h.path("criterion.marker"))?;
+        h.log(&format!(
+            "criterion: {filter}{}",
+            if quick { " (quick)" } else { "" }
+        ));
+        let log = h.path(&format!("criterion-{bench}.log"));
+        let ok = benches.run(bench, filter, quick, &log)?;
+        if !ok {
+            eprintln!("{}", crate::procs::tail(&log, 20));
+            h.log(&format!(
+                "cargo bench --bench {bench} failed (output above)"
+            ));
+        }
+        h.check()?;
+        Ok(BenchRun {
+            benches,
+            since,
+            log,
+            ok,
+        })
+    }
+
+    /// The estimate of `id` this run wrote; its absence is logged.
+    pub fn estimate(&self, h: &Harness, id: &str) -> Option<Estimate> {
+        let e = self.benches.estimate(id, self.since);
+        if e.is_none() {
+            h.log(&format!("no criterion result for {id}"));
+        }
+        e
+    }
+
+    /// The `cargo bench` output (empty when unreadable).
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 

@@ -20,7 +20,7 @@
 //! Goal (no number): split beats packed under two threads, for the reader
 //! and for the writer.
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -28,7 +28,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{
-    criterion::Benches,
+    criterion::BenchRun,
     harness::{self, Harness},
     sharing_replica, Common, Outcome,
 };
@@ -117,7 +117,7 @@ pub fn table(doc: &Value) -> String {
     let (with_crit, with_rep) = (flag(doc, "criterion"), flag(doc, "replica"));
     if with_crit {
         let _ = writeln!(t, "seeds 002/004 (criterion, benches/table.rs): lookups of 1024 flows per batch, second thread pinned to the other CPU");
-        let layout = Layout::new(&[Col::L(55), Col::R(10), Col::R(14), Col::R(9), Col::R(9)]);
+        let layout = Layout::new(&[55], &[10, 14, 9, 9]);
         let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
@@ -155,7 +155,7 @@ pub fn table(doc: &Value) -> String {
             "seeds 002/004 (sharing_replica.rs replica, {}s per case): reader lookups and writer counter increments per second",
             raw(doc.pointer("/config/replica_seconds_per_case"))
         );
-        let layout = Layout::new(&[Col::L(8), Col::R(14), Col::R(14), Col::R(16), Col::R(16)]);
+        let layout = Layout::new(&[8], &[14, 14, 16, 16]);
         let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
@@ -233,28 +233,10 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
     let mut criterion = Vec::new();
     let mut batches = Vec::new();
     if with_crit {
-        let benches = Benches::new(&src);
-        h.log(&format!(
-            "building the criterion bench (table) in {} (the first build takes a few minutes)",
-            src.display()
-        ));
-        benches.build(&["table"], &h.path("cargo-build.log"))?;
-        h.check()?;
-        let since = super::criterion::marker(&h.path("criterion.marker"))?;
-        h.log(&format!(
-            "criterion: {FILTER}{}",
-            if a.quick { " (quick)" } else { "" }
-        ));
-        let log = h.path("criterion-table.log");
-        if !benches.run("table", FILTER, a.quick, &log)? {
-            eprintln!("{}", crate::procs::tail(&log, 20));
-            h.log("cargo bench --bench table failed (output above)");
-            failed = true;
-        }
-        h.check()?;
+        let run = BenchRun::start(h, &src, "table", FILTER, a.quick)?;
+        failed |= !run.ok;
         for id in CRITERION_IDS {
-            let Some(e) = benches.estimate(id, since) else {
-                h.log(&format!("no criterion result for {id}"));
+            let Some(e) = run.estimate(h, id) else {
                 failed = true;
                 continue;
             };
@@ -268,7 +250,7 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
             }));
         }
         criterion.sort_by_key(|c| raw(c.get("id")).rsplit('/').next().map(str::to_owned));
-        batches = batch_lines(&std::fs::read_to_string(&log).unwrap_or_default());
+        batches = batch_lines(&run.log_text());
     }
     let mut replica = Vec::new();
     if with_rep {

@@ -24,7 +24,7 @@
 //! Goal: with the fast path on, at least 50% fewer ring enqueues per packet
 //! than off, for local flows (end to end and in the bench).
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::{fmt::Write as _, net::SocketAddr, path::Path, time::Duration};
 
 use anyhow::{bail, Context, Result};
@@ -32,7 +32,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{
-    criterion::{printed_enqueues, Benches},
+    criterion::{printed_enqueues, BenchRun},
     find_run,
     harness::{self, Harness},
     udp_flows::{FlowsConfig, FlowsResult},
@@ -161,17 +161,7 @@ pub fn table(doc: &Value) -> String {
             raw(c.get("window")),
             raw(c.get("seconds"))
         );
-        let layout = Layout::new(&[
-            Col::L(6),
-            Col::L(5),
-            Col::R(10),
-            Col::R(9),
-            Col::R(9),
-            Col::R(10),
-            Col::R(10),
-            Col::R(9),
-            Col::R(8),
-        ]);
+        let layout = Layout::new(&[6, 5], &[10, 9, 9, 10, 10, 9, 8]);
         let row = |t: &mut String, v: [&str; 9]| t.push_str(&layout.line(&v));
         row(
             &mut t,
@@ -224,7 +214,7 @@ pub fn table(doc: &Value) -> String {
     if flag(doc, "criterion") {
         let _ = writeln!(t);
         let _ = writeln!(t, "seed 003 (criterion, benches/dispatch.rs): steer/dispatch/fast_path, batches of 64 packets, flows on the dispatcher's CPU");
-        let layout = Layout::new(&[Col::L(28), Col::R(10), Col::R(20), Col::R(9), Col::R(9)]);
+        let layout = Layout::new(&[28], &[10, 20, 9, 9]);
         let row = |t: &mut String, v: [&str; 5]| t.push_str(&layout.line(&v));
         row(
             &mut t,
@@ -419,30 +409,12 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
     let mut failed = false;
     let mut criterion = Vec::new();
     if with_crit {
-        let benches = Benches::new(&src);
-        h.log(&format!(
-            "building the criterion bench (dispatch) in {} (the first build takes a few minutes)",
-            src.display()
-        ));
-        benches.build(&["dispatch"], &h.path("cargo-build.log"))?;
-        h.check()?;
-        let since = super::criterion::marker(&h.path("criterion.marker"))?;
-        h.log(&format!(
-            "criterion: {FILTER}{}",
-            if a.quick { " (quick)" } else { "" }
-        ));
-        let log = h.path("criterion-dispatch.log");
-        if !benches.run("dispatch", FILTER, a.quick, &log)? {
-            eprintln!("{}", crate::procs::tail(&log, 20));
-            h.log("cargo bench --bench dispatch failed (output above)");
-            failed = true;
-        }
-        h.check()?;
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let run = BenchRun::start(h, &src, "dispatch", FILTER, a.quick)?;
+        failed |= !run.ok;
+        let text = run.log_text();
         for fp in ["off", "on"] {
             let id = format!("{FILTER}/{fp}");
-            let Some(e) = benches.estimate(&id, since) else {
-                h.log(&format!("no criterion result for {id}"));
+            let Some(e) = run.estimate(h, &id) else {
                 failed = true;
                 continue;
             };

@@ -40,7 +40,7 @@
 //! flows that cross the two "LLCs" (cross_llc writes > 0 and hook calls >
 //! 0).
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::{
     fmt::Write as _,
     net::SocketAddr,
@@ -160,20 +160,7 @@ pub fn table(doc: &Value) -> String {
         "override topology: \"{}\"; window columns: dgram/s hook/s cpu ms/1k; run columns: hooks(run) upd/s supp/s cross_llc other",
         raw(c.get("override"))
     );
-    let layout = Layout::new(&[
-        Col::L(9),
-        Col::L(7),
-        Col::R(8),
-        Col::R(8),
-        Col::R(10),
-        Col::R(8),
-        Col::R(8),
-        Col::R(9),
-        Col::R(7),
-        Col::R(6),
-        Col::R(5),
-        Col::R(6),
-    ]);
+    let layout = Layout::new(&[9, 7], &[8, 8, 10, 8, 8, 9, 7, 6, 5, 6]);
     let row = |t: &mut String, v: [&str; 12]| t.push_str(&layout.line(&v));
     row(
         &mut t,

@@ -32,7 +32,7 @@
 //! Goal: none numeric; does pinning hurt when the sender shares a
 //! worker's CPU, and does moving the flow to the other CPU restore it?
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{bail, Context, Result};
@@ -126,21 +126,7 @@ pub fn table(doc: &Value) -> String {
         raw(c.get("client_cpu")),
         crate::num::shortest(1.0 - client_cpu)
     );
-    let layout = Layout::new(&[
-        Col::L(9),
-        Col::L(9),
-        Col::R(6),
-        Col::R(9),
-        Col::R(9),
-        Col::R(9),
-        Col::R(9),
-        Col::R(9),
-        Col::R(6),
-        Col::R(6),
-        Col::R(8),
-        Col::R(9),
-        Col::R(5),
-    ]);
+    let layout = Layout::new(&[9, 9], &[6, 9, 9, 9, 9, 9, 6, 6, 8, 9, 5]);
     let row = |t: &mut String, v: [&str; 13]| t.push_str(&layout.line(&v));
     row(
         &mut t,

@@ -44,7 +44,7 @@
 //! `runs[]` with the server's whole `--stats-json` report) and adds `tool`,
 //! `format`, `host`, `machine_topology` and each run's `client` report.
 
-use crate::table::{Col, Layout};
+use crate::table::Layout;
 use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{Context, Result};
@@ -137,19 +137,7 @@ fn cell(v: Option<&Value>) -> String {
 
 /// The table the seed prints, from its JSON document.
 pub fn table(doc: &Value) -> String {
-    let layout = Layout::new(&[
-        Col::L(9),
-        Col::L(7),
-        Col::R(9),
-        Col::R(7),
-        Col::R(6),
-        Col::R(8),
-        Col::R(8),
-        Col::R(7),
-        Col::R(7),
-        Col::R(22),
-        Col::L(0),
-    ]);
+    let layout = Layout::new(&[9, 7], &[9, 7, 6, 8, 8, 7, 7, 22]);
     let row = |t: &mut String, v: [&str; 11]| t.push_str(&layout.line(&v));
     let mut t = String::from("\n");
     row(
