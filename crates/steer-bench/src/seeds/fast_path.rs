@@ -91,14 +91,7 @@ fn flag(doc: &Value, key: &str) -> bool {
 }
 
 fn layouts(doc: &Value) -> Vec<String> {
-    doc.pointer("/config/layouts")
-        .and_then(Value::as_array)
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_else(|| vec!["1cpu".into(), "2cpu".into()])
+    super::config_list(doc, "layouts", &["1cpu", "2cpu"])
 }
 
 fn e2e<'a>(doc: &'a Value, layout: &str, fp: &str) -> Option<&'a Value> {

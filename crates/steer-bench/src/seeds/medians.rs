@@ -149,6 +149,20 @@ fn median_ratio(
     }))
 }
 
+/// The distinct values of `key` over the rows under `arr` of every
+/// document, sorted.
+fn distinct(docs: &[Value], arr: &str, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = docs
+        .iter()
+        .filter_map(|d| d[arr].as_array())
+        .flatten()
+        .map(|r| s(r, key))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 fn count(docs: &[Value], ptr: &str) -> usize {
     docs.iter()
         .filter(|d| d.pointer(ptr).and_then(Value::as_bool) == Some(true))
@@ -347,14 +361,7 @@ fn sockmap_affinity_md(docs: &[Value]) -> String {
         ]);
     }
     o += "\n";
-    let mut layouts: Vec<String> = docs
-        .iter()
-        .filter_map(|d| d["runs"].as_array())
-        .flatten()
-        .map(|r| s(r, "layout"))
-        .collect();
-    layouts.sort();
-    layouts.dedup();
+    let layouts = distinct(docs, "runs", "layout");
     for l in &layouts {
         let against_same = |p: &str| {
             let in_layout = |r: &Value| r["layout"] == l.as_str();
@@ -491,14 +498,7 @@ fn fast_path_md(docs: &[Value]) -> String {
         ]);
     }
     o += "\n";
-    let mut layouts: Vec<String> = docs
-        .iter()
-        .filter_map(|d| d["end_to_end"].as_array())
-        .flatten()
-        .map(|r| s(r, "layout"))
-        .collect();
-    layouts.sort();
-    layouts.dedup();
+    let layouts = distinct(docs, "end_to_end", "layout");
     for l in &layouts {
         let on_over_off = |key: &str| {
             let in_layout = |r: &Value| r["layout"] == l.as_str();

@@ -224,6 +224,21 @@ fn repeat(
     Ok(ExitCode::from(status))
 }
 
+/// The strings of the list `/config/KEY` of a result, `default` when it
+/// has none (a run that did every part records no list).
+pub fn config_list(doc: &Value, key: &str, default: &[&str]) -> Vec<String> {
+    match doc
+        .pointer(&format!("/config/{key}"))
+        .and_then(Value::as_array)
+    {
+        Some(l) => l
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        None => default.iter().map(|&d| d.to_owned()).collect(),
+    }
+}
+
 /// The first run in `runs` (a JSON array) that `pick` accepts.
 pub fn find_run(runs: &Value, pick: impl Fn(&Value) -> bool) -> Option<&Value> {
     runs.as_array()?.iter().find(|r| pick(r))
@@ -344,6 +359,17 @@ pub(crate) mod tests {
         assert_eq!(Outcome::new(Value::Null, t, true, false).status, 2);
         assert_eq!(Outcome::new(Value::Null, t, false, true).status, 3);
         assert_eq!(Outcome::new(Value::Null, t, true, true).status, 3);
+    }
+
+    #[test]
+    fn config_lists_and_their_default() {
+        let doc = serde_json::json!({"config": {"layouts": ["multi", 3]}});
+        assert_eq!(config_list(&doc, "layouts", &["a"]), ["multi"]);
+        assert_eq!(config_list(&doc, "other", &["a", "b"]), ["a", "b"]);
+        let runs = serde_json::json!([{"n": 1}, {"n": 2}, {"n": 2, "x": 0}]);
+        assert_eq!(find_run(&runs, |r| r["n"] == 2), Some(&runs[1]));
+        assert_eq!(find_run(&runs, |r| r["n"] == 3), None);
+        assert_eq!(find_run(&Value::Null, |_| true), None);
     }
 
     #[test]

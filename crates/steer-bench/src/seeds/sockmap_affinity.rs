@@ -89,14 +89,7 @@ pub struct SockmapAffinity {
 }
 
 fn layouts(doc: &Value) -> Vec<String> {
-    doc.pointer("/config/layouts")
-        .and_then(Value::as_array)
-        .map(|l| {
-            l.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_else(|| vec!["per-core".into(), "multi".into()])
+    super::config_list(doc, "layouts", &["per-core", "multi"])
 }
 
 fn run_of<'a>(doc: &'a Value, layout: &str, place: &str) -> Option<&'a Value> {
