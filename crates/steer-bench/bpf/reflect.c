@@ -15,28 +15,6 @@
 
 #include "bench.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bench_config);
-} config SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BENCH_STAT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
-static __always_inline int count(__u32 stat, int action)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &stat);
-	if (v)
-		*v += 1;
-	return action;
-}
-
 SEC("xdp")
 int reflect(struct xdp_md *ctx)
 {

@@ -300,7 +300,7 @@ mod tests {
             "table-seed002-004",
             table,
             |_, doc| {
-                assert!(goal_met(&doc));
+                assert!(goal_met(doc));
             },
         );
     }

@@ -469,7 +469,7 @@ mod tests {
     #[test]
     fn tables_of_the_committed_results() {
         committed_tables("seed003-fast-path", "table-seed003", table, |_, doc| {
-            assert!(goal_met(&doc));
+            assert!(goal_met(doc));
         });
     }
 

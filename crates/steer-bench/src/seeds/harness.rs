@@ -27,7 +27,7 @@ pub const LOCK_PATH: &str = "/run/lock/steer-seeds.lock";
 
 /// One seed run's shared state.
 pub struct Harness {
-    /// Log prefix (`seed000`).
+    /// Log prefix (`llc-updates`).
     pub name: &'static str,
     /// Logs and intermediate files.
     pub work: PathBuf,
@@ -77,7 +77,7 @@ impl Harness {
         self.work.join(file)
     }
 
-    /// `seed000 [+12s]: msg` on stderr.
+    /// `llc-updates [+12s]: msg` on stderr.
     pub fn log(&self, msg: &str) {
         eprintln!(
             "{} [+{}s]: {msg}",

@@ -145,17 +145,19 @@ pub enum SeedCmd {
 /// Runs a `steer-bench seed` command.
 pub fn run(cmd: SeedCmd) -> Result<ExitCode> {
     match cmd {
-        SeedCmd::LlcUpdates(a) => repeat("seed000", &a.common, |h| llc_updates::run_once(&a, h)),
-        SeedCmd::TcpLlcUpdates(a) => repeat("seed000-tcp", &a.common, |h| {
+        SeedCmd::LlcUpdates(a) => {
+            repeat("llc-updates", &a.common, |h| llc_updates::run_once(&a, h))
+        }
+        SeedCmd::TcpLlcUpdates(a) => repeat("tcp-llc-updates", &a.common, |h| {
             tcp_llc_updates::run_once(&a, h)
         }),
-        SeedCmd::SockmapAffinity(a) => {
-            repeat("seed001", &a.common, |h| sockmap_affinity::run_once(&a, h))
-        }
-        SeedCmd::FalseSharing(a) => {
-            repeat("seed002-004", &a.common, |h| false_sharing::run_once(&a, h))
-        }
-        SeedCmd::FastPath(a) => repeat("seed003", &a.common, |h| fast_path::run_once(&a, h)),
+        SeedCmd::SockmapAffinity(a) => repeat("sockmap-affinity", &a.common, |h| {
+            sockmap_affinity::run_once(&a, h)
+        }),
+        SeedCmd::FalseSharing(a) => repeat("false-sharing", &a.common, |h| {
+            false_sharing::run_once(&a, h)
+        }),
+        SeedCmd::FastPath(a) => repeat("fast-path", &a.common, |h| fast_path::run_once(&a, h)),
         SeedCmd::Medians { files } => {
             let docs = files
                 .iter()

@@ -416,8 +416,8 @@ mod tests {
             table,
             |n, doc| {
                 // The stored saving and goal are what the rules say.
-                assert_eq!(jopt(saving(&doc)), doc["saving_percent"], "run {n}");
-                assert_eq!(goal_met(&doc), doc["goal"] == "met", "run {n}");
+                assert_eq!(jopt(saving(doc)), doc["saving_percent"], "run {n}");
+                assert_eq!(goal_met(doc), doc["goal"] == "met", "run {n}");
             },
         );
     }
