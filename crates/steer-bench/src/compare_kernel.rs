@@ -294,19 +294,6 @@ fn steer_command(a: &CompareKernel) -> Result<Vec<String>> {
     Ok(vec![bin.to_string_lossy().into_owned(), "echo".into()])
 }
 
-fn first_line(cmd: &str, arg: &str) -> String {
-    Command::new(cmd)
-        .arg(arg)
-        .output()
-        .ok()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            text.lines().next().unwrap_or_default().to_owned()
-        })
-        .unwrap_or_default()
-}
-
 /// Runs the comparison: prints the table, writes the JSON; exit status 0,
 /// 2 when a side lacks results, 3 when `--require-goal` and it is missed.
 pub fn run(a: &CompareKernel) -> Result<ExitCode> {
@@ -384,7 +371,10 @@ pub fn run(a: &CompareKernel) -> Result<ExitCode> {
         ("interface", bed.host_if.clone()),
         ("namespace", bed.ns.clone()),
         ("server_ip", bed.host_v4.to_string()),
-        ("sockperf", first_line("sockperf", "--version")),
+        (
+            "sockperf",
+            crate::procs::first_line("sockperf", "--version"),
+        ),
         ("steer_cmd", r.steer_cmd.join(" ")),
         ("rps_cpus", mask),
         ("rps_flow_cnt", netns::RPS_FLOW_CNT.to_string()),

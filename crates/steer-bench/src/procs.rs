@@ -59,6 +59,21 @@ pub fn stat_ticks(stat: &str) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// The first line `cmd arg` prints (stdout, then stderr), empty when it
+/// cannot run: a tool's version.
+pub fn first_line(cmd: &str, arg: &str) -> String {
+    Command::new(cmd)
+        .arg(arg)
+        .output()
+        .ok()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            text.lines().next().unwrap_or_default().to_owned()
+        })
+        .unwrap_or_default()
+}
+
 /// The last `n` lines of `log` other than libbpf's and libxdp's chatter,
 /// joined with ` | `.
 pub fn tail(log: &Path, n: usize) -> String {
@@ -226,6 +241,12 @@ impl Drop for Proc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_line_a_tool_prints() {
+        assert_eq!(first_line("echo", "v1.2"), "v1.2");
+        assert_eq!(first_line("/nonexistent/tool", "--version"), "");
+    }
 
     #[test]
     fn ticks_after_the_command_name() {

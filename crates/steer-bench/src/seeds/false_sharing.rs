@@ -28,6 +28,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{
+    config_flag,
     criterion::BenchRun,
     harness::{self, Harness},
     sharing_replica, Common, Outcome,
@@ -68,12 +69,6 @@ pub struct FalseSharing {
     pub common: Common,
 }
 
-fn flag(doc: &Value, key: &str) -> bool {
-    doc.pointer(&format!("/config/{key}"))
-        .and_then(Value::as_bool)
-        .unwrap_or(true)
-}
-
 fn crit<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
     super::find_run(&doc["criterion"], |c| {
         c["id"].as_str().and_then(|id| id.rsplit('/').next()) == Some(name)
@@ -95,11 +90,11 @@ fn mega(v: Option<f64>) -> String {
 /// (more lookups and more increments), for the parts that ran.
 pub fn goal_met(doc: &Value) -> bool {
     let mut ok = true;
-    if flag(doc, "criterion") {
+    if config_flag(doc, "criterion") {
         let med = |n| crit(doc, n).and_then(|c| num(c, "/median_ns"));
         ok &= matches!((med("split"), med("packed")), (Some(s), Some(p)) if s < p);
     }
-    if flag(doc, "replica") {
+    if config_flag(doc, "replica") {
         let both = |l, k| rep(doc, "both", l, k);
         ok &= matches!(
             (both("split", "lookups_per_s"), both("packed", "lookups_per_s"),
@@ -114,7 +109,7 @@ pub fn goal_met(doc: &Value) -> bool {
 pub fn table(doc: &Value) -> String {
     let mut t = String::new();
     let _ = writeln!(t);
-    let (with_crit, with_rep) = (flag(doc, "criterion"), flag(doc, "replica"));
+    let (with_crit, with_rep) = (config_flag(doc, "criterion"), config_flag(doc, "replica"));
     if with_crit {
         let _ = writeln!(t, "seeds 002/004 (criterion, benches/table.rs): lookups of 1024 flows per batch, second thread pinned to the other CPU");
         let layout = Layout::new(&[55], &[10, 14, 9, 9]);

@@ -32,11 +32,12 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{
+    config_flag,
     criterion::{printed_enqueues, BenchRun},
     find_run,
     harness::{self, Harness},
     udp_flows::{FlowsConfig, FlowsResult},
-    Common, Outcome,
+    Outcome, SteerRun,
 };
 use crate::netns::TestBed;
 use crate::num::{div, fewer_pct, fixed, jnum, jopt, num, raw};
@@ -76,18 +77,9 @@ pub struct FastPath {
     /// Exit 3 unless the goal is met.
     #[arg(long)]
     pub require_goal: bool,
-    /// The `steer` command (default: the one next to this binary).
-    #[arg(long, env = "STEER")]
-    pub steer: Option<std::path::PathBuf>,
-    /// Output, runs, source tree.
+    /// The `steer` command, output, runs, source tree.
     #[command(flatten)]
-    pub common: Common,
-}
-
-fn flag(doc: &Value, key: &str) -> bool {
-    doc.pointer(&format!("/config/{key}"))
-        .and_then(Value::as_bool)
-        .unwrap_or(true)
+    pub run: SteerRun,
 }
 
 fn layouts(doc: &Value) -> Vec<String> {
@@ -130,12 +122,12 @@ pub fn goal_met(doc: &Value) -> bool {
             .is_some_and(|r| r >= GOAL_PCT)
     };
     let mut ok = true;
-    if flag(doc, "e2e") {
+    if config_flag(doc, "e2e") {
         for l in layouts(doc) {
             ok &= enough(layout_reduction(doc, &l));
         }
     }
-    if flag(doc, "criterion") {
+    if config_flag(doc, "criterion") {
         ok &= enough(crit_reduction(doc));
     }
     ok
@@ -146,7 +138,7 @@ pub fn table(doc: &Value) -> String {
     let c = &doc["config"];
     let mut t = String::new();
     let _ = writeln!(t);
-    if flag(doc, "e2e") {
+    if config_flag(doc, "e2e") {
         let _ = writeln!(
             t,
             "seed 003 (end to end): steer echo --sockperf, {} local flows x {} in flight, {}s per run",
@@ -204,7 +196,7 @@ pub fn table(doc: &Value) -> String {
             );
         }
     }
-    if flag(doc, "criterion") {
+    if config_flag(doc, "criterion") {
         let _ = writeln!(t);
         let _ = writeln!(t, "seed 003 (criterion, benches/dispatch.rs): steer/dispatch/fast_path, batches of 64 packets, flows on the dispatcher's CPU");
         let layout = Layout::new(&[28], &[10, 20, 9, 9]);
@@ -394,11 +386,11 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
     let steer = if with_e2e {
         harness::require_root("network namespaces, veth pairs, XDP programs, AF_XDP sockets; --criterion-only needs none")?;
         harness::require_tool("ip")?;
-        Some(harness::steer_binary(a.steer.as_deref())?)
+        Some(harness::steer_binary(a.run.steer.as_deref())?)
     } else {
         None
     };
-    let src = harness::source_tree(a.common.src.as_deref())?;
+    let src = harness::source_tree(a.run.common.src.as_deref())?;
     let mut failed = false;
     let mut criterion = Vec::new();
     if with_crit {

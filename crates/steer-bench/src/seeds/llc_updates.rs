@@ -56,7 +56,7 @@ use super::{
     find_run,
     harness::{self, Harness},
     udp_flows::FlowsConfig,
-    Common, Outcome,
+    Outcome, SteerRun,
 };
 use crate::netns::TestBed;
 use crate::num::{fewer_pct, fixed, jnum, jopt, num, raw};
@@ -98,12 +98,9 @@ pub struct LlcUpdates {
     /// Exit 3 unless the goal is met.
     #[arg(long)]
     pub require_goal: bool,
-    /// The `steer` command (default: the one next to this binary).
-    #[arg(long, env = "STEER")]
-    pub steer: Option<std::path::PathBuf>,
-    /// Output, runs, source tree.
+    /// The `steer` command, output, runs, source tree.
     #[command(flatten)]
-    pub common: Common,
+    pub run: SteerRun,
 }
 
 /// The topologies a document's run covered.
@@ -496,8 +493,8 @@ pub fn run_once(a: &LlcUpdates, h: &Harness) -> Result<Outcome> {
     harness::require_root("network namespaces, veth pairs, XDP programs, AF_XDP sockets")?;
     harness::require_tool("sockperf")?;
     harness::require_tool("ip")?;
-    let steer = harness::steer_binary(a.steer.as_deref())?;
-    let src = harness::source_tree(a.common.src.as_deref())?;
+    let steer = harness::steer_binary(a.run.steer.as_deref())?;
+    let src = harness::source_tree(a.run.common.src.as_deref())?;
     let bed = TestBed::create(2)?;
     let port = harness::free_udp_port(7000)?;
     let backend_port = harness::free_udp_port(17000)?;

@@ -79,6 +79,25 @@ pub struct Common {
     pub src: Option<PathBuf>,
 }
 
+/// Options of the seeds that drive the `steer` command.
+#[derive(Debug, Clone, Args)]
+pub struct SteerRun {
+    /// The `steer` command (default: the one next to this binary).
+    #[arg(long, env = "STEER")]
+    pub steer: Option<PathBuf>,
+    /// Output, runs, source tree.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Whether the part `key` of a seed ran: `/config/KEY` of its result, true
+/// when absent (a run that did every part records no flag).
+pub fn config_flag(doc: &Value, key: &str) -> bool {
+    doc.pointer(&format!("/config/{key}"))
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
+}
+
 /// What one run of a seed produced.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -145,19 +164,19 @@ pub enum SeedCmd {
 /// Runs a `steer-bench seed` command.
 pub fn run(cmd: SeedCmd) -> Result<ExitCode> {
     match cmd {
-        SeedCmd::LlcUpdates(a) => {
-            repeat("llc-updates", &a.common, |h| llc_updates::run_once(&a, h))
-        }
-        SeedCmd::TcpLlcUpdates(a) => repeat("tcp-llc-updates", &a.common, |h| {
+        SeedCmd::LlcUpdates(a) => repeat("llc-updates", &a.run.common, |h| {
+            llc_updates::run_once(&a, h)
+        }),
+        SeedCmd::TcpLlcUpdates(a) => repeat("tcp-llc-updates", &a.run.common, |h| {
             tcp_llc_updates::run_once(&a, h)
         }),
-        SeedCmd::SockmapAffinity(a) => repeat("sockmap-affinity", &a.common, |h| {
+        SeedCmd::SockmapAffinity(a) => repeat("sockmap-affinity", &a.run.common, |h| {
             sockmap_affinity::run_once(&a, h)
         }),
         SeedCmd::FalseSharing(a) => repeat("false-sharing", &a.common, |h| {
             false_sharing::run_once(&a, h)
         }),
-        SeedCmd::FastPath(a) => repeat("fast-path", &a.common, |h| fast_path::run_once(&a, h)),
+        SeedCmd::FastPath(a) => repeat("fast-path", &a.run.common, |h| fast_path::run_once(&a, h)),
         SeedCmd::Medians { files } => {
             let docs = files
                 .iter()
@@ -368,6 +387,10 @@ pub(crate) mod tests {
         let doc = serde_json::json!({"config": {"layouts": ["multi", 3]}});
         assert_eq!(config_list(&doc, "layouts", &["a"]), ["multi"]);
         assert_eq!(config_list(&doc, "other", &["a", "b"]), ["a", "b"]);
+        let flags = serde_json::json!({"config": {"replica": false, "e2e": "yes"}});
+        assert!(!config_flag(&flags, "replica"));
+        assert!(config_flag(&flags, "criterion"), "absent: it ran");
+        assert!(config_flag(&flags, "e2e"), "not a bool: taken as ran");
         let runs = serde_json::json!([{"n": 1}, {"n": 2}, {"n": 2, "x": 0}]);
         assert_eq!(find_run(&runs, |r| r["n"] == 2), Some(&runs[1]));
         assert_eq!(find_run(&runs, |r| r["n"] == 3), None);

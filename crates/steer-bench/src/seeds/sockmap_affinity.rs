@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    Common, Outcome,
+    Outcome, SteerRun,
 };
 use crate::netns::TestBed;
 use crate::num::{div, fixed, jnum, jopt, num, raw};
@@ -80,12 +80,9 @@ pub struct SockmapAffinity {
     /// Task layouts.
     #[arg(long, value_delimiter = ',', default_value = "per-core,multi", value_parser = ["per-core", "multi"])]
     pub layouts: Vec<String>,
-    /// The `steer` command (default: the one next to this binary).
-    #[arg(long, env = "STEER")]
-    pub steer: Option<std::path::PathBuf>,
-    /// Output, runs, source tree.
+    /// The `steer` command, output, runs, source tree.
     #[command(flatten)]
-    pub common: Common,
+    pub run: SteerRun,
 }
 
 fn layouts(doc: &Value) -> Vec<String> {
@@ -428,19 +425,6 @@ fn run_config(
     Ok(Some(result_json(layout, place, &fin, &m)))
 }
 
-fn sockperf_version() -> String {
-    std::process::Command::new("sockperf")
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            text.lines().next().unwrap_or_default().to_owned()
-        })
-        .unwrap_or_default()
-}
-
 /// One run of the seed: every layout and placement, the table and the JSON.
 pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
     let mut a = a.clone();
@@ -454,8 +438,8 @@ pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
     if a.layouts.is_empty() {
         bail!("--layouts: give per-core, multi or both");
     }
-    let steer = harness::steer_binary(a.steer.as_deref())?;
-    let src = harness::source_tree(a.common.src.as_deref())?;
+    let steer = harness::steer_binary(a.run.steer.as_deref())?;
+    let src = harness::source_tree(a.run.common.src.as_deref())?;
     let bed = TestBed::create(2)?;
     let port = harness::free_udp_port(7000)?;
     let backend_port = harness::free_udp_port(17000)?;
@@ -488,7 +472,7 @@ pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
             "mps": a.mps,
             "msg_size": a.size,
             "reply_every": 1,
-            "sockperf": sockperf_version(),
+            "sockperf": crate::procs::first_line("sockperf", "--version"),
             "layouts": a.layouts,
         },
         "runs": runs,

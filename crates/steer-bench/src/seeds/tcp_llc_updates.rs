@@ -54,7 +54,7 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    Common, Outcome,
+    Outcome, SteerRun,
 };
 use crate::netns::TestBed;
 use crate::num::{fixed, jnum, jopt, num, raw, shortest};
@@ -88,12 +88,9 @@ pub struct TcpLlcUpdates {
     /// Exit 3 unless the goal is met.
     #[arg(long)]
     pub require_goal: bool,
-    /// The `steer` command (default: the one next to this binary).
-    #[arg(long, env = "STEER")]
-    pub steer: Option<std::path::PathBuf>,
-    /// Output, runs, source tree.
+    /// The `steer` command, output, runs, source tree.
     #[command(flatten)]
-    pub common: Common,
+    pub run: SteerRun,
 }
 
 fn run_of<'a>(doc: &'a Value, topo: &str, policy: &str) -> Option<&'a Value> {
@@ -361,8 +358,8 @@ pub fn run_once(a: &TcpLlcUpdates, h: &Harness) -> Result<Outcome> {
     }
     harness::require_root("network namespaces, veth pairs, XDP programs, BPF maps")?;
     harness::require_tool("ip")?;
-    let steer = harness::steer_binary(a.steer.as_deref())?;
-    let src = harness::source_tree(a.common.src.as_deref())?;
+    let steer = harness::steer_binary(a.run.steer.as_deref())?;
+    let src = harness::source_tree(a.run.common.src.as_deref())?;
     let bed = TestBed::create(2)?;
     let port = harness::free_tcp_port(7500)?;
     let topology = harness::steer_topology(&steer);
