@@ -31,6 +31,23 @@ pub struct Estimate {
     pub elements: f64,
 }
 
+impl Estimate {
+    /// The estimate as a seed's result records it: `name: value` first,
+    /// then the median and its interval, then the fields of `more` (an
+    /// object), in order.
+    pub fn to_json(&self, name: &str, value: Value, more: Value) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert(name.to_owned(), value);
+        m.insert("median_ns".into(), self.median_ns.into());
+        m.insert("ci_lower_ns".into(), self.ci_lower_ns.into());
+        m.insert("ci_upper_ns".into(), self.ci_upper_ns.into());
+        if let Value::Object(more) = more {
+            m.extend(more);
+        }
+        Value::Object(m)
+    }
+}
+
 /// The benches of one source tree.
 #[derive(Debug, Clone)]
 pub struct Benches {
@@ -230,6 +247,25 @@ pub fn printed_enqueues(log: &str, id: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_estimate_as_json_keeps_its_order() {
+        let e = Estimate {
+            median_ns: 2.0,
+            ci_lower_ns: 1.0,
+            ci_upper_ns: 3.0,
+            elements: 4.0,
+        };
+        let j = e.to_json("id", "x".into(), serde_json::json!({"per": 0.5}));
+        let keys: Vec<&str> = j.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["id", "median_ns", "ci_lower_ns", "ci_upper_ns", "per"]
+        );
+        assert_eq!(j["per"], 0.5);
+        let bare = e.to_json("id", "x".into(), Value::Null);
+        assert_eq!(bare.as_object().unwrap().len(), 4);
+    }
 
     #[test]
     fn estimates_and_freshness() {

@@ -235,14 +235,11 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
                 failed = true;
                 continue;
             };
-            criterion.push(json!({
-                "id": id,
-                "median_ns": e.median_ns,
-                "ci_lower_ns": e.ci_lower_ns,
-                "ci_upper_ns": e.ci_upper_ns,
+            let more = json!({
                 "elements": jnum(e.elements),
                 "lookups_per_s": e.elements * 1e9 / e.median_ns,
-            }));
+            });
+            criterion.push(e.to_json("id", id.into(), more));
         }
         criterion.sort_by_key(|c| raw(c.get("id")).rsplit('/').next().map(str::to_owned));
         batches = batch_lines(&run.log_text());

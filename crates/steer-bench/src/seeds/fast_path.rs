@@ -403,15 +403,12 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
                 failed = true;
                 continue;
             };
-            criterion.push(json!({
-                "fast_path": fp,
-                "median_ns": e.median_ns,
-                "ci_lower_ns": e.ci_lower_ns,
-                "ci_upper_ns": e.ci_upper_ns,
+            let more = json!({
                 "packets": jnum(e.elements),
                 "ns_per_packet": e.median_ns / e.elements,
                 "ring_enqueues_per_packet": jopt(printed_enqueues(&text, &id)),
-            }));
+            });
+            criterion.push(e.to_json("fast_path", fp.into(), more));
         }
     }
     let mut runs = Vec::new();

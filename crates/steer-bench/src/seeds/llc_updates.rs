@@ -493,8 +493,7 @@ pub fn run_once(a: &LlcUpdates, h: &Harness) -> Result<Outcome> {
     harness::require_root("network namespaces, veth pairs, XDP programs, AF_XDP sockets")?;
     harness::require_tool("sockperf")?;
     harness::require_tool("ip")?;
-    let steer = harness::steer_binary(a.run.steer.as_deref())?;
-    let src = harness::source_tree(a.run.common.src.as_deref())?;
+    let (steer, src) = a.run.paths()?;
     let bed = TestBed::create(2)?;
     let port = harness::free_udp_port(7000)?;
     let backend_port = harness::free_udp_port(17000)?;

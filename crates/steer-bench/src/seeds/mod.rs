@@ -90,6 +90,17 @@ pub struct SteerRun {
     pub common: Common,
 }
 
+impl SteerRun {
+    /// The `steer` command and the source tree to record (see
+    /// [`harness::steer_binary`], [`harness::source_tree`]).
+    pub fn paths(&self) -> Result<(PathBuf, PathBuf)> {
+        Ok((
+            harness::steer_binary(self.steer.as_deref())?,
+            harness::source_tree(self.common.src.as_deref())?,
+        ))
+    }
+}
+
 /// Whether the part `key` of a seed ran: `/config/KEY` of its result, true
 /// when absent (a run that did every part records no flag).
 pub fn config_flag(doc: &Value, key: &str) -> bool {

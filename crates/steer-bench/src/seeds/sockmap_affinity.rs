@@ -438,8 +438,7 @@ pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
     if a.layouts.is_empty() {
         bail!("--layouts: give per-core, multi or both");
     }
-    let steer = harness::steer_binary(a.run.steer.as_deref())?;
-    let src = harness::source_tree(a.run.common.src.as_deref())?;
+    let (steer, src) = a.run.paths()?;
     let bed = TestBed::create(2)?;
     let port = harness::free_udp_port(7000)?;
     let backend_port = harness::free_udp_port(17000)?;

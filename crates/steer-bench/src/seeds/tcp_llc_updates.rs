@@ -358,8 +358,7 @@ pub fn run_once(a: &TcpLlcUpdates, h: &Harness) -> Result<Outcome> {
     }
     harness::require_root("network namespaces, veth pairs, XDP programs, BPF maps")?;
     harness::require_tool("ip")?;
-    let steer = harness::steer_binary(a.run.steer.as_deref())?;
-    let src = harness::source_tree(a.run.common.src.as_deref())?;
+    let (steer, src) = a.run.paths()?;
     let bed = TestBed::create(2)?;
     let port = harness::free_tcp_port(7500)?;
     let topology = harness::steer_topology(&steer);
