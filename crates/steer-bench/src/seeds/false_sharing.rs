@@ -31,7 +31,7 @@ use super::{
     config_flag,
     criterion::BenchRun,
     harness::{self, Harness},
-    sharing_replica, Common, Outcome,
+    result_doc, sharing_replica, Common, Outcome,
 };
 use crate::num::{div, fixed, jnum, num, raw};
 
@@ -260,22 +260,23 @@ pub fn run_once(a: &FalseSharing, h: &Harness) -> Result<Outcome> {
             }
         }
     }
-    let mut doc = json!({
-        "tool": TOOL,
-        "format": 1,
-        "host": harness::host_json(&src),
-        "config": {
-            "quick": a.quick,
-            "replica_seconds_per_case": jnum(secs),
-            "reader_cpu": 0,
-            "writer_cpu": 1,
-            "criterion": with_crit,
-            "replica": with_rep,
-        },
-        "criterion": criterion,
-        "criterion_batches": batches,
-        "replica": replica,
-    });
+    let mut doc = result_doc(
+        TOOL,
+        &src,
+        json!({
+            "config": {
+                "quick": a.quick,
+                "replica_seconds_per_case": jnum(secs),
+                "reader_cpu": 0,
+                "writer_cpu": 1,
+                "criterion": with_crit,
+                "replica": with_rep,
+            },
+            "criterion": criterion,
+            "criterion_batches": batches,
+            "replica": replica,
+        }),
+    );
     doc["goal_split_beats_packed"] = json!(goal_met(&doc));
     Ok(Outcome::new(doc, table, failed, false))
 }

@@ -36,6 +36,7 @@ use super::{
     criterion::{printed_enqueues, BenchRun},
     find_run,
     harness::{self, Harness},
+    result_doc, sort_runs,
     udp_flows::{FlowsConfig, FlowsResult},
     Outcome, SteerRun,
 };
@@ -428,23 +429,24 @@ pub fn run_once(a: &FastPath, h: &Harness) -> Result<Outcome> {
             }
         }
     }
-    runs.sort_by_key(|r| format!("{}-{}", raw(r.get("layout")), raw(r.get("fast_path"))));
-    let mut doc = json!({
-        "tool": TOOL,
-        "format": 1,
-        "host": harness::host_json(&src),
-        "config": {
-            "seconds": a.secs,
-            "flows": a.flows,
-            "window": a.window,
-            "quick": a.quick,
-            "layouts": a.layouts,
-            "e2e": with_e2e,
-            "criterion": with_crit,
-        },
-        "end_to_end": runs,
-        "criterion": criterion,
-    });
+    sort_runs(&mut runs, "layout", "fast_path");
+    let mut doc = result_doc(
+        TOOL,
+        &src,
+        json!({
+            "config": {
+                "seconds": a.secs,
+                "flows": a.flows,
+                "window": a.window,
+                "quick": a.quick,
+                "layouts": a.layouts,
+                "e2e": with_e2e,
+                "criterion": with_crit,
+            },
+            "end_to_end": runs,
+            "criterion": criterion,
+        }),
+    );
     let met = goal_met(&doc);
     doc["goal_50pct_fewer_enqueues"] = json!(met);
     Ok(Outcome::new(doc, table, failed, a.require_goal && !met))

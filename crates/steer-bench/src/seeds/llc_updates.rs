@@ -55,6 +55,7 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
+    result_doc, sort_runs,
     udp_flows::FlowsConfig,
     Outcome, SteerRun,
 };
@@ -533,23 +534,24 @@ pub fn run_once(a: &LlcUpdates, h: &Harness) -> Result<Outcome> {
     }
     let _ = backend.stop(Duration::from_secs(5));
     drop(bed);
-    runs.sort_by_key(|r| format!("{}-{}", raw(r.get("topology")), raw(r.get("policy"))));
-    let mut doc = json!({
-        "tool": TOOL,
-        "format": 1,
-        "host": harness::host_json(&src),
-        "config": {
-            "seconds": a.secs,
-            "warmup": a.warmup,
-            "flows": a.flows,
-            "window": a.window,
-            "runtime": a.runtime,
-            "override": a.override_spec,
-            "machine_topology": topology,
-            "only": a.only,
-        },
-        "runs": runs,
-    });
+    sort_runs(&mut runs, "topology", "policy");
+    let mut doc = result_doc(
+        TOOL,
+        &src,
+        json!({
+            "config": {
+                "seconds": a.secs,
+                "warmup": a.warmup,
+                "flows": a.flows,
+                "window": a.window,
+                "runtime": a.runtime,
+                "override": a.override_spec,
+                "machine_topology": topology,
+                "only": a.only,
+            },
+            "runs": runs,
+        }),
+    );
     let red = |t| {
         reduction(&doc, t)
             .and_then(|r| r.parse::<f64>().ok())

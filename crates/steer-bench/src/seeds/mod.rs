@@ -271,6 +271,32 @@ pub fn config_list(doc: &Value, key: &str, default: &[&str]) -> Vec<String> {
     }
 }
 
+/// A seed's result: its `tool`, `"format": 1`, the machine and `src` as
+/// `host` ([`harness::host_json`]), then the fields of `rest` in order.
+pub fn result_doc(tool: &str, src: &Path, rest: Value) -> Value {
+    let mut doc = serde_json::json!({
+        "tool": tool,
+        "format": 1,
+        "host": harness::host_json(src),
+    });
+    if let (Some(d), Value::Object(rest)) = (doc.as_object_mut(), rest) {
+        d.extend(rest);
+    }
+    doc
+}
+
+/// Sorts a seed's runs by two of their fields (as `"A-B"` text): the order
+/// results list them in.
+pub fn sort_runs(runs: &mut [Value], a: &str, b: &str) {
+    runs.sort_by_key(|r| {
+        format!(
+            "{}-{}",
+            crate::num::raw(r.get(a)),
+            crate::num::raw(r.get(b))
+        )
+    });
+}
+
 /// The first run in `runs` (a JSON array) that `pick` accepts.
 pub fn find_run(runs: &Value, pick: impl Fn(&Value) -> bool) -> Option<&Value> {
     runs.as_array()?.iter().find(|r| pick(r))
@@ -406,6 +432,44 @@ pub(crate) mod tests {
         assert_eq!(find_run(&runs, |r| r["n"] == 2), Some(&runs[1]));
         assert_eq!(find_run(&runs, |r| r["n"] == 3), None);
         assert_eq!(find_run(&Value::Null, |_| true), None);
+    }
+
+    #[test]
+    fn result_documents_and_run_order() {
+        let doc = result_doc(
+            "t",
+            Path::new("/"),
+            serde_json::json!({"config": 1, "runs": []}),
+        );
+        let keys: Vec<&str> = doc
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["tool", "format", "host", "config", "runs"]);
+        assert_eq!(
+            (doc["tool"].as_str(), doc["format"].as_i64()),
+            (Some("t"), Some(1))
+        );
+        let mut runs = vec![
+            serde_json::json!({"t": "real", "p": "llc"}),
+            serde_json::json!({"t": "override", "p": "llc"}),
+            serde_json::json!({"t": "real", "p": "always"}),
+        ];
+        sort_runs(&mut runs, "t", "p");
+        let order: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{}/{}", r["t"], r["p"]))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                r#""override"/"llc""#,
+                r#""real"/"always""#,
+                r#""real"/"llc""#
+            ]
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use super::{
     find_run,
     harness::{self, Harness},
-    Outcome, SteerRun,
+    result_doc, sort_runs, Outcome, SteerRun,
 };
 use crate::netns::TestBed;
 use crate::num::{div, fixed, jnum, jopt, num, raw};
@@ -459,23 +459,24 @@ pub fn run_once(a: &SockmapAffinity, h: &Harness) -> Result<Outcome> {
     }
     let _ = backend.stop(Duration::from_secs(5));
     drop(bed);
-    runs.sort_by_key(|r| format!("{}-{}", raw(r.get("layout")), raw(r.get("placement"))));
-    let doc = json!({
-        "tool": TOOL,
-        "format": 1,
-        "host": harness::host_json(&src),
-        "config": {
-            "seconds": a.secs,
-            "clients": a.clients,
-            "client_cpu": a.client_cpu,
-            "mps": a.mps,
-            "msg_size": a.size,
-            "reply_every": 1,
-            "sockperf": crate::procs::first_line("sockperf", "--version"),
-            "layouts": a.layouts,
-        },
-        "runs": runs,
-    });
+    sort_runs(&mut runs, "layout", "placement");
+    let doc = result_doc(
+        TOOL,
+        &src,
+        json!({
+            "config": {
+                "seconds": a.secs,
+                "clients": a.clients,
+                "client_cpu": a.client_cpu,
+                "mps": a.mps,
+                "msg_size": a.size,
+                "reply_every": 1,
+                "sockperf": crate::procs::first_line("sockperf", "--version"),
+                "layouts": a.layouts,
+            },
+            "runs": runs,
+        }),
+    );
     Ok(Outcome::new(doc, table, failed, false))
 }
 
