@@ -28,7 +28,7 @@ use steer_xdp::{object::XdpObject, BindMode, Frame, PortConfig, QueueSocket};
 use crate::{
     cpustat::{self, CpuUse},
     flows::{FlowBook, FlowCounts, Verdict},
-    pacing::TokenBucket,
+    pacing::{self, ahead_of_share, TokenBucket, Weights},
     payload::{parse_reply, Endpoints, Template, FRAME_LEN},
     sys::{current_cpu, mono_ns, sleep_until},
     xdp,
@@ -89,6 +89,20 @@ pub struct Latency {
     pub p999_us: f64,
     /// Largest.
     pub max_us: f64,
+}
+
+impl Latency {
+    /// The percentiles of round trips recorded in nanoseconds, in
+    /// microseconds; `None` when none was recorded.
+    pub fn of(hist: &Histogram<u64>) -> Option<Latency> {
+        (!hist.is_empty()).then(|| Latency {
+            count: hist.len(),
+            p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
+            p999_us: hist.value_at_quantile(0.999) as f64 / 1e3,
+            max_us: hist.max() as f64 / 1e3,
+        })
+    }
 }
 
 /// What one phase measured.
@@ -186,43 +200,14 @@ impl Generator {
         let nflows = usize::from(self.setup.flows);
         let nsock = self.sockets.len();
         let mut books = vec![FlowBook::default(); nflows];
-        let mut cursor: Vec<usize> = (0..nsock).collect();
-        let weight = |flow: usize| match self.setup.weights.len() {
-            0 => 1,
-            n => self.setup.weights[flow % n].max(1),
-        };
-        // Requests the flow at each socket's cursor still sends in a row.
-        let mut repeat: Vec<u32> = (0..nsock).map(weight).collect();
-        // With weights, each socket's share of the rate is its flows' share
-        // of the weights (flow f goes out on socket f % nsock); a socket
-        // ahead of its share lets the others send first.
-        let share: Vec<f64> = if self.setup.weights.is_empty() {
-            Vec::new()
-        } else {
-            let w: Vec<f64> = (0..nsock)
-                .map(|s| {
-                    (s..nflows)
-                        .step_by(nsock)
-                        .map(|f| f64::from(weight(f)))
-                        .sum()
-                })
-                .collect();
-            let total: f64 = w.iter().sum();
-            w.iter().map(|x| x / total.max(1.0)).collect()
-        };
+        let mut weights = Weights::new(&self.setup.weights, nflows, nsock);
+        let share = weights.shares();
         let mut sent_by = vec![0u64; nsock];
         let mut sent_all = 0u64;
         let mut hist =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).context("latency histogram")?;
         let tick = spec.tick.as_nanos().max(1_000) as u64;
-        let burst = match spec.rate {
-            None => TX_BATCH as u64,
-            // Five milliseconds of credit: a generator delayed by another
-            // task or by this VM's host catches up in bursts (with one
-            // millisecond, 50k/s was not held in 3 of 6 phases here, at
-            // 36-45k/s); longer stalls show as a rate not held.
-            Some(r) => ((r * 5e-3) as u64).max(TX_BATCH as u64),
-        };
+        let burst = pacing::burst(spec.rate, TX_BATCH as u64);
         let t0 = mono_ns();
         let mut bucket = TokenBucket::new(spec.rate, burst, t0);
         let win_start = t0 + spec.warmup.as_nanos() as u64;
@@ -270,10 +255,7 @@ impl Generator {
                     continue;
                 }
                 let want = (budget as usize).min(TX_BATCH);
-                if share
-                    .get(s)
-                    .is_some_and(|&sh| sent_by[s] as f64 > sh * (sent_all + want as u64) as f64)
-                {
+                if ahead_of_share(share.get(s).copied(), sent_by[s], sent_all, want as u64) {
                     continue;
                 }
                 txf.clear();
@@ -287,17 +269,7 @@ impl Generator {
                 }
                 let ts = mono_ns();
                 for f in txf.iter_mut() {
-                    let flow = cursor[s];
-                    if repeat[s] > 1 {
-                        repeat[s] -= 1;
-                    } else {
-                        cursor[s] = if flow + nsock < nflows {
-                            flow + nsock
-                        } else {
-                            s
-                        };
-                        repeat[s] = weight(cursor[s]);
-                    }
+                    let flow = weights.next_flow(s);
                     let seq = books[flow].next_seq();
                     self.template.fill(
                         &mut buf,
@@ -362,7 +334,7 @@ impl Generator {
             }
             // Sleep to the next tick at a fixed rate (and while draining).
             if spec.rate.is_some() || !sending {
-                next_wake = next_wake.max(now - now.min(tick)) + tick;
+                next_wake = pacing::next_wake(next_wake, now, tick);
                 sleep_until(next_wake);
             }
         }
@@ -383,13 +355,7 @@ impl Generator {
             total += *c;
         }
         total.lost = total.lost.saturating_sub(unsent);
-        let latency = (!hist.is_empty()).then(|| Latency {
-            count: hist.len(),
-            p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
-            p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
-            p999_us: hist.value_at_quantile(0.999) as f64 / 1e3,
-            max_us: hist.max() as f64 / 1e3,
-        });
+        let latency = Latency::of(&hist);
         Ok(PhaseResult {
             asked_pps: spec.rate,
             window_secs,
@@ -413,5 +379,30 @@ impl Generator {
             foreign_cpu_secs,
             generator_cpu: current_cpu(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_in_microseconds() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        assert!(Latency::of(&h).is_none());
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let l = Latency::of(&h).unwrap();
+        assert_eq!(l.count, 1000);
+        // Three significant digits: within 0.1%.
+        for (got, want) in [
+            (l.p50_us, 500.0),
+            (l.p99_us, 990.0),
+            (l.p999_us, 999.0),
+            (l.max_us, 1000.0),
+        ] {
+            assert!((got - want).abs() <= want * 1e-3, "{got} vs {want}");
+        }
     }
 }

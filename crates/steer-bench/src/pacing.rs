@@ -1,5 +1,7 @@
 //! Pacing: a token bucket that hands out send credit in batches at a fixed
-//! rate, or without limit.
+//! rate, or without limit; the generator's burst size, its tick schedule,
+//! and how weighted flows share the sockets ([`Weights`]: each socket's
+//! share of the rate, and which flow each of its frames belongs to).
 //!
 //! Invariants: time is passed in (nanoseconds from any fixed origin), so the
 //! bucket is deterministic under test; credit never exceeds `burst` packets,
@@ -57,6 +59,102 @@ impl TokenBucket {
     }
 }
 
+/// The credit a bucket at `rate` may hold: five milliseconds of it, and
+/// at least `min` (one batch); `min` when unlimited. A generator delayed by
+/// another task or by the VM's host catches up in bursts of this size;
+/// longer stalls show as a rate not held.
+pub fn burst(rate: Option<f64>, min: u64) -> u64 {
+    match rate {
+        None => min,
+        Some(r) => ((r * 5e-3) as u64).max(min),
+    }
+}
+
+/// The next wake-up at a fixed tick: one `tick` after `last`, or after one
+/// tick before `now` when the sleeper fell behind (it never schedules a
+/// burst of catch-up wake-ups).
+pub fn next_wake(last: u64, now: u64, tick: u64) -> u64 {
+    last.max(now - now.min(tick)) + tick
+}
+
+/// How `flows` flows with per-flow weights share `sockets` sockets: flow
+/// `f` goes out on socket `f % sockets` and sends `weight(f)` requests in a
+/// row at its turn; each socket's share of the rate is its flows' share of
+/// the weights.
+#[derive(Debug, Clone)]
+pub struct Weights {
+    weights: Vec<u32>,
+    flows: usize,
+    sockets: usize,
+    cursor: Vec<usize>,
+    repeat: Vec<u32>,
+}
+
+impl Weights {
+    /// Flow `f`'s weight is `weights[f % len]` (at least 1; empty: all 1).
+    pub fn new(weights: &[u32], flows: usize, sockets: usize) -> Self {
+        let mut w = Weights {
+            weights: weights.to_vec(),
+            flows,
+            sockets: sockets.max(1),
+            cursor: (0..sockets).collect(),
+            repeat: Vec::new(),
+        };
+        w.repeat = (0..sockets).map(|s| w.weight(s)).collect();
+        w
+    }
+
+    /// Flow `flow`'s weight.
+    pub fn weight(&self, flow: usize) -> u32 {
+        match self.weights.len() {
+            0 => 1,
+            n => self.weights[flow % n].max(1),
+        }
+    }
+
+    /// Each socket's share of the rate (empty without weights: no socket
+    /// waits for the others).
+    pub fn shares(&self) -> Vec<f64> {
+        if self.weights.is_empty() {
+            return Vec::new();
+        }
+        let w: Vec<f64> = (0..self.sockets)
+            .map(|s| {
+                (s..self.flows)
+                    .step_by(self.sockets)
+                    .map(|f| f64::from(self.weight(f)))
+                    .sum()
+            })
+            .collect();
+        let total: f64 = w.iter().sum();
+        w.iter().map(|x| x / total.max(1.0)).collect()
+    }
+
+    /// The flow of socket `s`'s next frame: its current flow until that
+    /// flow sent its weight's worth in a row, then the socket's next flow
+    /// (wrapping to its first).
+    pub fn next_flow(&mut self, s: usize) -> usize {
+        let flow = self.cursor[s];
+        if self.repeat[s] > 1 {
+            self.repeat[s] -= 1;
+        } else {
+            self.cursor[s] = if flow + self.sockets < self.flows {
+                flow + self.sockets
+            } else {
+                s
+            };
+            self.repeat[s] = self.weight(self.cursor[s]);
+        }
+        flow
+    }
+}
+
+/// Whether a socket that has sent `sent` of `sent_all` frames is ahead of
+/// its `share` once `want` more go out: it lets the others send first.
+pub fn ahead_of_share(share: Option<f64>, sent: u64, sent_all: u64, want: u64) -> bool {
+    share.is_some_and(|sh| sent as f64 > sh * (sent_all + want) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +182,50 @@ mod tests {
         let mut u = TokenBucket::new(None, 32, 0);
         assert_eq!(u.available(0), 32);
         assert_eq!(u.wait_ns(32), 0);
+    }
+
+    #[test]
+    fn bursts_are_five_milliseconds_of_credit() {
+        assert_eq!(burst(None, 32), 32);
+        assert_eq!(burst(Some(50_000.0), 32), 250);
+        assert_eq!(burst(Some(1_000.0), 32), 32, "at least one batch");
+    }
+
+    #[test]
+    fn ticks_follow_the_schedule_and_never_catch_up_in_bursts() {
+        assert_eq!(next_wake(1_000, 1_050, 100), 1_100);
+        // Far behind: one tick from now, not a run of past ticks.
+        assert_eq!(next_wake(1_000, 5_000, 100), 5_000);
+        // Near time zero the subtraction does not wrap.
+        assert_eq!(next_wake(0, 50, 100), 100);
+    }
+
+    #[test]
+    fn equal_flows_take_turns_per_socket() {
+        let mut w = Weights::new(&[], 5, 2);
+        assert!(w.shares().is_empty());
+        let s0: Vec<usize> = (0..4).map(|_| w.next_flow(0)).collect();
+        let s1: Vec<usize> = (0..3).map(|_| w.next_flow(1)).collect();
+        assert_eq!(s0, [0, 2, 4, 0]);
+        assert_eq!(s1, [1, 3, 1]);
+    }
+
+    #[test]
+    fn weighted_flows_send_in_a_row_and_share_by_weight() {
+        // Weights 3,1: flows 0 and 2 weigh 3, flows 1 and 3 weigh 1.
+        let mut w = Weights::new(&[3, 1], 4, 2);
+        assert_eq!(w.shares(), [0.75, 0.25]);
+        let s0: Vec<usize> = (0..7).map(|_| w.next_flow(0)).collect();
+        assert_eq!(s0, [0, 0, 0, 2, 2, 2, 0]);
+        assert_eq!(w.weight(5), 1);
+        assert_eq!(
+            Weights::new(&[0], 2, 1).weight(0),
+            1,
+            "a zero weight counts 1"
+        );
+        // One socket of two that sent 80 of 100 is ahead of a 0.75 share.
+        assert!(ahead_of_share(Some(0.75), 80, 100, 0));
+        assert!(!ahead_of_share(Some(0.75), 70, 100, 0));
+        assert!(!ahead_of_share(None, 100, 100, 32));
     }
 }
