@@ -143,10 +143,7 @@ impl Run<'_> {
     /// The clients against whatever server listens; their reports go to
     /// `<tag>-client<i>.log`.
     fn clients(&self, mode: Mode, tag: &str) -> Result<()> {
-        let pin = Spawn {
-            pin: Some(self.cpus.clone()),
-            ..Spawn::default()
-        };
+        let pin = self.on_cpus();
         let mut ps = Vec::new();
         for i in 0..self.a.clients {
             let log = self.h.path(&format!("{tag}-client{i}.log"));
@@ -170,6 +167,20 @@ impl Run<'_> {
         self.h.check()
     }
 
+    /// Starts server `argv` on the server CPUs, its log `TAG-server.log`.
+    fn server(&self, what: &str, argv: &[String], tag: &str) -> Result<Proc> {
+        let log = self.h.path(&format!("{tag}-server.log"));
+        Proc::spawn(what, argv, &log, &self.on_cpus())
+    }
+
+    /// Processes pinned to the comparison's CPUs.
+    fn on_cpus(&self) -> Spawn {
+        Spawn {
+            pin: Some(self.cpus.clone()),
+            ..Spawn::default()
+        }
+    }
+
     fn kernel(&self, mode: Mode) -> Result<()> {
         let (a, h) = (self.a, self.h);
         let tag = format!("kernel-{}", mode.name());
@@ -188,15 +199,7 @@ impl Run<'_> {
             &a.port.to_string(),
         ]
         .map(String::from);
-        let mut server = Proc::spawn(
-            "sockperf server",
-            &argv,
-            &h.path(&format!("{tag}-server.log")),
-            &Spawn {
-                pin: Some(self.cpus.clone()),
-                ..Spawn::default()
-            },
-        )?;
+        let mut server = self.server("sockperf server", &argv, &tag)?;
         if !harness::wait_udp_bound(self.bed.host_v4, a.port, Duration::from_secs(10), || {
             server.alive()
         }) {
@@ -245,15 +248,7 @@ impl Run<'_> {
             .map(String::from),
         );
         argv.extend(a.extra.iter().cloned());
-        let mut server = Proc::spawn(
-            "the steer echo server",
-            &argv,
-            &h.path(&format!("{tag}-server.log")),
-            &Spawn {
-                pin: Some(self.cpus.clone()),
-                ..Spawn::default()
-            },
-        )?;
+        let mut server = self.server("the steer echo server", &argv, &tag)?;
         server.wait_ready(Duration::from_secs(60))?;
         self.clients(mode, &tag)?;
         let rc = server.stop(Duration::from_secs(10))?;

@@ -141,6 +141,20 @@ pub struct Running {
     backend: Option<Child>,
 }
 
+impl ServerEnv {
+    /// Where a steer server serves: `--interface IF --port P --cpus LIST`.
+    fn serve_args(&self) -> [String; 6] {
+        [
+            "--interface".into(),
+            self.interface.clone(),
+            "--port".into(),
+            self.port.to_string(),
+            "--cpus".into(),
+            cpu_list(&self.cpus),
+        ]
+    }
+}
+
 fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(|c| c.to_string())
@@ -263,35 +277,18 @@ impl Running {
                     Kind::SteerProxyPerCore => v.extend(["--runtime".into(), "per-core".into()]),
                     _ => v.extend(["--runtime".into(), env.proxy_runtime.clone()]),
                 }
-                v.extend([
-                    "--interface".into(),
-                    env.interface.clone(),
-                    "--port".into(),
-                    env.port.to_string(),
-                    "--cpus".into(),
-                    cpu_list(&env.cpus),
-                    "--backend".into(),
-                    backend,
-                    "--stats-json".into(),
-                    stats.to_string_lossy().into_owned(),
-                ]);
+                v.extend(env.serve_args());
+                v.extend(["--backend".into(), backend]);
+                v.extend(["--stats-json".into(), stats.to_string_lossy().into_owned()]);
                 v
             }
             Kind::Steer => {
                 let stats = env.log_dir.join("steer-stats.json");
                 r.stats_json = Some(stats.clone());
                 let mut v = env.steer_cmd.clone();
-                v.extend([
-                    "--interface".into(),
-                    env.interface.clone(),
-                    "--port".into(),
-                    env.port.to_string(),
-                    "--cpus".into(),
-                    cpu_list(&env.cpus),
-                    "--no-table".into(),
-                    "--stats-json".into(),
-                    stats.to_string_lossy().into_owned(),
-                ]);
+                v.extend(env.serve_args());
+                v.extend(["--no-table".into(), "--stats-json".into()]);
+                v.push(stats.to_string_lossy().into_owned());
                 v
             }
         };
