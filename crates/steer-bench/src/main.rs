@@ -530,20 +530,13 @@ fn config(
 /// One measurement at a time (the same lock as `compare-kernel`): runs
 /// sharing the CPUs would measure each other, and
 /// net.core.rps_sock_flow_entries is global. Held until the file is dropped.
-fn measurement_lock() -> Result<std::fs::File> {
-    use std::os::fd::AsFd;
-    let path = "/run/lock/steer-compare-kernel.lock";
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening {path}"))?;
-    if !sys::lock_exclusive(f.as_fd(), false).with_context(|| format!("locking {path}"))? {
-        eprintln!("steer-bench: another measurement holds {path}: waiting");
-        sys::lock_exclusive(f.as_fd(), true).context("waiting for the lock")?;
-    }
-    Ok(f)
+fn measurement_lock(stop: &std::sync::atomic::AtomicBool) -> Result<std::fs::File> {
+    steer_bench::seeds::harness::lock(
+        Path::new(steer_bench::compare_kernel::LOCK_PATH),
+        "steer-bench",
+        stop,
+        Duration::from_secs(24 * 3600),
+    )
 }
 
 fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
@@ -588,7 +581,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let mut cfg = config(&c, a.servers.clone(), runs, with_max(&a.rates))?;
     cfg.proxy_phases = with_max(&a.proxy_rates);
     let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
-    let _lock = measurement_lock()?;
+    let _lock = measurement_lock(stop)?;
     let before = bench::machine_load();
     println!("steer-bench: machine before the run: {before}");
     let outcome = bench::run(&cfg, stop)?;
@@ -666,7 +659,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
 fn cmd_load(a: LoadArgs) -> Result<ExitCode> {
     let cfg = config(&a.common, vec![a.server], 1, vec![a.rate.pps()])?;
     let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
-    let _lock = measurement_lock()?;
+    let _lock = measurement_lock(stop)?;
     println!(
         "steer-bench: machine before the run: {}",
         bench::machine_load()

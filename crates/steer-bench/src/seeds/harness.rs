@@ -139,7 +139,12 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn lock(path: &Path, name: &str, stop: &AtomicBool, wait: Duration) -> Result<File> {
+/// One measurement at a time: takes the exclusive lock on the file `path`
+/// (made when missing), waiting up to `wait` while another process holds
+/// it; fails when `stop` is set while waiting (SIGINT, SIGTERM) or the wait
+/// runs out. The lock lasts as long as the returned file is open. `name`
+/// starts the messages.
+pub fn lock(path: &Path, name: &str, stop: &AtomicBool, wait: Duration) -> Result<File> {
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -410,6 +415,24 @@ pub fn clk_tck() -> f64 {
 mod tests {
     use super::*;
     use std::net::UdpSocket;
+
+    #[test]
+    fn a_held_lock_is_waited_for_then_given_up_or_interrupted() {
+        let path = std::env::temp_dir().join(format!("sb-lock-{}", std::process::id()));
+        let calm = AtomicBool::new(false);
+        let held = lock(&path, "t", &calm, Duration::ZERO).unwrap();
+        let e = lock(&path, "t", &calm, Duration::from_millis(300)).unwrap_err();
+        assert!(e.to_string().contains("gave up waiting"), "{e}");
+        let stopped = AtomicBool::new(true);
+        let e = lock(&path, "t", &stopped, Duration::from_secs(60)).unwrap_err();
+        assert!(e.to_string().contains("interrupted"), "{e}");
+        drop(held);
+        assert!(
+            lock(&path, "t", &calm, Duration::ZERO).is_ok(),
+            "free again"
+        );
+        let _ = fs::remove_file(&path);
+    }
 
     #[test]
     fn free_ports_are_free() {
