@@ -73,6 +73,40 @@ pub struct BenchConfig {
     pub log_dir: PathBuf,
 }
 
+impl BenchConfig {
+    /// Checks the settings against each other and a machine of `ncpu`
+    /// CPUs: every CPU exists, the generator has its own CPU (unless
+    /// `gen_on_server_cpu`), weights 1..=10000, 1..=4096 flows whose source
+    /// ports fit above `sport_base`, 1..=64 queues, a window of 0.1..=600 s.
+    pub fn check(&self, ncpu: usize, gen_on_server_cpu: bool) -> Result<()> {
+        for &cpu in self.server_cpus.iter().chain([&self.gen_cpu]) {
+            if cpu >= ncpu {
+                bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
+            }
+        }
+        if self.server_cpus.contains(&self.gen_cpu) && !gen_on_server_cpu {
+            bail!(
+                "the generator's CPU {} is also a server CPU: give them different CPUs (or --gen-on-server-cpu)",
+                self.gen_cpu
+            );
+        }
+        if self.weights.iter().any(|&w| !(1..=10_000).contains(&w)) {
+            bail!("--weights must be 1..=10000 each");
+        }
+        let (flows, base) = (u32::from(self.flows), u32::from(self.sport_base));
+        if flows == 0 || base + flows > 65535 || flows > 4096 {
+            bail!("--flows must be 1..=4096 and fit above --sport-base");
+        }
+        if self.queues == 0 || self.queues > 64 {
+            bail!("--queues must be 1..=64");
+        }
+        if !(0.1..=600.0).contains(&self.window.as_secs_f64()) {
+            bail!("--window-secs must be between 0.1 and 600");
+        }
+        Ok(())
+    }
+}
+
 enum Cmd {
     Phase(PhaseSpec),
     Quit,
@@ -345,4 +379,74 @@ pub fn machine_load() -> String {
         load.join(" "),
         busy.map_or("?".into(), |b| format!("{b:.0}%"))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> BenchConfig {
+        BenchConfig {
+            servers: vec![Kind::Steer],
+            runs: 1,
+            phases: vec![None],
+            proxy_phases: vec![None],
+            flows: 64,
+            port: 11111,
+            sport_base: 40000,
+            gen_cpu: 0,
+            server_cpus: vec![1],
+            weights: Vec::new(),
+            queues: 2,
+            warmup: Duration::from_millis(300),
+            window: Duration::from_secs(1),
+            drain: Duration::from_millis(200),
+            tick: Duration::from_micros(100),
+            steer_cmd: vec!["steer".into(), "echo".into()],
+            steer_bin: "steer".into(),
+            rx_on_receiver: false,
+            proxy_runtime: "worker".into(),
+            log_dir: PathBuf::from("/tmp"),
+        }
+    }
+
+    fn err(c: &BenchConfig, ncpu: usize, shared: bool) -> String {
+        c.check(ncpu, shared).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn settings_are_checked_against_each_other_and_the_machine() {
+        assert!(cfg().check(2, false).is_ok());
+        assert!(err(&cfg(), 1, false).contains("CPU 1 does not exist here (1 CPUs)"));
+        let mut c = cfg();
+        c.server_cpus = vec![0, 1];
+        assert!(err(&c, 2, false).contains("also a server CPU"));
+        assert!(c.check(2, true).is_ok(), "allowed with --gen-on-server-cpu");
+        let mut c = cfg();
+        c.weights = vec![1, 0];
+        assert!(err(&c, 2, false).contains("--weights"));
+        c.weights = vec![10_000, 1];
+        assert!(c.check(2, false).is_ok());
+        for (flows, base, ok) in [
+            (0, 40000, false),
+            (4096, 40000, true),
+            (4097, 1000, false),
+            (100, 65436, false),
+            (99, 65436, true),
+        ] {
+            let mut c = cfg();
+            (c.flows, c.sport_base) = (flows, base);
+            assert_eq!(c.check(2, false).is_ok(), ok, "{flows} flows from {base}");
+        }
+        for (q, ok) in [(0, false), (1, true), (64, true), (65, false)] {
+            let mut c = cfg();
+            c.queues = q;
+            assert_eq!(c.check(2, false).is_ok(), ok, "{q} queues");
+        }
+        for (w, ok) in [(0.05, false), (0.1, true), (600.0, true), (601.0, false)] {
+            let mut c = cfg();
+            c.window = Duration::from_secs_f64(w);
+            assert_eq!(c.check(2, false).is_ok(), ok, "{w} s window");
+        }
+    }
 }

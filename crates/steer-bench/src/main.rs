@@ -435,17 +435,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn find_in_path(cmd: &str) -> Option<PathBuf> {
-    if cmd.contains('/') {
-        return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
-    }
-    std::env::var_os("PATH")?
-        .to_string_lossy()
-        .split(':')
-        .map(|d| Path::new(d).join(cmd))
-        .find(|p| p.is_file())
-}
-
 /// Checks what the command line asks for against the machine.
 fn config(
     c: &Common,
@@ -456,30 +445,6 @@ fn config(
     if !sys::is_root() {
         bail!("run as root (network namespaces, veth, XDP, AF_XDP, RPS sysctls): sudo steer-bench ...");
     }
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for &cpu in c.server_cpus.0.iter().chain([&c.gen_cpu]) {
-        if cpu >= ncpu {
-            bail!("CPU {cpu} does not exist here ({ncpu} CPUs): choose --gen-cpu and --server-cpus below {ncpu}");
-        }
-    }
-    if c.server_cpus.0.contains(&c.gen_cpu) && !c.gen_on_server_cpu {
-        bail!(
-            "the generator's CPU {} is also a server CPU: give them different CPUs (or --gen-on-server-cpu)",
-            c.gen_cpu
-        );
-    }
-    if c.weights.iter().any(|&w| !(1..=10_000).contains(&w)) {
-        bail!("--weights must be 1..=10000 each");
-    }
-    if c.flows == 0 || u32::from(c.sport_base) + u32::from(c.flows) > 65535 || c.flows > 4096 {
-        bail!("--flows must be 1..=4096 and fit above --sport-base");
-    }
-    if c.queues == 0 || c.queues > 64 {
-        bail!("--queues must be 1..=64");
-    }
-    if !(0.1..=600.0).contains(&c.window_secs) {
-        bail!("--window-secs must be between 0.1 and 600");
-    }
     let exe = std::env::current_exe().context("finding this binary")?;
     let dir = exe.parent().context("this binary has no directory")?;
     let steer_bin = dir.join("steer").to_string_lossy().into_owned();
@@ -487,23 +452,11 @@ fn config(
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
         None => vec![steer_bin.clone(), "echo".into()],
     };
-    if servers.contains(&Kind::Steer) {
-        let Some(first) = steer_cmd.first() else {
-            bail!("--steer-cmd is empty")
-        };
-        if find_in_path(first).is_none() {
-            bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
-        }
-    }
-    if servers.iter().any(|k| k.is_proxy()) && find_in_path(&steer_bin).is_none() {
-        bail!("the proxies need {steer_bin:?}: build it (cargo build --release -p steer-cli)");
-    }
     let log_dir = match &c.keep_logs {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("steer-bench-{}", std::process::id())),
     };
-    std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
-    Ok(BenchConfig {
+    let cfg = BenchConfig {
         servers,
         runs: runs.max(1),
         proxy_phases: phases.clone(),
@@ -516,7 +469,8 @@ fn config(
         weights: c.weights.clone(),
         queues: c.queues,
         warmup: Duration::from_millis(c.warmup_ms),
-        window: Duration::from_secs_f64(c.window_secs),
+        // Out of range (negative, NaN, huge): zero, which check() refuses.
+        window: Duration::try_from_secs_f64(c.window_secs).unwrap_or(Duration::ZERO),
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
         steer_cmd,
@@ -524,7 +478,28 @@ fn config(
         rx_on_receiver: c.rx_on == "receiver",
         proxy_runtime: c.proxy_runtime.clone(),
         log_dir,
-    })
+    };
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cfg.check(ncpu, c.gen_on_server_cpu)?;
+    if cfg.servers.contains(&Kind::Steer) {
+        let Some(first) = cfg.steer_cmd.first() else {
+            bail!("--steer-cmd is empty")
+        };
+        if steer_bench::procs::find_in_path(first).is_none() {
+            bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
+        }
+    }
+    if cfg.servers.iter().any(|k| k.is_proxy())
+        && steer_bench::procs::find_in_path(&cfg.steer_bin).is_none()
+    {
+        bail!(
+            "the proxies need {:?}: build it (cargo build --release -p steer-cli)",
+            cfg.steer_bin
+        );
+    }
+    std::fs::create_dir_all(&cfg.log_dir)
+        .with_context(|| format!("creating {}", cfg.log_dir.display()))?;
+    Ok(cfg)
 }
 
 /// One measurement at a time (the same lock as `compare-kernel`): runs

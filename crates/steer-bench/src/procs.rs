@@ -59,6 +59,17 @@ pub fn stat_ticks(stat: &str) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// The file `cmd` names: itself when it has a `/`, else the first match
+/// in `PATH`; `None` when there is no such file.
+pub fn find_in_path(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
 /// The first line `cmd arg` prints (stdout, then stderr), empty when it
 /// cannot run: a tool's version.
 pub fn first_line(cmd: &str, arg: &str) -> String {
@@ -241,6 +252,15 @@ impl Drop for Proc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_are_found_in_path_or_by_their_path() {
+        let sh = find_in_path("sh").expect("sh is in PATH");
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        assert_eq!(find_in_path(&sh.to_string_lossy()), Some(sh.clone()));
+        assert_eq!(find_in_path("no-such-tool-here"), None);
+        assert_eq!(find_in_path("/no/such/file"), None);
+    }
 
     #[test]
     fn the_first_line_a_tool_prints() {

@@ -182,9 +182,7 @@ pub fn require_root(what: &str) -> Result<()> {
 
 /// Fails unless `tool` is an executable in PATH.
 pub fn require_tool(tool: &str) -> Result<()> {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found {
+    if crate::procs::find_in_path(tool).is_none() {
         bail!("'{tool}' not found (apt-get install it; scripts/setup.sh installs what the repository needs)");
     }
     Ok(())
