@@ -424,3 +424,56 @@ impl Drop for Running {
 pub fn read_json(path: &Path) -> Option<serde_json::Value> {
     serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_by_name_and_what_they_are() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.name()), Some(k));
+        }
+        assert_eq!(
+            Kind::parse("steer-proxy-per-core"),
+            Some(Kind::SteerProxyPerCore)
+        );
+        assert_eq!(Kind::parse("Steer"), None);
+        let proxies: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| k.is_proxy())
+            .map(|k| k.name())
+            .collect();
+        assert_eq!(
+            proxies,
+            ["steer-proxy", "steer-proxy-per-core", "kernel-proxy"]
+        );
+        let kernel: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| k.is_kernel())
+            .map(|k| k.name())
+            .collect();
+        assert_eq!(kernel, ["kernel-echo", "sockperf", "kernel-proxy"]);
+    }
+
+    #[test]
+    fn steer_servers_are_told_where_to_serve() {
+        let env = ServerEnv {
+            interface: "sb1h".into(),
+            addr: std::net::Ipv4Addr::new(198, 18, 0, 1),
+            port: 11111,
+            cpus: vec![0, 1, 3],
+            steer_cmd: vec!["steer".into(), "echo".into()],
+            steer_bin: "steer".into(),
+            self_exe: PathBuf::from("steer-bench"),
+            log_dir: PathBuf::from("/tmp"),
+            rx_on_server: false,
+            proxy_runtime: "worker".into(),
+        };
+        assert_eq!(
+            env.serve_args(),
+            ["--interface", "sb1h", "--port", "11111", "--cpus", "0,1,3"]
+        );
+        assert_eq!(cpu_list(&[]), "");
+    }
+}
