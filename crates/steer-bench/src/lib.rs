@@ -7,6 +7,13 @@
 //! seed reproductions (`steer-bench seed ...`).
 //!
 //! See benches/README.md for the method.
+//!
+//! Where things are: the command line is `main.rs` (its values parsed in
+//! [`args`]); a run is [`bench`](mod@bench) driving [`gen`] against [`servers`] and
+//! summed up by [`report`]; numbers are formatted by [`num`] and tables
+//! drawn by [`table`] for every command; child processes are [`procs`],
+//! syscalls [`sys`]; each seed reproduction is one module of [`seeds`],
+//! named by what it measures.
 
 #![deny(unsafe_code)]
 
@@ -14,7 +21,8 @@
 pub mod afxdp_echo;
 /// The command line's values: rates, CPU lists, settings.
 pub mod args;
-/// One benchmark run: test bed, generator thread, servers in turn.
+/// One benchmark run: its settings and their checks, test bed, generator
+/// thread, servers in turn.
 pub mod bench;
 /// The sockperf comparison (`steer-bench compare-kernel`).
 pub mod compare_kernel;
@@ -35,13 +43,14 @@ pub mod netns;
 /// Numbers as the reports print and store them: medians, ratios, fixed
 /// decimals, JSON numbers.
 pub mod num;
-/// Token-bucket pacing.
+/// Pacing: the token bucket, burst and tick, weighted flows' shares.
 pub mod pacing;
 /// Request and reply frames.
 pub mod payload;
 /// Child processes: spawned into a log, pid, CPU time, stopped on drop.
 pub mod procs;
-/// Medians, own cost, ratios, table, JSON.
+/// From phase results to the report: medians, own cost, ratios, the
+/// tables, JSON.
 pub mod report;
 /// The scheduling slice of another process's threads.
 pub mod sched_slice;

@@ -1,5 +1,5 @@
 //! Numbers as every report prints and stores them: fixed decimals or `-`
-//! for a missing value ([`fixed`], [`f0`], [`f1`], [`f2`]), ratios,
+//! for a missing value (`fixed`, `f0`, `f1`, `f2`), ratios,
 //! medians, jq-style rounding (`r(d)`) and jq-style JSON numbers (integral
 //! values stored as integers), and reading a number out of a JSON document
 //! by pointer.

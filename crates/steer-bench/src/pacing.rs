@@ -1,6 +1,6 @@
 //! Pacing: a token bucket that hands out send credit in batches at a fixed
 //! rate, or without limit; the generator's burst size, its tick schedule,
-//! and how weighted flows share the sockets ([`Weights`]: each socket's
+//! and how weighted flows share the sockets (`Weights`: each socket's
 //! share of the rate, and which flow each of its frames belongs to).
 //!
 //! Invariants: time is passed in (nanoseconds from any fixed origin), so the

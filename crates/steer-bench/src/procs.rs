@@ -4,7 +4,7 @@
 //! stopped with SIGINT, then SIGTERM, then SIGKILL; their CPU time read
 //! from /proc.
 //!
-//! Invariant: a [`Proc`] owns its child. Dropping it (also on error or
+//! Invariant: a `Proc` owns its child. Dropping it (also on error or
 //! Ctrl-C) ends a child still running, so no run leaves a process
 //! behind.
 
