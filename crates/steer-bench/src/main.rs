@@ -31,8 +31,7 @@ use steer_bench::{
         parse_cpu_pair, parse_cpus, parse_kind, parse_kv, parse_pps, parse_rate, CpuList, Rate,
     },
     bench::{self, BenchConfig},
-    num::f0,
-    report,
+    report::{self, Report},
     servers::Kind,
     sockperf, sys,
 };
@@ -562,33 +561,14 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let outcome = bench::run(&cfg, stop)?;
     let after = bench::machine_load();
     println!("steer-bench: machine after the run: {after}");
-    let (proxy_kinds, echo_kinds): (Vec<Kind>, Vec<Kind>) =
-        cfg.servers.iter().partition(|k| k.is_proxy());
-    let sums = report::summarize(&echo_kinds, &outcome.runs, &a.rates);
-    let k = report::kernel_best(&sums, &a.rates);
-    let r = report::ratios(&sums, &k, &a.rates);
-    // The proxies' own cost subtracts the reflector's at their rates.
-    let mut floor_and_proxies = echo_kinds
-        .iter()
-        .copied()
-        .filter(|&k| k == Kind::Reflector)
-        .collect::<Vec<_>>();
-    floor_and_proxies.extend(&proxy_kinds);
-    let proxies = report::summarize(&floor_and_proxies, &outcome.runs, &a.proxy_rates);
-    let pr = report::proxy_ratios(&proxies, &a.proxy_rates);
-    if !echo_kinds.is_empty() {
-        print!("{}", report::table(&sums, &k, &r, &a.rates, cfg.runs));
-    }
-    if !proxy_kinds.is_empty() {
-        print!("{}", report::proxy_table(&proxies, &pr, &a.proxy_rates));
-    }
-    if let Some(refl) = sums.iter().find(|s| s.server == "reflector") {
-        println!(
-            "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
-            f0(refl.offered_at_max),
-            f0(refl.capacity)
-        );
-    }
+    let rep = Report::of(
+        &cfg.servers,
+        &outcome.runs,
+        &a.rates,
+        &a.proxy_rates,
+        cfg.runs,
+    );
+    print!("{}", rep.text());
     println!(
         "where it ran (last run): generator thread pinned to CPU {}{}",
         cfg.gen_cpu,
@@ -598,23 +578,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             .map(|d| format!("; its receive path (NAPI threads): {d}"))
             .unwrap_or_default()
     );
-    for s in sums
-        .iter()
-        .chain(proxies.iter().filter(|s| s.server != "reflector"))
-    {
-        println!("  {:<12} {}", s.server, s.ran_on);
-    }
+    print!("{}", rep.ran_on());
     if let Some(path) = &c.json {
-        let j = report::json(
-            config_json(&cfg, a.quick),
-            json!({"before": before, "after": after, "bed": outcome.bed}),
-            &sums,
-            &k,
-            &r,
-            &proxies,
-            &pr,
-            &outcome.runs,
-        );
+        let machine = json!({"before": before, "after": after, "bed": outcome.bed});
+        let j = rep.to_json(config_json(&cfg, a.quick), machine, &outcome.runs);
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("JSON in {}", path.display());
@@ -622,8 +589,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if c.keep_logs.is_none() {
         let _ = std::fs::remove_dir_all(&cfg.log_dir);
     }
-    let mut missing = report::missing(&sums);
-    missing.extend(report::missing(&proxies));
+    let missing = rep.missing();
     if !missing.is_empty() {
         eprintln!("steer-bench: numbers not found: {}", missing.join(", "));
         return Ok(ExitCode::from(2));

@@ -714,6 +714,126 @@ pub fn missing(sums: &[Summary]) -> Vec<String> {
     m
 }
 
+/// Everything `steer-bench run` reports from its server runs: the echo
+/// servers' summaries, the kernel's best figures and steer's ratios; the
+/// proxies' summaries (beside the reflector, whose cost is their floor)
+/// and their ratios.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The echo servers' summaries (the reflector first when it ran).
+    pub sums: Vec<Summary>,
+    /// The kernel's best figures.
+    pub kernel: KernelBest,
+    /// steer over the kernel.
+    pub ratios: Ratios,
+    /// The reflector's and the proxies' summaries at the proxy rates.
+    pub proxies: Vec<Summary>,
+    /// steer's proxy over plain tokio.
+    pub proxy_ratios: ProxyRatios,
+    echo: bool,
+    proxy: bool,
+    rates: Vec<u64>,
+    proxy_rates: Vec<u64>,
+    runs: usize,
+}
+
+impl Report {
+    /// The report of `runs` (`nruns` interleaved runs of `servers`), the
+    /// echo servers at `rates`, the proxies at `proxy_rates`.
+    pub fn of(
+        servers: &[Kind],
+        runs: &[ServerRun],
+        rates: &[u64],
+        proxy_rates: &[u64],
+        nruns: usize,
+    ) -> Self {
+        let (proxy_kinds, echo_kinds): (Vec<Kind>, Vec<Kind>) =
+            servers.iter().partition(|k| k.is_proxy());
+        let sums = summarize(&echo_kinds, runs, rates);
+        let kernel = kernel_best(&sums, rates);
+        let ratios = ratios(&sums, &kernel, rates);
+        // The proxies' own cost subtracts the reflector's at their rates.
+        let mut floor_and_proxies: Vec<Kind> = echo_kinds
+            .iter()
+            .copied()
+            .filter(|&k| k == Kind::Reflector)
+            .collect();
+        floor_and_proxies.extend(&proxy_kinds);
+        let proxies = summarize(&floor_and_proxies, runs, proxy_rates);
+        let proxy_ratios = proxy_ratios(&proxies, proxy_rates);
+        Report {
+            sums,
+            kernel,
+            ratios,
+            proxies,
+            proxy_ratios,
+            echo: !echo_kinds.is_empty(),
+            proxy: !proxy_kinds.is_empty(),
+            rates: rates.to_vec(),
+            proxy_rates: proxy_rates.to_vec(),
+            runs: nruns,
+        }
+    }
+
+    /// The tables of the servers that ran, and what the generator offered
+    /// the reflector.
+    pub fn text(&self) -> String {
+        let mut t = String::new();
+        if self.echo {
+            t += &table(
+                &self.sums,
+                &self.kernel,
+                &self.ratios,
+                &self.rates,
+                self.runs,
+            );
+        }
+        if self.proxy {
+            t += &proxy_table(&self.proxies, &self.proxy_ratios, &self.proxy_rates);
+        }
+        if let Some(refl) = self.sums.iter().find(|s| s.server == "reflector") {
+            let _ = writeln!(
+                t,
+                "generator: offered {}/s at --rate max against the reflector (answered {}/s)",
+                f0(refl.offered_at_max),
+                f0(refl.capacity)
+            );
+        }
+        t
+    }
+
+    /// Where each server ran: one line each, the reflector once.
+    pub fn ran_on(&self) -> String {
+        let mut t = String::new();
+        let proxies = self.proxies.iter().filter(|s| s.server != "reflector");
+        for s in self.sums.iter().chain(proxies) {
+            let _ = writeln!(t, "  {:<12} {}", s.server, s.ran_on);
+        }
+        t
+    }
+
+    /// The numbers not found ([`missing`] of both groups).
+    pub fn missing(&self) -> Vec<String> {
+        let mut m = missing(&self.sums);
+        m.extend(missing(&self.proxies));
+        m
+    }
+
+    /// The JSON document ([`json`]).
+    pub fn to_json(&self, config: Value, machine: Value, runs: &[ServerRun]) -> Value {
+        json(
+            config,
+            machine,
+            &self.sums,
+            &self.kernel,
+            &self.ratios,
+            &self.proxies,
+            &self.proxy_ratios,
+            runs,
+        )
+    }
+}
+
 /// The per-flow table of one phase (`steer-bench load`): each flow's
 /// sent, answered, lost, duplicated and reordered requests, then the
 /// totals.
@@ -1027,6 +1147,51 @@ mod tests {
             t.contains("steer/kernel") && t.contains("note: a kernel server collapses"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_report_puts_the_reflector_beside_both_groups() {
+        let rates = [50_000];
+        let phases = |cpu: f64| {
+            vec![
+                ("max", phase(None, 6e5, 5e5, cpu, 50.0)),
+                ("50000", phase(Some(5e4), 5e4, 5e4, cpu + 1.0, 20.0)),
+            ]
+        };
+        let kinds = [
+            Kind::Reflector,
+            Kind::Steer,
+            Kind::SteerProxy,
+            Kind::KernelProxy,
+        ];
+        let runs: Vec<ServerRun> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| run(1, k, phases(2.0 + i as f64)))
+            .collect();
+        let rep = Report::of(&kinds, &runs, &rates, &rates, 1);
+        let names = |v: &[Summary]| v.iter().map(|s| s.server.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&rep.sums), ["reflector", "steer"]);
+        assert_eq!(
+            names(&rep.proxies),
+            ["reflector", "steer-proxy", "kernel-proxy"]
+        );
+        // Own cost at 50k: the proxy's 5 us minus the reflector's 3 us.
+        assert_eq!(rep.proxies[1].cost[0], (50_000, Some(5.0), Some(2.0)));
+        assert!((rep.proxy_ratios.cost[0].1.unwrap() - 5.0 / 6.0).abs() < 1e-9);
+        let t = rep.text();
+        assert!(t.contains("\nmedians of 1 interleaved run(s)"), "{t}");
+        assert!(t.contains("\nproxies (a reply"), "{t}");
+        assert!(t.contains("generator: offered 600000/s at --rate max against the reflector (answered 500000/s)"), "{t}");
+        assert_eq!(rep.ran_on().lines().count(), 4, "the reflector once");
+        // No kernel server ran: its figures are missing, nothing else.
+        assert!(rep.missing().is_empty(), "{:?}", rep.missing());
+        let j = rep.to_json(json!({}), json!({}), &runs);
+        assert_eq!(j["proxies"]["summary"][2]["server"], "kernel-proxy");
+        // Proxies alone: no echo table.
+        let alone = Report::of(&[Kind::SteerProxy], &runs[2..3], &rates, &rates, 1);
+        assert!(!alone.text().contains("medians of"), "{}", alone.text());
+        assert!(alone.text().contains("steer-proxy"));
     }
 
     #[test]
