@@ -819,7 +819,7 @@ impl Report {
         m
     }
 
-    /// The JSON document ([`json`]).
+    /// The JSON document ([`json()`]).
     pub fn to_json(&self, config: Value, machine: Value, runs: &[ServerRun]) -> Value {
         json(
             config,

@@ -1,7 +1,8 @@
 //! sockperf 3.7 client reports: parsing, aggregation over concurrent
 //! clients, and the steer-vs-kernel comparison report (table and JSON) that
-//! `steer-bench compare-kernel` prints. [`crate::compare_kernel`] runs the
-//! servers and clients and leaves each client's output in a work directory.
+//! `steer-bench compare-kernel` prints. That command runs the servers and
+//! clients and leaves each client's output in a work directory; this module
+//! only reads it.
 //!
 //! Parsing rules (one line at a time, ANSI colours stripped, first matching
 //! rule wins): `[Total Run]` and `[Valid Duration]` lines give run times and
