@@ -444,7 +444,13 @@ mod tests {
                 vec![(Some(lo), 7000), (Some(Ipv4Addr::UNSPECIFIED), 17001)]
             );
         }
-        let held = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+        // A port below the ephemeral range (32768 and up by default):
+        // nothing binds it by chance, so once dropped it stays free (an
+        // ephemeral one was taken again by another test now and then).
+        let first = 20_000 + (std::process::id() % 10_000) as u16;
+        let held = (first..32_000)
+            .find_map(|p| UdpSocket::bind(("127.0.0.1", p)).ok())
+            .unwrap();
         let p = held.local_addr().unwrap().port();
         assert!(udp_bound(p));
         assert!(udp_bound_on(lo, p));
