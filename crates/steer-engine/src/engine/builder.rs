@@ -1,85 +1,66 @@
-//! [`EngineBuilder`]: the engine's settings, and [`EngineBuilder::start`],
-//! which opens the port, builds the shared tables, the spare pool and the
-//! workers' parts, and starts the runtime.
+//! [`EngineBuilder`]: the engine's settings. What `start` does with them is
+//! the start pipeline's (`engine::start`).
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use steer_core::balance::BalanceConfig;
-use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
+use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::flow::AnyHasher;
 use steer_core::hook::SteerHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RestartLimit, RpsMode, RuntimeConfig, RuntimeError, RxSource, Setup};
+use steer_core::runtime::{RestartLimit, RpsMode, RuntimeConfig};
 use steer_topology::Topology;
-use steer_xdp::frames::{lock, SharedSocket, SparePool, TxResources, UmemPool, XskSource};
 use steer_xdp::privileges::RunAs;
-use steer_xdp::{
-    BindMode, PortConfig, Proto, QueueSocket, RawFrame, Replaced, XdpAttach, XdpMode, XdpPort,
-};
-use tracing::{info, warn};
+use steer_xdp::{BindMode, PortConfig, Proto, XdpAttach, XdpMode};
+use tracing::warn;
 
 use super::app::{Application, EngineParts, FactoryApp};
-use super::counters::EngineCounters;
-use super::health::{Health, HealthWatcher, WorkerLoss};
-use super::hotplug::HotplugWatcher;
-use super::nic_check;
-use super::privileges;
-use super::publish::Publisher;
-use super::setup::{EngineSetup, HookFactory};
-use super::steering::FlowSteering;
-use super::{
-    Engine, EngineError, PacketHandler, Runtime, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE,
-};
-use crate::observe::{
-    bind_metrics, Controlled, Observer, Snapshot, StatsAccess, StatsEndpoint, DEFAULT_RUN_DIR,
-};
-use crate::sleep::MioSleeper;
-use crate::tasks::WorkerTasks;
-use crate::trace::{TraceWriter, TracedSource};
+use super::health::WorkerLoss;
+use super::setup::HookFactory;
+use super::{PacketHandler, DEFAULT_HOTPLUG_WATCH, DEFAULT_WORKER_SLICE};
+use crate::observe::DEFAULT_RUN_DIR;
 
 /// Builds the application layer from the engine's parts; returns it as
 /// the engine runs it and as the owner may look it up again
 /// ([`Engine::application`]).
-type AppBuilder = Box<
+pub(super) type AppBuilder = Box<
     dyn FnOnce(&EngineParts) -> (Arc<dyn Application>, Arc<dyn std::any::Any + Send + Sync>) + Send,
 >;
 
 /// Settings of an [`Engine`]; see [`Engine::builder`].
 pub struct EngineBuilder {
-    port: PortConfig,
-    runtime: RuntimeConfig,
-    cpus: Option<CpuSet>,
-    topology: Option<Topology>,
-    pin: bool,
-    use_rx_hash: bool,
-    hasher: AnyHasher,
-    app: Option<AppBuilder>,
+    pub(super) port: PortConfig,
+    pub(super) runtime: RuntimeConfig,
+    pub(super) cpus: Option<CpuSet>,
+    pub(super) topology: Option<Topology>,
+    pub(super) pin: bool,
+    pub(super) use_rx_hash: bool,
+    pub(super) hasher: AnyHasher,
+    pub(super) app: Option<AppBuilder>,
     /// One in this many UMEM frames is kept back from receive for replies
     /// the application sends from its own threads (0: none).
     pub(crate) reply_reserve_div: usize,
-    rps: Option<RpsMode>,
-    worker_slice: Option<Duration>,
-    hotplug_watch: Option<Duration>,
-    on_worker_loss: WorkerLoss,
+    pub(super) rps: Option<RpsMode>,
+    pub(super) worker_slice: Option<Duration>,
+    pub(super) hotplug_watch: Option<Duration>,
+    pub(super) on_worker_loss: WorkerLoss,
     /// Record a replayable trace here, at most this many events.
-    trace: Option<(PathBuf, u64)>,
+    pub(super) trace: Option<(PathBuf, u64)>,
     /// The directory of the stats socket (`None`: no socket).
-    stats_dir: Option<PathBuf>,
+    pub(super) stats_dir: Option<PathBuf>,
     /// The group that may read the stats socket besides root.
-    stats_group: Option<String>,
+    pub(super) stats_group: Option<String>,
     /// Serve Prometheus metrics here.
-    metrics: Option<SocketAddr>,
+    pub(super) metrics: Option<SocketAddr>,
     /// Drop the capabilities not needed at run time once set up.
-    drop_privileges: bool,
+    pub(super) drop_privileges: bool,
     /// Run as this user and group once set up.
-    run_as: Option<RunAs>,
+    pub(super) run_as: Option<RunAs>,
     /// Builds each rx queue's steering hook (default: none).
-    hooks: Option<HookFactory>,
+    pub(super) hooks: Option<HookFactory>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -653,393 +634,4 @@ impl EngineBuilder {
         }));
         self
     }
-
-    /// Opens the port and starts the workers.
-    pub fn start(self) -> Result<Engine, EngineError> {
-        let Some(build_app) = self.app else {
-            return Err(EngineError::Config(
-                "no application: give a packet handler (EngineBuilder::handler) or flow \
-                 delivery (EngineBuilder::deliver_flows)"
-                    .into(),
-            ));
-        };
-        if self.port.owned.is_empty() {
-            return Err(EngineError::Config(
-                "no owned traffic: name at least one protocol and port (EngineBuilder::own)".into(),
-            ));
-        }
-        if steer_core::dispatch::FlowLimit::new(self.runtime.flow_limit_buckets).is_none() {
-            return Err(RuntimeError::BadFlowLimit(self.runtime.flow_limit_buckets).into());
-        }
-        if let Some((path, 0)) = &self.trace {
-            return Err(EngineError::Config(format!(
-                "record_trace({}): max_events must be at least 1",
-                path.display()
-            )));
-        }
-        let topology = match self.topology {
-            Some(t) => t,
-            None => Topology::live()?,
-        };
-        let layout: Arc<CpuLayout> = topology.layout();
-        let cpus = self.cpus.unwrap_or_else(|| topology.online_cpus());
-        let mut cfg = self.runtime;
-        cfg.cpus = cpus;
-        let ring_size = self.port.ring_size as usize;
-
-        let interface = self.port.interface.clone();
-        // The errors that say what to do come before anything is created.
-        steer_xdp::check_privileges()?;
-        steer_xdp::ifindex(&interface)?;
-        if self.use_rx_hash {
-            check_rx_hash_offered(&interface)?;
-        }
-        // One owner per interface, before the stats socket and the program:
-        // while another steer process serves the interface this fails
-        // naming it; taken fresh, whatever a dead run left is replaced.
-        // The port shares the lock and holds it while its program is
-        // attached.
-        let (_owner_lock, lock_shared) =
-            steer_xdp::owner_lock::InterfaceLock::acquire_noting(&interface)?;
-        let access = match &self.stats_group {
-            Some(name) => StatsAccess::group(name)?,
-            None => StatsAccess::Owner,
-        };
-        let endpoint = match &self.stats_dir {
-            Some(dir) => Some(StatsEndpoint::claim_for(dir, &interface, access)?),
-            None => None,
-        };
-        let mut port_config = self.port;
-        if !lock_shared {
-            port_config = port_config.replace_stale(true);
-        }
-        let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
-        if stale_socket {
-            // Its socket no longer answers: whatever it left is nobody's.
-            port_config = port_config.replace_stale(true);
-        }
-        let metrics = match self.metrics {
-            Some(addr) => {
-                Some(bind_metrics(addr).map_err(|source| EngineError::Metrics { addr, source })?)
-            }
-            None => None,
-        };
-        let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
-        let stats_path = endpoint.as_ref().map(|e| e.path().to_path_buf());
-        let mut port = XdpPort::open(port_config)?;
-        if self.use_rx_hash && !port.program().dev_bound() {
-            return Err(EngineError::Config(format!(
-                "receive hash (use_rx_hash, --rx-hash): the XDP program on {interface} could not \
-                 be bound to the device (generic XDP mode gives no receive hash): attach in \
-                 native mode, or turn the receive hash off"
-            )));
-        }
-        log_takeover(&interface, stale_socket, port.replaced_program());
-        // Before the engine starts any thread: they inherit the rest.
-        let keep = privileges::needed_at_run_time(
-            port.attach_kind(),
-            port.program_dispatched(),
-            self.hooks.is_some(),
-        );
-        if let Some(user) = self.run_as {
-            if let Some(endpoint) = &endpoint {
-                endpoint.hand_to(user.uid, user.gid)?;
-            }
-            let keep = if self.drop_privileges {
-                keep
-            } else {
-                steer_xdp::privileges::permitted()
-                    .map_err(|e| EngineError::Privileges(e.to_string()))?
-            };
-            user.switch(&keep)
-                .map_err(|e| EngineError::Privileges(e.to_string()))?;
-            info!(
-                interface = %interface,
-                uid = user.uid,
-                gid = user.gid,
-                kept = ?keep,
-                "running as another user"
-            );
-        } else if self.drop_privileges {
-            steer_xdp::privileges::drop_all_but(&keep)
-                .map_err(|e| EngineError::Privileges(e.to_string()))?;
-            info!(interface = %interface, kept = ?keep, "capabilities dropped");
-        }
-        let total = port.total_frames() as usize;
-        let sockets: Vec<QueueSocket> = port.take_sockets();
-        cfg.rps = self.rps.unwrap_or(if sockets.len() >= cpus.len() {
-            RpsMode::Local
-        } else {
-            RpsMode::Spread
-        });
-        let umem = sockets[0].umem();
-        let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
-        let sockets: Vec<SharedSocket> = sockets
-            .into_iter()
-            .map(|s| Arc::new(Mutex::new(s)))
-            .collect();
-        let reserve = total.checked_div(self.reply_reserve_div).unwrap_or(0);
-        let spare = Arc::new(SparePool::new(total, reserve));
-        let counters = Arc::new(EngineCounters::new(layout.nr_cpus()));
-        let cpu_list: Vec<CpuId> = cpus.iter().collect();
-        let hasher = self.hasher;
-        let shared = cfg.shared(Arc::clone(&layout))?;
-        let trace = match &self.trace {
-            Some((path, max)) => Some(
-                TraceWriter::create(
-                    path,
-                    *max,
-                    &trace_header(&topology, &cfg, sockets.len()),
-                    CpuSet::first(layout.nr_cpus()),
-                )
-                .map_err(|e| {
-                    EngineError::Config(format!(
-                        "cannot write the trace to {}: {e}",
-                        path.display()
-                    ))
-                })?,
-            ),
-            None => None,
-        };
-        let sink = trace.as_ref().map(TraceWriter::sink);
-        let (app, app_any) = build_app(&EngineParts {
-            shared: shared.clone(),
-            cpus: cpu_list.clone(),
-            hasher: hasher.clone(),
-            tx: TxResources {
-                sockets: sockets.clone(),
-                spare: Arc::clone(&spare),
-                umem: umem.clone(),
-            },
-            trace: sink.clone(),
-        });
-
-        // Each worker sleeps on its doorbell and on the sockets it polls: in
-        // a mio poll, or in its own tokio runtime when it runs tasks.
-        let mut sleepers = Vec::with_capacity(cpu_list.len());
-        let mut tasks = Vec::new();
-        for (j, &cpu) in cpu_list.iter().enumerate() {
-            if app.tasks_on_workers() {
-                // Its event loop watches duplicates of the sockets' fds.
-                let own = sockets
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % cpu_list.len() == j)
-                    .map(|(_, s)| lock(s).as_fd().try_clone_to_owned())
-                    .collect::<std::io::Result<Vec<_>>>()?;
-                tasks.push((cpu, WorkerTasks::new(own)?));
-                continue;
-            }
-            let sleeper = Arc::new(MioSleeper::new()?);
-            for (i, &fd) in fds.iter().enumerate() {
-                if i % cpu_list.len() == j {
-                    sleeper.watch_readable(fd, i)?;
-                }
-            }
-            sleepers.push((cpu, sleeper));
-        }
-        let stopping = Arc::new(AtomicBool::new(false));
-        let steering = Arc::new(FlowSteering::new(
-            shared.clone(),
-            hasher.clone(),
-            cpus,
-            sink.clone(),
-        ));
-        // `steer ctl`: live changes to the same tables and switches.
-        let controls = super::Controls::new(shared.clone(), hasher.clone(), cpus);
-        let setup = Arc::new(EngineSetup {
-            topology: topology.clone(),
-            pin: self.pin,
-            slice: self.worker_slice,
-            hasher,
-            use_rx_hash: self.use_rx_hash,
-            pool: UmemPool::new(umem.clone(), Arc::clone(&spare), self.use_rx_hash),
-            tx_sockets: sockets.clone(),
-            cpus: cpu_list.clone(),
-            ring_size,
-            app: Arc::clone(&app),
-            counters: Arc::clone(&counters),
-            sleepers,
-            tasks: Mutex::new(tasks),
-            stopping: Arc::clone(&stopping),
-            steering,
-            hooks: self.hooks.clone(),
-        });
-        let sources: Vec<Box<dyn RxSource<RawFrame>>> = sockets
-            .iter()
-            .enumerate()
-            .map(|(rxq, s)| {
-                let source = XskSource::new(Arc::clone(s), Arc::clone(&spare), ring_size);
-                match &sink {
-                    // Recording: the same classifier as the queue's dispatcher.
-                    Some(sink) => Box::new(TracedSource::new(
-                        source,
-                        setup.pool.clone(),
-                        setup.classifier(rxq as u32),
-                        rxq as u32,
-                        Arc::clone(sink),
-                    )) as Box<dyn RxSource<RawFrame>>,
-                    None => Box::new(source) as Box<dyn RxSource<RawFrame>>,
-                }
-            })
-            .collect();
-        // Each opened rx queue and the CPU whose worker dispatches it.
-        let opened: Vec<(u32, CpuId)> = sockets
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (lock(s).queue(), cpu_list[i % cpu_list.len()]))
-            .collect();
-        let start_warnings = nic_check::check(&interface, &nic_check::gather(&interface), &opened);
-        for w in &start_warnings {
-            warn!("{w}");
-        }
-        let switches = Arc::clone(&shared.switches);
-        let published = shared.clone();
-        let runtime = Runtime::start(cfg, shared, setup, sources)?;
-        let workers = runtime.worker_states_handle();
-        let publisher = Arc::new(Publisher {
-            interface: interface.clone(),
-            cpus,
-            shared: published,
-            counters: Arc::clone(&counters),
-            sockets: sockets.clone(),
-            total_frames: total as u32,
-            modes: port.modes(),
-            started: Instant::now(),
-            app: Arc::clone(&app),
-            workers: workers.clone(),
-        });
-        let health_state = Arc::new(Health::default());
-        let switch = match port.program().owned_action_switch() {
-            Ok(s) => Some(s),
-            Err(e) => {
-                warn!(error = %e, "no way to fail open if every worker dies");
-                None
-            }
-        };
-        let health = HealthWatcher::start(
-            interface.clone(),
-            workers,
-            switch,
-            self.on_worker_loss,
-            Arc::clone(&health_state),
-        )?;
-        let hotplug = match self.hotplug_watch {
-            Some(every) => HotplugWatcher::start(&topology, every, switches)?,
-            None => None,
-        };
-        info!(
-            interface = %interface,
-            modes = ?port.modes(),
-            queues = sockets.len(),
-            cpus = %cpus,
-            "steer engine running"
-        );
-        let mut engine = Engine {
-            runtime: Some(runtime),
-            app,
-            app_any,
-            port,
-            sockets,
-            spare,
-            counters,
-            topology,
-            cpus,
-            started: Instant::now(),
-            trace,
-            hotplug,
-            health: Some(health),
-            health_state,
-            start_warnings,
-            publisher: Some(Arc::clone(&publisher)),
-            observer: None,
-            metrics_addr,
-            stats_path,
-            stopping,
-        };
-        if endpoint.is_some() || metrics.is_some() {
-            let snapshot: Snapshot = Arc::new(Controlled {
-                snapshot: move || publisher.snapshot(),
-                controls,
-            });
-            // On failure the engine is dropped, which stops it.
-            engine.observer = Some(Observer::start(endpoint, metrics, snapshot)?);
-        }
-        Ok(engine)
-    }
-}
-
-/// Refuses [`EngineBuilder::use_rx_hash`] on a device whose driver gives
-/// XDP programs no receive hash (the kernel's netdev netlink family says).
-fn check_rx_hash_offered(interface: &str) -> Result<(), EngineError> {
-    match steer_xdp::nic::xdp_device_info(interface) {
-        Ok(info) if info.rx_hash() => Ok(()),
-        Ok(_) => Err(EngineError::Config(format!(
-            "receive hash (use_rx_hash, --rx-hash): {interface}'s driver gives XDP programs no receive hash (no rx-hash \
-             kfunc): turn the receive hash off and let steer hash flows itself"
-        ))),
-        Err(steer_xdp::XdpError::UnknownInterface { name }) => {
-            Err(steer_xdp::XdpError::UnknownInterface { name }.into())
-        }
-        Err(e) => Err(EngineError::Config(format!(
-            "receive hash (use_rx_hash, --rx-hash): cannot tell whether {interface}'s driver gives XDP programs its \
-             receive hash ({e}); it needs Linux >= 6.3: turn the receive hash off"
-        ))),
-    }
-}
-
-/// Says in one line that this engine took over from one that is gone, and
-/// what it replaced.
-fn log_takeover(interface: &str, stale_socket: bool, program: Option<Replaced>) {
-    let who = match program.and_then(|p| p.owner) {
-        Some(o) => format!("the steer engine (pid {}) that served it is gone", o.pid),
-        None => "the steer engine that served it is gone".to_string(),
-    };
-    let what = match (stale_socket, program) {
-        (true, Some(p)) => format!(
-            "replaced its stats socket and its XDP program (id {})",
-            p.id
-        ),
-        (false, Some(p)) => format!("replaced its XDP program (id {})", p.id),
-        (true, None) => "replaced its stats socket (its XDP program went with it)".to_string(),
-        (false, None) => return,
-    };
-    warn!(interface, "took over {interface}: {who}; {what}");
-}
-
-/// The trace's header: the machine (its LLCs, offline CPUs) and the
-/// engine's settings, so a replay reproduces this engine by default.
-fn trace_header(topology: &Topology, cfg: &RuntimeConfig, queues: usize) -> String {
-    let llcs: Vec<String> = topology
-        .llcs()
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(ToString::to_string)
-        .collect();
-    let mut h = format!(
-        "# steer trace, recorded by a running engine ({} topology); replay it with\n\
-         # `steer replay --policy both --table FILE`\n\
-         llcs {}\n",
-        topology.source().name(),
-        llcs.join(" ")
-    );
-    let layout = topology.layout();
-    for cpu in (0..layout.nr_cpus()).filter(|&c| layout.llc_of(c).is_some() && !layout.is_online(c))
-    {
-        h.push_str(&format!("off {cpu}\n"));
-    }
-    h.push_str(&format!(
-        "table {}\nengine workers={} queues={queues} rps={} fast_path={} rx_table={} ring={} idle_ms={}\n",
-        cfg.desired_entries,
-        cfg.cpus,
-        match cfg.rps {
-            RpsMode::Local => "local",
-            RpsMode::Spread => "spread",
-        },
-        if cfg.fast_path { "on" } else { "off" },
-        cfg.rx_table_entries,
-        cfg.ring_capacity,
-        cfg.flow_idle_ms,
-    ));
-    h
 }

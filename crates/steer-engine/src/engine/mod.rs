@@ -39,6 +39,7 @@ mod nic_check;
 mod privileges;
 mod publish;
 mod setup;
+mod start;
 mod stats;
 mod steering;
 
