@@ -10,8 +10,9 @@ PACKAGES=(
   libhwloc-dev libudev-dev hwloc
   # tests and demos: namespaces and veth, ping, load generators, XDP tools
   iproute2 iputils-ping sockperf xdp-tools bpftool
-  # an unmodified server for the in-kernel recorder (steer rfs) tests
-  iperf3
+  # unmodified servers for the in-kernel recorder (steer rfs) tests: TCP
+  # (iperf3) and UDP (dnsmasq, driven by dnsperf)
+  iperf3 dnsmasq-base dnsperf
   # the kernel-socket tests' full-checksum senders (ethtool -K tx off)
   ethtool
   # the engine tests drop privileges with setpriv

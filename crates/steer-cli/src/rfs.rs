@@ -4,7 +4,9 @@
 //! any process reads a connected TCP socket of one of the given ports, the
 //! reading CPU becomes the flow's desired CPU under the LLC rule (or
 //! always), and the flow's segments are handed to that CPU's stack through
-//! a cpumap, in order. Nothing runs in the applications; this process only
+//! a cpumap, in order. For UDP ports (`-u`), cgroup recvmsg hooks do the
+//! same per sender for every datagram a process of the cgroup (`--cgroup`,
+//! default all) reads with its sender's address (dnsmasq, unbound). Nothing runs in the applications; this process only
 //! holds the programs, prints the counters once a second and, at
 //! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
 //! (also as JSON). A `kill -9` leaves the programs attached until the next
@@ -26,15 +28,25 @@ use crate::kernel_args::{delta, KernelSteeringArgs};
 #[command(after_help = "Examples:\n  \
     steer rfs -i eth1 -p 5201                        iperf3's connections steered to their reader's CPU\n  \
     steer rfs -i eth1 -p 80 -p 443 --policy always   every change of reading CPU is written\n  \
+    steer rfs -i eth1 -u 53                          dnsmasq's clients steered to its CPU\n  \
     steer rfs -i eth1 -p 5201 --topology 'pack:1 l3:2 core:1 pu:1'   a 2-LLC model on a 1-LLC machine")]
 pub struct RfsArgs {
     /// The interface the connections arrive on.
     #[arg(long, short = 'i')]
     pub interface: String,
     /// A TCP port whose connections are steered (repeat for more).
-    #[arg(long = "port", short = 'p', required = true,
+    #[arg(long = "port", short = 'p', required_unless_present = "udp_ports",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub ports: Vec<u16>,
+    /// A UDP port whose datagrams are steered to the CPU reading each
+    /// sender's (repeat for more).
+    #[arg(long = "udp-port", short = 'u',
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub udp_ports: Vec<u16>,
+    /// The cgroup (v2 directory) whose processes' UDP reads are recorded,
+    /// descendants included (default: the cgroup v2 root, every process).
+    #[arg(long)]
+    pub cgroup: Option<std::path::PathBuf>,
     /// The steering's flags (reads on CPUs outside `--cpus` are not
     /// recorded).
     #[command(flatten)]
@@ -60,6 +72,7 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
     json!({
         "interface": args.interface,
         "ports": args.ports,
+        "udp_ports": args.udp_ports,
         "policy": args.steering.policy.name(),
         "topology": args.steering.topology_name(),
         "elapsed_s": elapsed,
@@ -74,6 +87,8 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
             "redirected": s.redirected,
             "moves": s.moves,
             "held_back": s.held_back,
+            "forced": s.forced,
+            "delivered": s.delivered,
             "untracked": s.untracked,
             "queue_drops": s.queue_drops,
             "redirect_errors": s.redirect_errors,
@@ -95,6 +110,12 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     for &port in &args.ports {
         b = b.own(Proto::Tcp, port);
     }
+    for &port in &args.udp_ports {
+        b = b.own(Proto::Udp, port);
+    }
+    if let Some(cgroup) = &args.cgroup {
+        b = b.cgroup(cgroup);
+    }
     let steering = b.start()?;
     let program = steering
         .program()
@@ -102,9 +123,10 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     // Set up: from here every thread runs under the allowlist.
     args.steering.privileges.apply_seccomp()?;
     println!(
-        "steer rfs: ready on {}: recording tcp ports {:?}, policy {}, xdp {:?}, CPUs {}",
+        "steer rfs: ready on {}: recording tcp ports {:?}, udp ports {:?}, policy {}, xdp {:?}, CPUs {}",
         args.interface,
         args.ports,
+        args.udp_ports,
         args.steering.policy,
         program.mode(),
         steering.cpus(),

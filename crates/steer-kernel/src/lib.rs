@@ -14,7 +14,7 @@
 //! else takes the kernel's own path.
 //!
 //! Layering, each module importing only those before it: `socket` (a
-//! socket's 4-tuple), `hook` (the map backend and its shadow of placed
+//! socket's 4-tuple), `cgroup` (the cgroup v2 root), `hook` (the map backend and its shadow of placed
 //! flows) and `checksum` (the namespace's checksum failures); `shared`
 //! (what the owner shares: table, hook, counters; `place`); `in_kernel`
 //! (forgetting the in-kernel recorder's idle flows); `flow` (one
@@ -47,6 +47,8 @@
 //! ```
 #![deny(unsafe_code)]
 
+/// The default cgroup of the UDP in-kernel recorder (the cgroup v2 root).
+mod cgroup;
 /// The namespace's checksum-failure counters, and the warning on growth.
 mod checksum;
 mod error;

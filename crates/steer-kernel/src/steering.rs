@@ -301,6 +301,7 @@ pub struct KernelSteeringBuilder {
     drop_privileges: bool,
     run_as: Option<RunAs>,
     in_kernel: bool,
+    cgroup: Option<std::path::PathBuf>,
 }
 
 /// Forgets the in-kernel recorder's flows idle for `idle_sweeps` sweeps
@@ -372,6 +373,7 @@ impl KernelSteeringBuilder {
             sweep_every: Duration::from_secs(1),
             max_flows: 65_536,
             in_kernel: false,
+            cgroup: None,
             drop_privileges: false,
             run_as: None,
         }
@@ -510,8 +512,12 @@ impl KernelSteeringBuilder {
     /// connected TCP socket of an owned port is recorded by a BPF program
     /// on the `sock_recv_length` tracepoint, under the policy's rule, for
     /// any process on the host, with no call from the application
-    /// ([`steer_xdp::rfs::RfsProgram::record_in_kernel`]). The LLC rule uses
-    /// this builder's topology. UDP and user-space records
+    /// ([`steer_xdp::rfs::RfsProgram::record_in_kernel`]). With an owned
+    /// UDP port, the datagrams read by the processes of a cgroup
+    /// ([`cgroup`](Self::cgroup), default the whole host) are recorded too,
+    /// per sender, by cgroup recvmsg hooks
+    /// ([`steer_xdp::rfs::RfsProgram::record_udp_in_kernel`]). The LLC
+    /// rule uses this builder's topology. User-space records
     /// ([`KernelSteering::recorder`]) are not affected.
     ///
     /// ```no_run
@@ -527,6 +533,27 @@ impl KernelSteeringBuilder {
     /// ```
     pub fn record_in_kernel(mut self, yes: bool) -> Self {
         self.in_kernel = yes;
+        self
+    }
+
+    /// The cgroup (v2) directory whose processes' UDP reads the in-kernel
+    /// recorder sees, descendants included (default: the root of the
+    /// cgroup v2 hierarchy, every process on the host). Used only with
+    /// [`record_in_kernel`](Self::record_in_kernel) and an owned UDP port.
+    ///
+    /// ```no_run
+    /// use steer_kernel::{KernelSteering, Proto};
+    /// # fn main() -> Result<(), steer_kernel::KernelError> {
+    /// // dnsmasq's service only, on a unified cgroup host.
+    /// let steering = KernelSteering::builder("eth1")
+    ///     .own(Proto::Udp, 53)
+    ///     .record_in_kernel(true)
+    ///     .cgroup("/sys/fs/cgroup/system.slice/dnsmasq.service")
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cgroup(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.cgroup = Some(path.into());
         self
     }
 
@@ -580,6 +607,21 @@ impl KernelSteeringBuilder {
             // Before the privileges go: attaching the tracepoint needs
             // CAP_BPF and CAP_PERFMON.
             program.record_in_kernel(record_rule(self.policy), &llcs(&layout, cpus))?;
+            if self.owned.iter().any(|&(proto, _)| proto == Proto::Udp) {
+                let cgroup = match self.cgroup.clone().or_else(crate::cgroup::cgroup2_root) {
+                    Some(c) => c,
+                    None => {
+                        return Err(KernelError::Config(
+                            "recording UDP in the kernel needs cgroup v2: no cgroup2 mount \
+                             found in /proc/self/mounts (mount one, or pass a cgroup \
+                             directory)"
+                                .into(),
+                        ))
+                    }
+                };
+                program.record_udp_in_kernel(&cgroup)?;
+                tracing::info!(cgroup = %cgroup.display(), "recording UDP reads in the kernel");
+            }
         }
         // Before the sweeper starts: it inherits the reduced sets.
         let keep = steer_xdp::privileges::needed_to_detach_netlink(program.dispatched());

@@ -22,6 +22,12 @@
  *   in the kernel): an application read a connected TCP socket of an
  *   owned port; the reading CPU becomes the flow's desired CPU under the
  *   LLC rule (rps_record_sock_flow without the application's help).
+ * - steer_rfs_recvmsg4, steer_rfs_recvmsg6 (cgroup recvmsg hooks, when
+ *   steer records UDP in the kernel): the same for each UDP datagram an
+ *   application of the cgroup reads with its sender's address, the flow
+ *   keyed by that sender and any local address (steer_rfs.h).
+ * - steer_rfs_ingress (cgroup skb ingress, beside them): the socket
+ *   filter's count for those flows, on every socket of the cgroup.
  *
  * Ordering (RFS_ORDER_SOCKET, the default). A flow leaves the path serving
  * it only when nothing of it sent there can be overtaken:
@@ -175,6 +181,19 @@ static __always_inline __u64 setting(__u32 which)
 static __always_inline __u32 queue_index(__u32 src, __u32 dst)
 {
 	return src * (__u32)setting(RFS_SET_NCPUS) + dst;
+}
+
+/* The key of `flow` with any local address (see steer_rfs.h): what the
+ * recvmsg hooks record for UDP. 0 when there is no such key to try (not
+ * UDP, or no hook records UDP). */
+static __always_inline int any_local(const struct steer_flow_key *flow,
+				     struct steer_flow_key *any)
+{
+	if (flow->proto != IPPROTO_UDP || !setting(RFS_SET_UDP_ANY))
+		return 0;
+	*any = *flow;
+	__builtin_memset(any->daddr, 0, sizeof(any->daddr));
+	return 1;
 }
 
 /* Where a frame's transport segment lies: its offset from the frame's start
@@ -471,6 +490,15 @@ int steer_rfs(struct xdp_md *ctx)
 	}
 	struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
 	struct steer_rfs_desired *want = bpf_map_lookup_elem(&rfs_desired, &flow);
+	struct steer_flow_key any;
+	if (!st && any_local(&flow, &any)) {
+		/* A UDP flow the recvmsg hooks recorded: keyed by its sender. */
+		struct steer_rfs_state *any_st = bpf_map_lookup_elem(&rfs_state, &any);
+		if (any_st) {
+			st = any_st;
+			want = bpf_map_lookup_elem(&rfs_desired, &any);
+		}
+	}
 	if (!want || !st) {
 		if (st)
 			__sync_fetch_and_add(&st->seen, 1);
@@ -570,6 +598,9 @@ int steer_rfs_cpu(struct xdp_md *ctx)
 	__be32 seq;
 	if (!parse(data, data_end, &flow, &seq, &span) && flow.proto == IPPROTO_UDP) {
 		struct steer_rfs_state *st = bpf_map_lookup_elem(&rfs_state, &flow);
+		struct steer_flow_key any;
+		if (!st && any_local(&flow, &any))
+			st = bpf_map_lookup_elem(&rfs_state, &any);
 		if (st)
 			__sync_fetch_and_add(&st->landed, 1);
 	}
@@ -617,8 +648,12 @@ int steer_rfs_redirect_err(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-SEC("socket")
-int steer_rfs_sock(struct __sk_buff *skb)
+/* Counts a UDP datagram of a tracked flow that reached its socket (the
+ * socket filter and the cgroup ingress hook run where the socket's filter
+ * runs, right before the datagram is queued to it). `any`: the flow is
+ * looked up with any local address, as the recvmsg hooks record it; else
+ * by its exact key, as steer tracks the sockets it was handed. */
+static __always_inline void count_delivered(struct __sk_buff *skb, int any)
 {
 	struct steer_flow_key flow = {};
 	__u16 ports[2];
@@ -627,28 +662,30 @@ int steer_rfs_sock(struct __sk_buff *skb)
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr ip;
 		if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
-			return skb->len;
+			return;
 		l4off = ip.ihl * 4;
 		flow.family = 4;
 		flow.proto = ip.protocol;
 		__builtin_memcpy(flow.saddr, &ip.saddr, 4);
-		__builtin_memcpy(flow.daddr, &ip.daddr, 4);
+		if (!any)
+			__builtin_memcpy(flow.daddr, &ip.daddr, 4);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr ip6;
 		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
-			return skb->len;
+			return;
 		l4off = sizeof(ip6);
 		flow.family = 6;
 		flow.proto = ip6.nexthdr;
 		__builtin_memcpy(flow.saddr, &ip6.saddr, 16);
-		__builtin_memcpy(flow.daddr, &ip6.daddr, 16);
+		if (!any)
+			__builtin_memcpy(flow.daddr, &ip6.daddr, 16);
 	} else {
-		return skb->len;
+		return;
 	}
 	if (flow.proto != IPPROTO_UDP)
-		return skb->len;
+		return;
 	if (bpf_skb_load_bytes_relative(skb, l4off, ports, sizeof(ports), BPF_HDR_START_NET))
-		return skb->len;
+		return;
 	flow.sport = ports[0];
 	flow.dport = ports[1];
 
@@ -668,7 +705,24 @@ int steer_rfs_sock(struct __sk_buff *skb)
 		}
 		count(RFS_STAT_DELIVERED, 1);
 	}
+}
+
+SEC("socket")
+int steer_rfs_sock(struct __sk_buff *skb)
+{
+	count_delivered(skb, 0);
 	return skb->len;
+}
+
+/* The same count for every socket of a cgroup, with no help from the
+ * application: the recvmsg hooks' flows (any local address). Runs in
+ * sk_filter on the CPU handling the datagram; keeps every datagram. */
+SEC("cgroup_skb/ingress")
+int steer_rfs_ingress(struct __sk_buff *skb)
+{
+	if (setting(RFS_SET_UDP_ANY))
+		count_delivered(skb, 1);
+	return 1;
 }
 
 char LICENSE[] SEC("license") = "GPL";
@@ -727,6 +781,50 @@ static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flo
 	return 0;
 }
 
+/* A read of `flow` on this CPU: its desired CPU under the recorder's rule
+ * (rps_record_sock_flow without the application's help). */
+static __always_inline void record_read(const struct steer_flow_key *flow, __u64 rule)
+{
+	count(RFS_STAT_RECORDED, 1);
+
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 llc = llc_of(cpu);
+	if (llc == STEER_RFS_NO_LLC)
+		return; /* a CPU steer does not steer to */
+	struct steer_rfs_desired *want = bpf_map_lookup_elem(&rfs_desired, flow);
+	if (want) {
+		__u32 old = READ_ONCE(want->cpu);
+		if (old == cpu)
+			return;
+		/* The LLC rule: a move within the old CPU's LLC keeps the
+		 * entry (and its steering) as it is, unless the old CPU is
+		 * gone. */
+		__u32 old_llc = llc_of(old);
+		if (rule == RFS_RECORD_LLC && old_llc != STEER_RFS_NO_LLC && old_llc == llc) {
+			count(RFS_STAT_REC_SUPPRESSED, 1);
+			return;
+		}
+		want->cpu = cpu;
+		count(RFS_STAT_REC_UPDATES, 1);
+		return;
+	}
+	/* A new flow: its state first (still on the kernel path), then the
+	 * desired CPU the XDP program moves it to, in order. A state left
+	 * from before (the sweeper forgets the desired entry first) is kept;
+	 * the flow counts as new when its desired entry is made, so every
+	 * first placement is one new flow and one update. */
+	struct steer_rfs_state st = {
+		.cpu = STEER_RFS_NO_CPU,
+		.created = bpf_ktime_get_ns(),
+	};
+	bpf_map_update_elem(&rfs_state, flow, &st, BPF_NOEXIST);
+	struct steer_rfs_desired d = { .cpu = cpu };
+	if (bpf_map_update_elem(&rfs_desired, flow, &d, BPF_NOEXIST) == 0) {
+		count(RFS_STAT_REC_NEW, 1);
+		count(RFS_STAT_REC_UPDATES, 1);
+	}
+}
+
 /* sock_recv_length(struct sock *sk, int ret, int flags): fires in
  * sock_recvmsg on the reading CPU, after the read. */
 SEC("raw_tracepoint/sock_recv_length")
@@ -742,43 +840,73 @@ int steer_rfs_record(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (sock_flow(sk, &flow))
 		return 0;
-	count(RFS_STAT_RECORDED, 1);
-
-	__u32 cpu = bpf_get_smp_processor_id();
-	__u32 llc = llc_of(cpu);
-	if (llc == STEER_RFS_NO_LLC)
-		return 0; /* a CPU steer does not steer to */
-	struct steer_rfs_desired *want = bpf_map_lookup_elem(&rfs_desired, &flow);
-	if (want) {
-		__u32 old = READ_ONCE(want->cpu);
-		if (old == cpu)
-			return 0;
-		/* The LLC rule: a move within the old CPU's LLC keeps the
-		 * entry (and its steering) as it is, unless the old CPU is
-		 * gone. */
-		__u32 old_llc = llc_of(old);
-		if (rule == RFS_RECORD_LLC && old_llc != STEER_RFS_NO_LLC && old_llc == llc) {
-			count(RFS_STAT_REC_SUPPRESSED, 1);
-			return 0;
-		}
-		want->cpu = cpu;
-		count(RFS_STAT_REC_UPDATES, 1);
-		return 0;
-	}
-	/* A new flow: its state first (still on the kernel path), then the
-	 * desired CPU the XDP program moves it to, in order. A state left
-	 * from before (the sweeper forgets the desired entry first) is kept;
-	 * the flow counts as new when its desired entry is made, so every
-	 * first placement is one new flow and one update. */
-	struct steer_rfs_state st = {
-		.cpu = STEER_RFS_NO_CPU,
-		.created = bpf_ktime_get_ns(),
-	};
-	bpf_map_update_elem(&rfs_state, &flow, &st, BPF_NOEXIST);
-	struct steer_rfs_desired d = { .cpu = cpu };
-	if (bpf_map_update_elem(&rfs_desired, &flow, &d, BPF_NOEXIST) == 0) {
-		count(RFS_STAT_REC_NEW, 1);
-		count(RFS_STAT_REC_UPDATES, 1);
-	}
+	record_read(&flow, rule);
 	return 0;
+}
+
+/* The UDP flow of a datagram an application just read through `ctx` (a
+ * recvmsg hook: the sender is in user_ip4/user_ip6 and user_port, the
+ * socket's local port in ctx->sk), keyed with any local address. 0 when
+ * it is one to record. */
+static __always_inline int recvmsg_flow(struct bpf_sock_addr *ctx,
+					struct steer_flow_key *flow)
+{
+	struct steer_port_key pk = {};
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sk || ctx->protocol != IPPROTO_UDP)
+		return -1;
+	pk.proto = IPPROTO_UDP;
+	pk.port = bpf_htons((__u16)sk->src_port);
+	if (!bpf_map_lookup_elem(&owned_ports, &pk))
+		return -1;
+	flow->proto = IPPROTO_UDP;
+	flow->dport = pk.port;
+	flow->sport = (__be16)ctx->user_port;
+	return 0;
+}
+
+/* udp_recvmsg's hook, on the reading CPU, for each datagram read with its
+ * sender's address asked for (recvfrom, recvmsg with msg_name: what an
+ * unconnected server does to answer). Fires for the sockets of the
+ * cgroup it is attached to (and its descendants). Returns 1: the read
+ * goes on unchanged. */
+SEC("cgroup/recvmsg4")
+int steer_rfs_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	struct steer_flow_key flow = {};
+	__u64 rule = setting(RFS_SET_RECORD);
+
+	if (rule == RFS_RECORD_OFF || recvmsg_flow(ctx, &flow))
+		return 1;
+	__be32 peer = ctx->user_ip4;
+	flow.family = 4;
+	__builtin_memcpy(flow.saddr, &peer, 4);
+	record_read(&flow, rule);
+	return 1;
+}
+
+SEC("cgroup/recvmsg6")
+int steer_rfs_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	struct steer_flow_key flow = {};
+	__u64 rule = setting(RFS_SET_RECORD);
+	__u32 a[4];
+
+	if (rule == RFS_RECORD_OFF || recvmsg_flow(ctx, &flow))
+		return 1;
+	a[0] = ctx->user_ip6[0];
+	a[1] = ctx->user_ip6[1];
+	a[2] = ctx->user_ip6[2];
+	a[3] = ctx->user_ip6[3];
+	if (a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff)) {
+		/* A v4 sender on a dual-stack socket: its frames carry IPv4. */
+		flow.family = 4;
+		__builtin_memcpy(flow.saddr, &a[3], 4);
+	} else {
+		flow.family = 6;
+		__builtin_memcpy(flow.saddr, a, 16);
+	}
+	record_read(&flow, rule);
+	return 1;
 }

@@ -7,6 +7,12 @@
 
 #include <linux/types.h>
 
+/* A UDP flow the recvmsg hooks recorded is keyed with a zero `daddr` ("any
+ * local address"): an unconnected socket bound to the wildcard address
+ * does not know which of its addresses a datagram was sent to, and the
+ * hook sees only the sender. The programs look such a key up after the
+ * exact one misses, while RFS_SET_UDP_ANY is set. */
+
 /* `state.cpu` of a flow still on the kernel's own path. */
 #define STEER_RFS_NO_CPU 0xffffffffu
 
@@ -49,11 +55,12 @@ enum steer_rfs_setting {
 	RFS_SET_GENERIC = 5,    /* 1: attached in generic mode (no metadata) */
 	RFS_SET_CSUM = 6,       /* 1: complete partial checksums before a redirect */
 	RFS_SET_RECORD = 7,     /* enum steer_rfs_record: the in-kernel recorder */
-	RFS_SET_MAX = 8,
+	RFS_SET_UDP_ANY = 8,    /* 1: UDP flows may be keyed with any local address */
+	RFS_SET_MAX = 9,
 };
 
-/* What the in-kernel recorder (steer_rfs_record) does when an application
- * reads a tracked TCP flow: nothing, or write the reading CPU into
+/* What the in-kernel recorders (steer_rfs_record for TCP, steer_rfs_recvmsg4
+ * and steer_rfs_recvmsg6 for UDP) do when an application reads a flow: nothing, or write the reading CPU into
  * `rfs_desired` under a rule. */
 enum steer_rfs_record {
 	RFS_RECORD_OFF = 0,

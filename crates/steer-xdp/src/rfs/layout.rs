@@ -72,6 +72,7 @@ pub(super) enum Setting {
     Generic = 5,
     CompleteChecksums = 6,
     Record = 7,
+    UdpAny = 8,
 }
 
 /// Indices of the per-CPU `rfs_stats` array.

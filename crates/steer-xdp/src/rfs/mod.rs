@@ -60,6 +60,13 @@ const LLC: &str = "rfs_llc";
 /// The in-kernel recorder, on the sock_recv_length tracepoint.
 const RECORD_PROGRAM: &str = "steer_rfs_record";
 const RECORD_TRACEPOINT: &str = "sock_recv_length";
+/// The in-kernel UDP recorder (cgroup recvmsg hooks) and its delivery
+/// counter (cgroup skb ingress), attached to a cgroup together.
+const UDP_RECORD_PROGRAMS: [&str; 3] = [
+    "steer_rfs_recvmsg4",
+    "steer_rfs_recvmsg6",
+    "steer_rfs_ingress",
+];
 /// The program counting the frames a cpumap queue dropped.
 const DROPS_PROGRAM: &str = "steer_rfs_drops";
 const DROPS_TRACEPOINT: &str = "xdp_cpumap_enqueue";
@@ -119,6 +126,8 @@ pub struct RfsProgram {
     llc: MapFd,
     /// The in-kernel recorder's tracepoint link, while it records.
     recorder: Mutex<Option<Link>>,
+    /// The UDP recorder's cgroup links, once attached (with the cgroup).
+    udp_recorder: Mutex<Vec<Link>>,
     /// Whether it runs in libxdp's dispatcher (seen at attach).
     dispatched: bool,
     /// The interface's owner lock, released after the drop detached.
@@ -316,6 +325,7 @@ impl RfsProgram {
             deq,
             llc,
             recorder: Mutex::new(None),
+            udp_recorder: Mutex::new(Vec::new()),
             dispatched: attached_programs(ifindex).iter().any(|p| p.dispatched),
             _lock: lock,
         };
@@ -524,6 +534,78 @@ impl RfsProgram {
         Ok(())
     }
 
+    /// Records UDP in the kernel too, for the sockets of the cgroup (v2)
+    /// directory `cgroup` and its descendants (the root cgroup: every
+    /// process): whenever an application reads a datagram of an owned UDP
+    /// port and asks for its sender (`recvfrom`, `recvmsg` with a name: what
+    /// an unconnected server does to answer it), the reading CPU becomes
+    /// the desired CPU of the flow from that sender, under the rule and
+    /// LLCs [`RfsProgram::record_in_kernel`] set (call it first; its
+    /// [`RfsRecord::Off`] stops this recorder too). The flow is keyed by the
+    /// sender and any local address (a wildcard socket does not know which
+    /// of its addresses a datagram was sent to). A cgroup skb ingress
+    /// program beside the hooks counts those flows' datagrams as they reach
+    /// their sockets, which the UDP move rule waits for, as it waits for
+    /// [`RfsProgram::attach_socket`]'s filter. Attaching again adds nothing.
+    /// Needs CAP_BPF and CAP_NET_ADMIN; the programs leave the cgroup when
+    /// the program is dropped.
+    ///
+    /// ```no_run
+    /// use steer_xdp::rfs::{RfsProgram, RfsRecord};
+    /// use steer_xdp::{Proto, XdpMode};
+    /// # fn main() -> steer_xdp::Result<()> {
+    /// let rfs = RfsProgram::attach("eth1", XdpMode::Auto, false)?;
+    /// rfs.set_owned(Proto::Udp, 53, true)?;
+    /// rfs.enable_cpu(0, steer_xdp::rfs::DEFAULT_QUEUE_SIZE)?;
+    /// rfs.enable_cpu(1, steer_xdp::rfs::DEFAULT_QUEUE_SIZE)?;
+    /// rfs.record_in_kernel(RfsRecord::Llc, &[(0, 0), (1, 0)])?;
+    /// rfs.record_udp_in_kernel(std::path::Path::new("/sys/fs/cgroup"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record_udp_in_kernel(&self, cgroup: &std::path::Path) -> Result<()> {
+        let mut links = self
+            .udp_recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !links.is_empty() {
+            return Ok(());
+        }
+        let dir = std::fs::File::open(cgroup).map_err(|e| {
+            XdpError::Config(format!(
+                "opening the cgroup {} (a cgroup v2 directory): {e}",
+                cgroup.display()
+            ))
+        })?;
+        // The counter and the lookups first: a flow the hooks record is
+        // counted from its first datagram on.
+        self.set(Setting::UdpAny, 1)?;
+        let prog = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut attached = Vec::with_capacity(UDP_RECORD_PROGRAMS.len());
+        for name in UDP_RECORD_PROGRAMS {
+            match prog.attach_cgroup(name, dir.as_fd()) {
+                Ok(l) => attached.push(l),
+                Err(e) => {
+                    drop(attached);
+                    self.set(Setting::UdpAny, 0)?;
+                    return Err(program_err(
+                        "attaching the UDP recorder to the cgroup (needs a cgroup v2 directory, CAP_BPF and CAP_NET_ADMIN)",
+                    )(e));
+                }
+            }
+        }
+        *links = attached;
+        Ok(())
+    }
+
+    /// Whether the UDP recorder's cgroup programs are attached.
+    pub fn records_udp(&self) -> bool {
+        !self
+            .udp_recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// Chooses the rule that lets a flow leave the CPU serving it.
     pub fn set_order(&self, order: RfsOrder) -> Result<()> {
         self.set(Setting::Order, order.code())
@@ -668,13 +750,17 @@ fn duration_ns(d: Duration) -> u64 {
 
 impl Drop for RfsProgram {
     fn drop(&mut self) {
-        // The recorder first: nothing writes the maps once it is gone.
+        // The recorders first: nothing writes the maps once they are gone.
         drop(
             self.recorder
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+        self.udp_recorder
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let prog = match self.prog.get_mut() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),

@@ -463,6 +463,26 @@ impl XdpProgram {
         check_ptr(link).map(Link)
     }
 
+    /// Attaches program `name` (the C function's name) of the loaded object
+    /// to the cgroup (v2) directory open as `cgroup`, as a BPF link
+    /// (`bpf_program__attach_cgroup`): the attach type is the one its
+    /// section gave it at load. Other programs of the cgroup stay attached.
+    pub(crate) fn attach_cgroup(&self, name: &str, cgroup: BorrowedFd<'_>) -> io::Result<Link> {
+        let name = c_string(name)?;
+        // SAFETY: the object is valid while `self` lives; the name is
+        // NUL-terminated and outlives the call.
+        let prog =
+            unsafe { xdp::bpf_object__find_program_by_name(self.obj.0.as_ptr(), name.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: `prog` belongs to the loaded object; the cgroup fd is
+        // open for the call (libbpf does not keep it: the link holds the
+        // cgroup itself). The link holds its own reference to the program.
+        let link = unsafe { xdp::bpf_program__attach_cgroup(prog, cgroup.as_raw_fd()) };
+        check_ptr(link).map(Link)
+    }
+
     /// A [`MapFd`] for map `name` of the loaded object (see
     /// [`Map::to_map_fd`]).
     pub(crate) fn map_fd(&self, name: &str, possible_cpus: usize) -> io::Result<MapFd> {
