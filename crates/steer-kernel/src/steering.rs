@@ -23,7 +23,8 @@ use steer_core::table::{DesiredCpuTable, RecordStats};
 use steer_topology::thread::LiveProbe;
 use steer_xdp::privileges::RunAs;
 use steer_xdp::rfs::{
-    RfsOrder, RfsProgram, RfsRecord, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_QUEUE_SIZE,
+    RfsOrder, RfsProgram, RfsRecord, RfsStats, DEFAULT_MAX_HOLD, DEFAULT_MAX_WAIT,
+    DEFAULT_QUEUE_SIZE,
 };
 use steer_xdp::{Proto, XdpMode};
 
@@ -295,6 +296,7 @@ pub struct KernelSteeringBuilder {
     replace_stale: bool,
     order: RfsOrder,
     max_hold: Duration,
+    max_wait: Duration,
     idle_timeout: Duration,
     sweep_every: Duration,
     max_flows: usize,
@@ -369,6 +371,7 @@ impl KernelSteeringBuilder {
             replace_stale: false,
             order: RfsOrder::Socket,
             max_hold: DEFAULT_MAX_HOLD,
+            max_wait: DEFAULT_MAX_WAIT,
             idle_timeout: Duration::from_secs(30),
             sweep_every: Duration::from_secs(1),
             max_flows: 65_536,
@@ -488,6 +491,14 @@ impl KernelSteeringBuilder {
         self
     }
 
+    /// How long a UDP move may wait in all, the flow busy or not, before it
+    /// is forced and counted (default 1 s): a frame lost on the old path of
+    /// a flow that is never quiet for `max_hold` would hold it forever.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
     /// A flow with no frame for this long is forgotten (default 30 s);
     /// checked every `sweep_every` (default 1 s).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
@@ -603,6 +614,7 @@ impl KernelSteeringBuilder {
         }
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
+        program.set_max_wait(self.max_wait)?;
         if self.in_kernel {
             // Before the privileges go: attaching the tracepoint needs
             // CAP_BPF and CAP_PERFMON.

@@ -137,8 +137,8 @@ struct ProbeCounts {
 }
 
 /// One flow of numbered queries from the client's namespace (sender and
-/// receiver pinned to CPU 0) for `RUN`.
-fn probe(pair: &Pair, port: u16) -> std::thread::JoinHandle<ProbeCounts> {
+/// receiver pinned to CPU 0) for `run`.
+fn probe(pair: &Pair, port: u16, run: Duration) -> std::thread::JoinHandle<ProbeCounts> {
     let local: SocketAddr = (pair.cli_v4, 0).into();
     let server: SocketAddr = (pair.srv_v4, port).into();
     let socket = Pair::in_ns(&pair.cli_ns, move || UdpSocket::bind(local).unwrap());
@@ -153,7 +153,7 @@ fn probe(pair: &Pair, port: u16) -> std::thread::JoinHandle<ProbeCounts> {
         let (done, sent) = (done.clone(), sent.clone());
         std::thread::spawn(move || {
             support::pin(0);
-            let end = Instant::now() + RUN;
+            let end = Instant::now() + run;
             let mut next = Instant::now();
             let mut id = 0u16;
             while Instant::now() < end && id < u16::MAX {
@@ -250,19 +250,7 @@ struct Run {
 /// `RUN`, dnsmasq moved to CPU 0 at `MOVE_AT`.
 fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
     let pair = Pair::new();
-    // The answers to the client are handled on CPU 0 (veth hands them to
-    // the backlog; RPS picks the CPU), so CPU 1's stack takes in only what
-    // the cpumap hands it: its softnet count can be compared with landed.
-    let rps = format!(
-        "for q in /sys/class/net/{}/queues/rx-*; do echo 1 > $q/rps_cpus; done",
-        pair.cli_dev
-    );
-    let ok = Command::new("ip")
-        .args(["netns", "exec", &pair.cli_ns, "sh", "-c", &rps])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "setting the client's rps_cpus");
+    answers_on_cpu0(&pair);
     let steering = start(&pair, port, policy, layout);
     let server = dnsmasq(&pair, port, 1);
     let queries = std::env::temp_dir().join(format!("steer-udp-queries-{}", std::process::id()));
@@ -274,7 +262,7 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
 
     let started = Instant::now();
     let perf = dnsperf(&pair, port, &queries);
-    let probe = probe(&pair, port);
+    let probe = probe(&pair, port, RUN);
     std::thread::sleep(MOVE_AT - Duration::from_secs(1));
     let (l0, s0) = (landed(&steering), softnet_processed());
     std::thread::sleep(Duration::from_secs(1));
@@ -308,6 +296,23 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
         probe,
         dnsperf_completed: completed(&String::from_utf8_lossy(&out.stdout)),
     }
+}
+
+/// Sets the client's rps_cpus to CPU 0: the answers to the client are
+/// handled there (veth hands them to the backlog; RPS picks the CPU), so
+/// CPU 1's stack takes in only what the cpumap hands it and its softnet
+/// count can be compared with landed.
+fn answers_on_cpu0(pair: &Pair) {
+    let rps = format!(
+        "for q in /sys/class/net/{}/queues/rx-*; do echo 1 > $q/rps_cpus; done",
+        pair.cli_dev
+    );
+    let ok = Command::new("ip")
+        .args(["netns", "exec", &pair.cli_ns, "sh", "-c", &rps])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "setting the client's rps_cpus");
 }
 
 /// The checks both runs share: the senders were recorded from dnsmasq's
@@ -379,4 +384,74 @@ fn a_move_within_the_llc_leaves_dnsmasqs_senders_where_they_are() {
     assert_eq!(st.recorder_updates, st.recorder_new_flows, "{r:#?}");
     assert!(st.recorder_suppressed > 0, "{r:#?}");
     assert!(r.after[1] > 10 * r.after[0].max(1), "{r:#?}");
+}
+
+/// Moves every thread of `pid` to `cpu`.
+fn move_to(pid: u32, cpu: usize) {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "moving {pid}");
+}
+
+#[test]
+fn datagrams_lost_on_the_old_path_hold_a_busy_flows_move_only_for_the_maximum_wait() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let port = 5393;
+    let pair = Pair::new();
+    answers_on_cpu0(&pair);
+    let steering = start(
+        &pair,
+        port,
+        Policy::Always,
+        Arc::new(CpuLayout::uniform(2, 1).unwrap()),
+    );
+    let server = dnsmasq(&pair, port, 1);
+    std::thread::sleep(Duration::from_millis(700));
+    // One busy flow (a query a millisecond: never quiet for the 100 ms
+    // that force a held move), placed on CPU 1.
+    let probe = probe(&pair, port, Duration::from_millis(5000));
+    std::thread::sleep(Duration::from_millis(700));
+    // dnsmasq restarts on CPU 0: the queries in between land on CPU 1
+    // and reach no socket, so the socket rule never sees them delivered.
+    // Its first read on CPU 0 asks for the move.
+    drop(server);
+    std::thread::sleep(Duration::from_millis(200));
+    let server = dnsmasq(&pair, port, 0);
+    let asked = Instant::now();
+    let program = steering.program().unwrap();
+    let mut moved = None;
+    while asked.elapsed() < Duration::from_secs(3) {
+        if program.stats().unwrap().forced > 0 {
+            moved = Some(asked.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let forced_at = stats(&steering);
+    eprintln!("forced after {moved:?}: {forced_at:?}");
+    let moved = moved.expect("the held move was never forced");
+    // Forced at the maximum wait (1 s), not earlier: the flow was busy.
+    assert!(moved >= Duration::from_millis(700), "{moved:?}");
+    assert_eq!(forced_at.forced, 1, "{forced_at:?}");
+    let l0 = landed(&steering);
+    std::thread::sleep(Duration::from_millis(400));
+    let on0 = delta(&landed(&steering), &l0);
+    assert!(on0[0] > 10 * on0[1].max(1), "after the forced move {on0:?}");
+    // What was lost was forgotten with the forced move: the next move (back
+    // to CPU 1) drains normally, forcing nothing.
+    move_to(server.0.id(), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let l1 = landed(&steering);
+    std::thread::sleep(Duration::from_millis(500));
+    let on1 = delta(&landed(&steering), &l1);
+    let probe = probe.join().unwrap();
+    let end = stats(&steering);
+    eprintln!("{end:?}\nprobe {probe:?}, on CPU 0 {on0:?}, back on CPU 1 {on1:?}");
+    assert!(on1[1] > 10 * on1[0].max(1), "after the second move {on1:?}");
+    assert_eq!(end.forced, 1, "{end:?}");
+    assert!(probe.answered > 0, "{probe:?}");
 }

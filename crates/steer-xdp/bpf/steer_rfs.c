@@ -43,7 +43,8 @@
  *   may hold them until its next flush (every 64 frames or an empty
  *   queue). A frame lost between the queue and the socket would hold the
  *   move forever: when the flow was quiet for RFS_SET_MAX_HOLD between two
- *   held frames, the move is forced, and counted.
+ *   held frames, or the move was held for RFS_SET_MAX_WAIT, it is forced
+ *   (and counted), and the frames taken as lost are forgotten.
  * Frames the queue dropped (steer_rfs_drops) or that never reached it
  * (steer_rfs_redirect_err) count as dequeued, so the queue head passes
  * them. */
@@ -512,22 +513,29 @@ int steer_rfs(struct xdp_md *ctx)
 				st->landed_base = READ_ONCE(st->delivered);
 			st->cpu = want->cpu;
 			st->held_since = 0;
+			st->hold_start = 0;
 			count(RFS_STAT_MOVES, 1);
 		} else {
 			/* A UDP frame lost between the queue and the socket would
 			 * hold the move forever: when the flow was quiet for
-			 * RFS_SET_MAX_HOLD (no frame between two held ones), what
-			 * is missing is taken as lost and the move is forced. A
-			 * busy flow waits, as under the kernel's RFS. */
+			 * RFS_SET_MAX_HOLD (no frame between two held ones), or
+			 * the move was held for RFS_SET_MAX_WAIT (a busy flow),
+			 * what is missing is taken as lost and the move is
+			 * forced. TCP waits: its rule cannot wedge. */
 			__u64 now = bpf_ktime_get_ns();
 			__u64 last = st->held_since;
+			if (!last || !st->hold_start)
+				st->hold_start = now;
 			st->held_since = now;
-			if (last && flow.proto == IPPROTO_UDP &&
-			    now - last > setting(RFS_SET_MAX_HOLD)) {
-				if (st->cpu == STEER_RFS_NO_CPU)
-					st->landed_base = READ_ONCE(st->delivered);
+			if (flow.proto == IPPROTO_UDP &&
+			    ((last && now - last > setting(RFS_SET_MAX_HOLD)) ||
+			     now - st->hold_start > setting(RFS_SET_MAX_WAIT))) {
+				/* Re-based: the frames taken as lost do not hold
+				 * the flow's later moves. */
+				st->landed_base = READ_ONCE(st->delivered) - READ_ONCE(st->landed);
 				st->cpu = want->cpu;
 				st->held_since = 0;
+				st->hold_start = 0;
 				count(RFS_STAT_MOVES, 1);
 				count(RFS_STAT_FORCED, 1);
 			} else {

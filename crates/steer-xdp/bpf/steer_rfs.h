@@ -36,6 +36,7 @@ struct steer_rfs_state {
 	__u64 created;     /* ns (CLOCK_MONOTONIC) when steer made the entry */
 	__u32 cpu;         /* CPU serving the flow, STEER_RFS_NO_CPU: kernel path */
 	__u32 last_src;    /* rx CPU (queue row) of the last redirected frame */
+	__u64 hold_start;  /* ns of the first frame the pending move held back */
 };
 
 /* The `rfs_enq` and `rfs_deq` arrays are indexed by src * ncpus + dst: src
@@ -56,7 +57,8 @@ enum steer_rfs_setting {
 	RFS_SET_CSUM = 6,       /* 1: complete partial checksums before a redirect */
 	RFS_SET_RECORD = 7,     /* enum steer_rfs_record: the in-kernel recorder */
 	RFS_SET_UDP_ANY = 8,    /* 1: UDP flows may be keyed with any local address */
-	RFS_SET_MAX = 9,
+	RFS_SET_MAX_WAIT = 9,   /* ns a UDP move may be held, busy or not, before it is forced */
+	RFS_SET_MAX = 10,
 };
 
 /* What the in-kernel recorders (steer_rfs_record for TCP, steer_rfs_recvmsg4
@@ -94,7 +96,7 @@ enum steer_rfs_stat {
 	RFS_STAT_UNTRACKED = 2,      /* owned frames of flows steer has no CPU for */
 	RFS_STAT_MOVES = 3,          /* flows placed or moved */
 	RFS_STAT_HELD_BACK = 4,      /* frames kept on the old path by a pending move */
-	RFS_STAT_FORCED = 5,         /* UDP moves forced after RFS_SET_MAX_HOLD of quiet */
+	RFS_STAT_FORCED = 5,         /* UDP moves forced (RFS_SET_MAX_HOLD of quiet, RFS_SET_MAX_WAIT held) */
 	RFS_STAT_REDIRECT_FAILED = 6,/* no cpumap entry for the CPU: passed */
 	RFS_STAT_LANDED = 7,         /* per CPU: frames its cpumap program saw */
 	RFS_STAT_DELIVERED = 8,      /* per CPU: UDP frames the socket filter saw */

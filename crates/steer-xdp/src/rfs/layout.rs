@@ -73,6 +73,7 @@ pub(super) enum Setting {
     CompleteChecksums = 6,
     Record = 7,
     UdpAny = 8,
+    MaxWait = 9,
 }
 
 /// Indices of the per-CPU `rfs_stats` array.
@@ -211,11 +212,12 @@ pub struct RfsFlow {
     held_since: u64,
     created: u64,
     last_src: u32,
+    hold_start: u64,
 }
 
 impl RfsFlow {
     /// Bytes of `struct steer_rfs_state`.
-    pub(super) const LEN: usize = 64;
+    pub(super) const LEN: usize = 72;
 
     /// A new entry: no frame seen, on the kernel path, made at `now_ns`.
     pub(super) fn fresh(now_ns: u64) -> Self {
@@ -230,6 +232,7 @@ impl RfsFlow {
             held_since: 0,
             created: now_ns,
             last_src: 0,
+            hold_start: 0,
         }
     }
 
@@ -249,6 +252,7 @@ impl RfsFlow {
         }
         b[56..60].copy_from_slice(&self.cpu.unwrap_or(NO_CPU).to_ne_bytes());
         b[60..64].copy_from_slice(&self.last_src.to_ne_bytes());
+        b[64..72].copy_from_slice(&self.hold_start.to_ne_bytes());
         b
     }
 
@@ -271,6 +275,7 @@ impl RfsFlow {
             cpu: (cpu != NO_CPU).then_some(cpu),
             held: held_since != 0,
             last_src: u32::from_ne_bytes([b[60], b[61], b[62], b[63]]),
+            hold_start: word(8),
         }
     }
 }
@@ -290,6 +295,7 @@ mod tests {
         assert_eq!(b[8..16], 5u64.to_ne_bytes());
         assert_eq!(b[48..56], 0x0102u64.to_ne_bytes());
         assert_eq!(b[56..60], 3u32.to_ne_bytes());
+        assert_eq!(b.len(), 72);
         assert_eq!(RfsFlow::from_bytes(&b), f);
         let fresh = RfsFlow::from_bytes(&RfsFlow::fresh(9).to_bytes());
         assert_eq!((fresh.cpu, fresh.held), (None, false));

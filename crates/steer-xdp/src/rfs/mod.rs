@@ -81,6 +81,10 @@ pub const DEFAULT_QUEUE_SIZE: u32 = 2048;
 /// How long a held UDP flow must be quiet (no frame) before its move is
 /// forced.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(100);
+/// How long a UDP move may be held, the flow busy or not, before it is
+/// forced: a frame lost between the queue and the socket of a flow that is
+/// never quiet for [`DEFAULT_MAX_HOLD`] would hold it forever.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
 /// How long a newly tracked UDP flow stays on the kernel path before it is
 /// first placed (frames that took it before steer counted them get there).
 pub const DEFAULT_UDP_SETTLE: Duration = Duration::from_millis(2);
@@ -338,6 +342,7 @@ impl RfsProgram {
         // and all; native mode hands bytes.
         this.set_complete_checksums(mode != XdpMode::Generic)?;
         this.set_max_hold(DEFAULT_MAX_HOLD)?;
+        this.set_max_wait(DEFAULT_MAX_WAIT)?;
         this.set_udp_settle(DEFAULT_UDP_SETTLE)?;
         this.set_order(RfsOrder::Socket)?;
         Ok(this)
@@ -619,6 +624,16 @@ impl RfsProgram {
     /// retransmitted along the held path).
     pub fn set_max_hold(&self, hold: Duration) -> Result<()> {
         self.set(Setting::MaxHold, duration_ns(hold))
+    }
+
+    /// How long a UDP move may be held in all, the flow busy or not, before
+    /// it is forced (and counted in [`RfsStats::forced`]): a frame lost
+    /// between the cpumap queue and the socket of a flow that is never quiet
+    /// for the maximum hold would hold it forever. Either way, what was
+    /// missing is forgotten once the move is forced: it does not hold the
+    /// flow's later moves.
+    pub fn set_max_wait(&self, wait: Duration) -> Result<()> {
+        self.set(Setting::MaxWait, duration_ns(wait))
     }
 
     /// How long a newly tracked UDP flow stays on the kernel path before its
