@@ -1,0 +1,125 @@
+//! `steer rfs -u` as an operator runs it, beside an unmodified dnsmasq
+//! pinned to CPU 1 and queried by dnsperf from the peer namespace: the
+//! senders are recorded in the kernel from dnsmasq's reads (cgroup recvmsg
+//! hooks on the cgroup v2 root) and their datagrams land on CPU 1; the live
+//! rows and the JSON summary say so, and SIGINT detaches everything. Needs
+//! root, two CPUs, dnsmasq and dnsperf, as CI runs it.
+
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::net::TestNet;
+
+const PORT: u16 = 7411;
+
+#[test]
+fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
+    let net = TestNet::new();
+    let json = std::env::temp_dir().join(format!("steer-rfs-udp-{}.json", std::process::id()));
+    let mut rfs = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args(["rfs", "-i", &net.host, "-u", &PORT.to_string()])
+        .args(["--cpus", "0,1"])
+        .arg("--stats-json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("recording tcp ports [], udp ports [7411]"),
+        "{line}"
+    );
+
+    // A server that never heard of steer, on CPU 1, bound to the host's
+    // address only (the flows are keyed by sender all the same).
+    let mut server = Command::new("taskset")
+        .args([
+            "-c",
+            "1",
+            "dnsmasq",
+            "-k",
+            "--conf-file=/dev/null",
+            "--pid-file=",
+        ])
+        .arg(format!("--port={PORT}"))
+        .arg(format!("--listen-address={}", net.host_v4))
+        .args(["--bind-interfaces", "--no-resolv", "--no-hosts"])
+        .args(["--user=root", "--group=root", "--cache-size=0"])
+        .arg("--address=/steer.test/10.9.9.9")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dnsmasq runs (install dnsmasq-base)");
+    std::thread::sleep(Duration::from_millis(500));
+    let queries = std::env::temp_dir().join(format!("steer-rfs-udp-q-{}", std::process::id()));
+    std::fs::write(&queries, "a.steer.test A\nb.steer.test A\n").unwrap();
+    let client = net.ns_cmd(&[
+        "dnsperf",
+        "-s",
+        &net.host_v4.to_string(),
+        "-p",
+        &PORT.to_string(),
+        "-d",
+        queries.to_str().unwrap(),
+        "-c",
+        "2",
+        "-l",
+        "2",
+        "-Q",
+        "2000",
+    ]);
+    let _ = std::fs::remove_file(&queries);
+    let _ = server.kill();
+    let _ = server.wait();
+    let report = String::from_utf8_lossy(&client.stdout);
+    assert!(client.status.success(), "{report}");
+    assert!(report.contains("Queries completed:"), "{report}");
+    // A live row saw the reads.
+    let mut rows = String::new();
+    for _ in 0..2 {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        rows.push_str(&line);
+    }
+    assert!(rows.contains("reads "), "{rows}");
+
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);
+    let out = rfs.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("libbpf") && !stderr.contains("libxdp"),
+        "{stderr}"
+    );
+    assert!(
+        !net.link_show().contains("xdp"),
+        "still attached: {}",
+        net.link_show()
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["udp_ports"], serde_json::json!([PORT]), "{report:#}");
+    let rec = &report["recorder"];
+    // dnsperf's two senders.
+    assert!(rec["new_flows"].as_u64().unwrap() >= 2, "{report:#}");
+    assert!(rec["reads"].as_u64().unwrap() > 1000, "{report:#}");
+    assert!(
+        report["program"]["delivered"].as_u64().unwrap() > 1000,
+        "{report:#}"
+    );
+    let landed: Vec<u64> = serde_json::from_value(report["landed_per_cpu"].clone()).unwrap();
+    assert!(
+        landed[1] > 10 * landed[0].max(1),
+        "the datagrams landed on the reader's CPU 1: {report:#}"
+    );
+}
