@@ -105,7 +105,7 @@ enum steer_rfs_stat {
 	RFS_STAT_REDIRECT_ERRORS = 11, /* per rx CPU: frames that failed to reach the queue */
 	RFS_STAT_CSUM_COMPLETED = 12, /* partial checksums completed before a redirect */
 	RFS_STAT_CSUM_PASSED = 13,    /* partial checksums too long to complete: passed */
-	RFS_STAT_RECORDED = 14,       /* reads of tracked flows the recorder saw */
+	RFS_STAT_RECORDED = 14,       /* reads the recorders saw (TCP reads, UDP datagrams) */
 	RFS_STAT_REC_NEW = 15,        /* flows the recorder started tracking */
 	RFS_STAT_REC_UPDATES = 16,    /* desired CPUs the recorder wrote (moves) */
 	RFS_STAT_REC_SUPPRESSED = 17, /* CPU changes the LLC rule left unwritten */

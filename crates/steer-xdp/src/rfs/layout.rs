@@ -156,7 +156,8 @@ pub struct RfsStats {
     /// Frames with a partial checksum too long to complete (over 4 KiB):
     /// passed to the kernel path, which keeps the mark.
     pub csum_passed: u64,
-    /// Reads of owned TCP flows the in-kernel recorder saw.
+    /// Reads the in-kernel recorders saw: TCP reads of owned connections,
+    /// UDP datagrams of owned ports read with their sender.
     pub recorded: u64,
     /// Flows the in-kernel recorder placed: a first desired CPU written
     /// (each is also one of `recorder_updates`).

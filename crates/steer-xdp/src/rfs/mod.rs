@@ -6,7 +6,9 @@
 //! owns its maps: which ports are steered, the CPU steer wants for each flow
 //! (`rfs_desired`, written by [`RfsProgram::steer`](crate::rfs::RfsProgram::steer): the costly update), the
 //! per-flow state the programs keep (`rfs_state`), the settings and the
-//! per-CPU counters. The byte layouts are those of bpf/steer_rfs.h; this
+//! per-CPU counters, and the in-kernel recorders' attachments (the TCP
+//! tracepoint; the UDP cgroup hooks and their ingress counter, detached with
+//! the program). The byte layouts are those of bpf/steer_rfs.h; this
 //! module is safe Rust (the FFI is in `sys::libxdp`).
 //!
 //! Invariants: while an [`RfsProgram`](crate::rfs::RfsProgram) exists its program is attached to its
