@@ -78,6 +78,9 @@ const ERRORS_TRACEPOINT: &str = "xdp_redirect_err";
 const SETTINGS: &str = "rfs_settings";
 const STATS: &str = "rfs_stats";
 
+/// Entries of the state map [`RfsProgram::tracked`] reads a system call.
+pub const TRACKED_CHUNK: usize = 4096;
+
 /// Frames a cpumap entry queues for its CPU by default.
 pub const DEFAULT_QUEUE_SIZE: u32 = 2048;
 /// How long a held UDP flow must be quiet (no frame) before its move is
@@ -454,8 +457,30 @@ impl RfsProgram {
     }
 
     /// Every tracked flow and its state (a walk of the state map: flows
-    /// made or forgotten meanwhile may be missed).
+    /// made or forgotten meanwhile may be missed). The sweeper calls this
+    /// every period: it reads the map [`TRACKED_CHUNK`] entries a system
+    /// call (`BPF_MAP_LOOKUP_BATCH`), where a walk key by key would make
+    /// two calls a flow; a kernel without batch lookups gets the walk.
     pub fn tracked(&self) -> Result<Vec<(FlowMapKey, RfsFlow)>> {
+        match self.state.entries(TRACKED_CHUNK) {
+            Ok(entries) => Ok(entries
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let v: &[u8; RfsFlow::LEN] = v.as_slice().try_into().ok()?;
+                    Some((FlowMapKey::from_bytes(&k)?, RfsFlow::from_bytes(v)))
+                })
+                .collect()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                debug!(error = %e, "no batch lookups: walking the state map key by key");
+                self.tracked_by_keys()
+            }
+            Err(e) => Err(map_err(STATE, "check `bpftool map`")(e)),
+        }
+    }
+
+    /// [`RfsProgram::tracked`] key by key (`bpf_map_get_next_key`, then a
+    /// lookup each).
+    pub fn tracked_by_keys(&self) -> Result<Vec<(FlowMapKey, RfsFlow)>> {
         let keys = self
             .state
             .keys()

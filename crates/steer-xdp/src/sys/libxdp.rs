@@ -681,6 +681,76 @@ impl MapFd {
         self.value_len
     }
 
+    /// Every entry of a hash map now, keys and values, `chunk` entries a
+    /// system call (`BPF_MAP_LOOKUP_BATCH`: the kernel walks the buckets,
+    /// so an entry added or deleted meanwhile may be missed, but none is
+    /// read twice). A bucket holding more than `chunk` entries grows the
+    /// chunk. EINVAL or EOPNOTSUPP from a kernel or map without batch
+    /// lookups: walk with [`MapFd::keys`] instead.
+    pub(crate) fn entries(&self, chunk: usize) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut chunk = chunk.max(1);
+        let mut out = Vec::new();
+        // The position between calls: for hash maps a bucket number (4
+        // bytes at least, whatever the key's size).
+        let token_len = self.key_len.max(8);
+        let mut token = vec![0u8; token_len];
+        let mut next = vec![0u8; token_len];
+        let mut started = false;
+        let opts = xdp::bpf_map_batch_opts {
+            sz: std::mem::size_of::<xdp::bpf_map_batch_opts>(),
+            elem_flags: 0,
+            flags: 0,
+        };
+        loop {
+            let mut keys = vec![0u8; chunk * self.key_len];
+            let mut values = vec![0u8; chunk * self.value_len];
+            let mut count = u32::try_from(chunk).unwrap_or(u32::MAX);
+            let in_batch = if started {
+                token.as_mut_ptr().cast()
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: the descriptor is a map's; `in_batch` is null or a
+            // token of `token_len` bytes the previous call wrote, `next`
+            // has room for one; `keys` and `values` have room for `count`
+            // keys and values of the map's lengths; `opts` is initialised
+            // with its size. All outlive the call.
+            let rc = unsafe {
+                xdp::bpf_map_lookup_batch(
+                    self.fd.as_raw_fd(),
+                    in_batch,
+                    next.as_mut_ptr().cast(),
+                    keys.as_mut_ptr().cast(),
+                    values.as_mut_ptr().cast(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            let done = match check_rc(rc) {
+                Ok(()) => false,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
+                // One bucket does not fit: again from the same place.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && count == 0 => {
+                    chunk = chunk.saturating_mul(2);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let n = (count as usize).min(chunk);
+            out.extend(
+                keys.chunks_exact(self.key_len)
+                    .zip(values.chunks_exact(self.value_len))
+                    .take(n)
+                    .map(|(k, v)| (k.to_vec(), v.to_vec())),
+            );
+            if done {
+                return Ok(out);
+            }
+            std::mem::swap(&mut token, &mut next);
+            started = true;
+        }
+    }
+
     /// The kernel's id of the map (`bpf_map_get_info_by_fd`).
     pub(crate) fn id(&self) -> io::Result<u32> {
         // SAFETY: bpf_map_info is plain data; all-zero is the documented
