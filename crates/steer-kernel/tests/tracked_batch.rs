@@ -17,12 +17,12 @@ const PORT: u16 = 7120;
 
 fn flow(i: u32) -> FlowMapKey {
     let (a, b) = ((i >> 8) as u8, i as u8);
-    let src = if i % 3 == 0 {
+    let src = if i.is_multiple_of(3) {
         format!("[fd00:78::{:x}]:{}", i, 1024 + i % 50_000)
     } else {
         format!("10.78.{a}.{b}:{}", 1024 + i % 50_000)
     };
-    let dst = if i % 3 == 0 {
+    let dst = if i.is_multiple_of(3) {
         format!("[fd00:78::1]:{PORT}")
     } else {
         format!("10.77.0.1:{PORT}")
@@ -71,7 +71,7 @@ fn the_batch_walk_returns_every_tracked_flow_once_as_the_key_walk_does() {
     assert!(batch.iter().all(|(_, s)| s.cpu.is_none() && s.seen == 0));
 
     // Forgotten flows are gone from the next walk.
-    for i in (0..FLOWS).filter(|i| i % 2 == 0) {
+    for i in (0..FLOWS).filter(|i| i.is_multiple_of(2)) {
         program.forget(&flow(i)).unwrap();
     }
     let left: HashSet<FlowMapKey> = program
