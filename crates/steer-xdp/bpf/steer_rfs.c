@@ -728,7 +728,20 @@ int steer_rfs_sock(struct __sk_buff *skb)
 SEC("cgroup_skb/ingress")
 int steer_rfs_ingress(struct __sk_buff *skb)
 {
-	if (setting(RFS_SET_UDP_ANY))
+	/* Every segment and datagram of every socket of the cgroup comes
+	 * here: the receiving socket's protocol and port first, so that only
+	 * the owned UDP ports' datagrams are parsed. */
+	struct bpf_sock *sk = skb->sk;
+	struct steer_port_key pk = {};
+
+	if (!sk)
+		return 1;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->protocol != IPPROTO_UDP || !setting(RFS_SET_UDP_ANY))
+		return 1;
+	pk.proto = IPPROTO_UDP;
+	pk.port = bpf_htons((__u16)sk->src_port);
+	if (bpf_map_lookup_elem(&owned_ports, &pk))
 		count_delivered(skb, 1);
 	return 1;
 }
