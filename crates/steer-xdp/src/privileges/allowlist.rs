@@ -188,6 +188,7 @@ const BPF_COMMANDS: &[u32] = &[
     2,  // BPF_MAP_UPDATE_ELEM
     3,  // BPF_MAP_DELETE_ELEM
     4,  // BPF_MAP_GET_NEXT_KEY
+    24, // BPF_MAP_LOOKUP_BATCH (the RFS sweeper's walk of its flows)
     7,  // BPF_OBJ_GET (libxdp's pinned dispatcher, at detach)
     13, // BPF_PROG_GET_FD_BY_ID
     14, // BPF_MAP_GET_FD_BY_ID

@@ -460,7 +460,8 @@ impl RfsProgram {
     /// made or forgotten meanwhile may be missed). The sweeper calls this
     /// every period: it reads the map [`TRACKED_CHUNK`] entries a system
     /// call (`BPF_MAP_LOOKUP_BATCH`), where a walk key by key would make
-    /// two calls a flow; a kernel without batch lookups gets the walk.
+    /// two calls a flow; a kernel without batch lookups (or a seccomp filter
+    /// refusing them) gets the walk.
     pub fn tracked(&self) -> Result<Vec<(FlowMapKey, RfsFlow)>> {
         match self.state.entries(TRACKED_CHUNK) {
             Ok(entries) => Ok(entries
@@ -470,7 +471,13 @@ impl RfsProgram {
                     Some((FlowMapKey::from_bytes(&k)?, RfsFlow::from_bytes(v)))
                 })
                 .collect()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+            // EPERM: a seccomp filter that refuses the command.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM)
+                ) =>
+            {
                 debug!(error = %e, "no batch lookups: walking the state map key by key");
                 self.tracked_by_keys()
             }
