@@ -65,6 +65,8 @@ fn stopped() -> steer_xdp::XdpError {
 pub struct KernelSteering {
     /// The RFS program also records in the kernel (transparent mode).
     in_kernel: bool,
+    /// ... TCP too (an owned TCP port: the tracepoint is attached).
+    in_kernel_tcp: bool,
     shared: Arc<Shared>,
     program: Option<Arc<RfsProgram>>,
     sweeper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
@@ -131,6 +133,7 @@ impl KernelSteering {
         )?);
         Ok(Self {
             in_kernel: false,
+            in_kernel_tcp: false,
             shared: Arc::new(Shared {
                 table,
                 layout,
@@ -195,7 +198,13 @@ impl KernelSteering {
         self.shared.table.policy().set(policy);
         if let (true, Some(program)) = (self.in_kernel, &self.program) {
             let llcs = llcs(&self.shared.layout, self.shared.cpus);
-            if let Err(e) = program.record_in_kernel(record_rule(policy), &llcs) {
+            let rule = record_rule(policy);
+            let set = if self.in_kernel_tcp {
+                program.record_in_kernel(rule, &llcs)
+            } else {
+                program.set_record_rule(rule, &llcs)
+            };
+            if let Err(e) = set {
                 tracing::warn!(error = %e, "the in-kernel recorder keeps its rule");
             }
         }
@@ -615,10 +624,19 @@ impl KernelSteeringBuilder {
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
         program.set_max_wait(self.max_wait)?;
+        let in_kernel_tcp =
+            self.in_kernel && self.owned.iter().any(|&(proto, _)| proto == Proto::Tcp);
         if self.in_kernel {
             // Before the privileges go: attaching the tracepoint needs
-            // CAP_BPF and CAP_PERFMON.
-            program.record_in_kernel(record_rule(self.policy), &llcs(&layout, cpus))?;
+            // CAP_BPF and CAP_PERFMON, the cgroup hooks CAP_NET_ADMIN. The
+            // TCP tracepoint only for TCP ports: it runs on every read of
+            // every socket on the host.
+            let (rule, llcs) = (record_rule(self.policy), llcs(&layout, cpus));
+            if in_kernel_tcp {
+                program.record_in_kernel(rule, &llcs)?;
+            } else {
+                program.set_record_rule(rule, &llcs)?;
+            }
             if self.owned.iter().any(|&(proto, _)| proto == Proto::Udp) {
                 let cgroup = match self.cgroup.clone().or_else(crate::cgroup::cgroup2_root) {
                     Some(c) => c,
@@ -706,6 +724,7 @@ impl KernelSteeringBuilder {
         );
         Ok(KernelSteering {
             in_kernel: self.in_kernel,
+            in_kernel_tcp,
             shared,
             program: Some(program),
             sweeper: Some((sweeper, stop)),

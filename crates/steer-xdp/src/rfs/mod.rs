@@ -542,19 +542,7 @@ impl RfsProgram {
             *recorder = None;
             return Ok(());
         }
-        for cpu in 0..self.cpus_possible as u32 {
-            let llc = llc_of
-                .iter()
-                .find(|&&(c, _)| c == cpu)
-                .map_or(NO_LLC, |&(_, l)| l.min(NO_LLC - 1));
-            self.llc
-                .update(&cpu.to_ne_bytes(), &llc.to_ne_bytes(), 0)
-                .map_err(map_err(
-                    LLC,
-                    "the CPUs must be below the possible CPU count",
-                ))?;
-        }
-        self.set(Setting::Record, rule.code())?;
+        self.set_record_rule(rule, llc_of)?;
         if recorder.is_none() {
             let prog = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
             let link = prog
@@ -573,14 +561,37 @@ impl RfsProgram {
         Ok(())
     }
 
+    /// The in-kernel recorders' rule and the LLC of each CPU they may
+    /// choose (see [`RfsProgram::record_in_kernel`]), without attaching the
+    /// TCP tracepoint: what a UDP-only recorder
+    /// ([`RfsProgram::record_udp_in_kernel`]) needs, sparing every read of
+    /// every socket on the host the tracepoint's program.
+    /// [`RfsRecord::Off`] stops both recorders.
+    pub fn set_record_rule(&self, rule: RfsRecord, llc_of: &[(u32, u32)]) -> Result<()> {
+        for cpu in 0..self.cpus_possible as u32 {
+            let llc = llc_of
+                .iter()
+                .find(|&&(c, _)| c == cpu)
+                .map_or(NO_LLC, |&(_, l)| l.min(NO_LLC - 1));
+            self.llc
+                .update(&cpu.to_ne_bytes(), &llc.to_ne_bytes(), 0)
+                .map_err(map_err(
+                    LLC,
+                    "the CPUs must be below the possible CPU count",
+                ))?;
+        }
+        self.set(Setting::Record, rule.code())
+    }
+
     /// Records UDP in the kernel too, for the sockets of the cgroup (v2)
     /// directory `cgroup` and its descendants (the root cgroup: every
     /// process): whenever an application reads a datagram of an owned UDP
     /// port and asks for its sender (`recvfrom`, `recvmsg` with a name: what
     /// an unconnected server does to answer it), the reading CPU becomes
     /// the desired CPU of the flow from that sender, under the rule and
-    /// LLCs [`RfsProgram::record_in_kernel`] set (call it first; its
-    /// [`RfsRecord::Off`] stops this recorder too). The flow is keyed by the
+    /// LLCs [`RfsProgram::set_record_rule`] (or
+    /// [`RfsProgram::record_in_kernel`], with TCP) set: call one first; its
+    /// [`RfsRecord::Off`] stops this recorder too. The flow is keyed by the
     /// sender and any local address (a wildcard socket does not know which
     /// of its addresses a datagram was sent to). A cgroup skb ingress
     /// program beside the hooks counts those flows' datagrams as they reach
@@ -597,7 +608,7 @@ impl RfsProgram {
     /// rfs.set_owned(Proto::Udp, 53, true)?;
     /// rfs.enable_cpu(0, steer_xdp::rfs::DEFAULT_QUEUE_SIZE)?;
     /// rfs.enable_cpu(1, steer_xdp::rfs::DEFAULT_QUEUE_SIZE)?;
-    /// rfs.record_in_kernel(RfsRecord::Llc, &[(0, 0), (1, 0)])?;
+    /// rfs.set_record_rule(RfsRecord::Llc, &[(0, 0), (1, 0)])?;
     /// rfs.record_udp_in_kernel(std::path::Path::new("/sys/fs/cgroup"))?;
     /// # Ok(()) }
     /// ```
@@ -634,6 +645,14 @@ impl RfsProgram {
         }
         *links = attached;
         Ok(())
+    }
+
+    /// Whether the TCP recorder's tracepoint is attached.
+    pub fn records_tcp(&self) -> bool {
+        self.recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// Whether the UDP recorder's cgroup programs are attached.
