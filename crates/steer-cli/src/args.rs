@@ -524,7 +524,7 @@ pub fn check_workers(engine: &Engine, args: &EngineArgs) -> anyhow::Result<()> {
 }
 
 /// `--metrics`: an address, or a port alone on loopback.
-fn metrics_addr(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn metrics_addr(text: &str) -> Result<SocketAddr, String> {
     if let Ok(port) = text.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }

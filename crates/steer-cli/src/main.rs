@@ -31,6 +31,7 @@ mod plot;
 mod proxy;
 mod replay;
 mod rfs;
+mod rfs_metrics;
 mod stats;
 mod tcp_echo;
 mod tcp_load;

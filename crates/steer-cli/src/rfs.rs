@@ -29,6 +29,7 @@ use crate::kernel_args::{delta, KernelSteeringArgs};
     steer rfs -i eth1 -p 5201                        iperf3's connections steered to their reader's CPU\n  \
     steer rfs -i eth1 -p 80 -p 443 --policy always   every change of reading CPU is written\n  \
     steer rfs -i eth1 -u 53                          dnsmasq's clients steered to its CPU\n  \
+    steer rfs -i eth1 -p 443 --metrics 9465          Prometheus metrics on /metrics\n  \
     steer rfs -i eth1 -p 5201 --topology 'pack:1 l3:2 core:1 pu:1'   a 2-LLC model on a 1-LLC machine")]
 pub struct RfsArgs {
     /// The interface the connections arrive on.
@@ -47,6 +48,12 @@ pub struct RfsArgs {
     /// descendants included (default: the cgroup v2 root, every process).
     #[arg(long)]
     pub cgroup: Option<std::path::PathBuf>,
+    /// Serve the program's counters as Prometheus metrics (read-only) on
+    /// http://ADDR/metrics: a port alone binds loopback (`9465` is
+    /// `127.0.0.1:9465`); port 0 picks a free one, printed at start. Bound
+    /// once set up: a port below 1024 needs --keep-capabilities.
+    #[arg(long, value_name = "[ADDR:]PORT", value_parser = crate::args::metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// The steering's flags (reads on CPUs outside `--cpus` are not
     /// recorded).
     #[command(flatten)]
@@ -120,6 +127,19 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let program = steering
         .program()
         .context("the RFS program is not attached")?;
+    let exporter = match args.metrics {
+        Some(addr) => {
+            let weak = steering
+                .program_weak()
+                .context("the RFS program is not attached")?;
+            let exporter = steer_engine::observe::exporter::Exporter::start(addr, move || {
+                crate::rfs_metrics::scrape(&weak)
+            })
+            .with_context(|| format!("serving metrics on {addr}"))?;
+            Some(exporter)
+        }
+        None => None,
+    };
     // Set up: from here every thread runs under the allowlist.
     args.steering.privileges.apply_seccomp()?;
     println!(
@@ -131,6 +151,9 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         program.mode(),
         steering.cpus(),
     );
+    if let Some(e) = &exporter {
+        println!("steer rfs: metrics on http://{}/metrics", e.addr());
+    }
     let landed = || program.landed_per_cpu().unwrap_or_default();
     let stats = || program.stats().unwrap_or_default();
     let started = Instant::now();
@@ -153,6 +176,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     });
     let elapsed = started.elapsed().as_secs_f64();
     let (total, landed_total) = (stats(), delta(&landed(), &landed_start));
+    drop(exporter);
     steering.stop();
     println!(
         "steer rfs: stopped after {elapsed:.1} s: {} reads recorded, {} new flows, {} updates ({:.0}/s), {} suppressed by the LLC rule, {} segments redirected, landed per CPU {landed_total:?}",

@@ -2,8 +2,9 @@
 //! pinned to CPU 1 and queried by dnsperf from the peer namespace: the
 //! senders are recorded in the kernel from dnsmasq's reads (cgroup recvmsg
 //! hooks on the cgroup v2 root) and their datagrams land on CPU 1; the live
-//! rows and the JSON summary say so, and SIGINT detaches everything. Needs
-//! root, two CPUs, dnsmasq and dnsperf, as CI runs it.
+//! rows, a Prometheus scrape (`--metrics`, checked by promtool) and the
+//! JSON summary say so, and SIGINT detaches everything. Needs root, two
+//! CPUs, dnsmasq, dnsperf and promtool, as CI runs it.
 
 #[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
@@ -22,7 +23,7 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
     let json = std::env::temp_dir().join(format!("steer-rfs-udp-{}.json", std::process::id()));
     let mut rfs = Command::new(env!("CARGO_BIN_EXE_steer"))
         .args(["rfs", "-i", &net.host, "-u", &PORT.to_string()])
-        .args(["--cpus", "0,1"])
+        .args(["--cpus", "0,1", "--metrics", "0"])
         .arg("--stats-json")
         .arg(&json)
         .stdout(Stdio::piped())
@@ -36,6 +37,15 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
         line.contains("recording tcp ports [], udp ports [7411]"),
         "{line}"
     );
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    let metrics: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("steer rfs: metrics on http://")
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
 
     // A server that never heard of steer, on CPU 1, bound to the host's
     // address only (the flows are keyed by sender all the same).
@@ -89,6 +99,18 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
         rows.push_str(&line);
     }
     assert!(rows.contains("reads "), "{rows}");
+
+    // The same counters, scraped while it runs.
+    let (status, text) = support::http_get(metrics, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    support::promtool_check(&text).unwrap();
+    let landed =
+        |cpu: u32| support::metric_sum(&text, &format!("steer_rfs_landed_total{{cpu=\"{cpu}\"}}"));
+    assert!(landed(1) > 10 * landed(0).max(1), "{text}");
+    assert!(
+        support::metric_sum(&text, "steer_rfs_recorder_new_flows_total") >= 2,
+        "{text}"
+    );
 
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);

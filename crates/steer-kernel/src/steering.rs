@@ -230,6 +230,13 @@ impl KernelSteering {
         self.program.as_deref()
     }
 
+    /// The attached program for another thread to read (a metrics
+    /// exporter): it does not keep the program attached once steering
+    /// stops, when it no longer upgrades.
+    pub fn program_weak(&self) -> Option<std::sync::Weak<RfsProgram>> {
+        self.program.as_ref().map(Arc::downgrade)
+    }
+
     /// Expires flows idle for `idle_sweeps` calls (the sweeper thread does
     /// this every period); returns how many.
     pub fn sweep(&self, idle_sweeps: u32) -> usize {

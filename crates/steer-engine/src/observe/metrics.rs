@@ -475,12 +475,12 @@ pub fn encode(live: &LiveStats) -> prometheus::Result<String> {
 pub(crate) fn reply_to(
     received: &[u8],
     closed: bool,
-    snapshot: &dyn Fn() -> LiveStats,
+    render: &dyn Fn() -> prometheus::Result<String>,
 ) -> Option<Vec<u8>> {
     let complete =
         received.windows(4).any(|w| w == b"\r\n\r\n") || received.windows(2).any(|w| w == b"\n\n");
     let response = if complete {
-        respond(received, snapshot)
+        respond(received, render)
     } else if received.len() > MAX_HEAD {
         Response::plain(
             400,
@@ -563,7 +563,7 @@ impl Response {
 }
 
 /// The response to a complete request head.
-fn respond(head: &[u8], snapshot: &dyn Fn() -> LiveStats) -> Response {
+fn respond(head: &[u8], render: &dyn Fn() -> prometheus::Result<String>) -> Response {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
@@ -588,7 +588,7 @@ fn respond(head: &[u8], snapshot: &dyn Fn() -> LiveStats) -> Response {
             return r;
         }
     };
-    match encode(&snapshot()) {
+    match render() {
         Ok(text) => Response {
             status: 200,
             reason: "OK",
@@ -753,7 +753,7 @@ mod tests {
         /// panics.
         #[test]
         fn any_request_bytes_get_one_response(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let reply = reply_to(&bytes, true, &sample).expect("a closed client gets an answer");
+            let reply = reply_to(&bytes, true, &|| encode(&sample())).expect("a closed client gets an answer");
             proptest::prop_assert!(reply.starts_with(b"HTTP/1.1 "));
         }
     }

@@ -9,6 +9,9 @@
 //!   [`EngineBuilder::metrics`](crate::engine::EngineBuilder::metrics)
 //!   ([`metrics`]).
 //!
+//! The same thread also serves `/metrics` of another text than an
+//! engine's ([`exporter`]: `steer rfs`'s counters).
+//!
 //! # Why a unix socket, not a shared-memory snapshot
 //!
 //! A snapshot file under `/run/steer` would let readers map the counters
@@ -46,6 +49,7 @@
 /// Live control of a running engine (`steer ctl`).
 pub mod control;
 pub mod endpoint;
+pub mod exporter;
 pub mod live;
 pub mod metrics;
 #[doc(hidden)]
@@ -83,6 +87,10 @@ pub use live::{
 pub(crate) trait Service {
     /// The engine now.
     fn snapshot(&self) -> LiveStats;
+    /// What `/metrics` serves: the snapshot, in the text exposition format.
+    fn metrics_text(&self) -> prometheus::Result<String> {
+        metrics::encode(&self.snapshot())
+    }
     /// Applies `control`: the state it set, or why not (one line).
     fn control(&self, _control: &Control) -> Result<String, String> {
         Err("this engine takes no control requests".into())
@@ -132,7 +140,7 @@ impl Kind {
         match self {
             Kind::Stats => endpoint::reply_to(received, closed, service, false),
             Kind::StatsControl => endpoint::reply_to(received, closed, service, true),
-            Kind::Metrics => metrics::reply_to(received, closed, &|| service.snapshot()),
+            Kind::Metrics => metrics::reply_to(received, closed, &|| service.metrics_text()),
         }
     }
 

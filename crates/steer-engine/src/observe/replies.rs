@@ -20,7 +20,7 @@ pub fn stats(received: &[u8], closed: bool, snapshot: &dyn Fn() -> LiveStats) ->
 
 /// The `/metrics` server's response to `received` (an HTTP request head).
 pub fn metrics(received: &[u8], closed: bool, snapshot: &dyn Fn() -> LiveStats) -> Option<Vec<u8>> {
-    metrics::reply_to(received, closed, snapshot)
+    metrics::reply_to(received, closed, &|| metrics::encode(&snapshot()))
 }
 
 #[cfg(test)]
