@@ -1,14 +1,16 @@
 //! Recording UDP in the kernel: an unmodified dnsmasq, a process that never
 //! heard of steer, answers DNS on an unconnected wildcard socket in the
-//! server's namespace, pinned to one CPU; dnsperf and an order probe (DNS
-//! queries numbered by their id) query it from the client's namespace. The
-//! cgroup recvmsg hooks record each sender's flow on the CPU dnsmasq reads
-//! it on, and the RFS program hands the flow's datagrams to that CPU's
-//! stack. When dnsmasq moves to the other CPU mid-run, the flows follow it
-//! under `always` with a synthetic 2-LLC model, in order; under `llc` on the
-//! one-LLC machine the move is not written. The per-CPU landing counters
-//! must agree with /proc/net/softnet_stat's `processed` on the target CPU.
-//! Needs root, two CPUs, dnsmasq and dnsperf. About 10 s.
+//! server's namespace, pinned to one CPU; dnsperf (IPv4) and an order probe
+//! (DNS queries numbered by their id, IPv6) query it from the client's
+//! namespace. The cgroup recvmsg hooks record each sender's flow on the CPU
+//! dnsmasq reads it on, and the RFS program hands the flow's datagrams to
+//! that CPU's stack. When dnsmasq moves to the other CPU mid-run, the flows
+//! follow it under `always` with a synthetic 2-LLC model, in order; under
+//! `llc` on the one-LLC machine the move is not written. The per-CPU
+//! landing counters must agree with /proc/net/softnet_stat's `processed` on
+//! the target CPU. A restart that loses datagrams on the old path holds a
+//! busy flow's move only for the maximum wait. Needs root, two CPUs,
+//! dnsmasq and dnsperf. About 18 s.
 
 mod support;
 
@@ -20,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuLayout, CpuSet};
 use steer_kernel::{KernelSteering, Policy, Proto, RfsStats};
+use steer_xdp::rfs::RfsFlow;
+use steer_xdp::FlowMapKey;
 use support::Pair;
 
 /// The two runs share the machine's two CPUs and softnet counters: one at
@@ -139,7 +143,7 @@ struct ProbeCounts {
 /// One flow of numbered queries from the client's namespace (sender and
 /// receiver pinned to CPU 0) for `run`.
 fn probe(pair: &Pair, port: u16, run: Duration) -> std::thread::JoinHandle<ProbeCounts> {
-    probe_bursts(pair, port, run, 1, PROBE_EVERY)
+    probe_bursts(pair, port, run, 1, PROBE_EVERY, false).0
 }
 
 /// `probe` sending `burst` queries back to back `every` period.
@@ -149,10 +153,15 @@ fn probe_bursts(
     run: Duration,
     burst: u16,
     every: Duration,
-) -> std::thread::JoinHandle<ProbeCounts> {
-    let local: SocketAddr = (pair.cli_v4, 0).into();
-    let server: SocketAddr = (pair.srv_v4, port).into();
+    v6: bool,
+) -> (std::thread::JoinHandle<ProbeCounts>, SocketAddr) {
+    let (local, server): (SocketAddr, SocketAddr) = if v6 {
+        ((pair.cli_v6, 0).into(), (pair.srv_v6, port).into())
+    } else {
+        ((pair.cli_v4, 0).into(), (pair.srv_v4, port).into())
+    };
     let socket = Pair::in_ns(&pair.cli_ns, move || UdpSocket::bind(local).unwrap());
+    let local = socket.local_addr().unwrap();
     socket.connect(server).unwrap();
     socket
         .set_read_timeout(Some(Duration::from_millis(300)))
@@ -182,7 +191,7 @@ fn probe_bursts(
             done.store(true, Ordering::Relaxed);
         })
     };
-    std::thread::spawn(move || {
+    let receiving = std::thread::spawn(move || {
         support::pin(0);
         let mut counts = ProbeCounts::default();
         let mut highest: Option<u16> = None;
@@ -205,7 +214,8 @@ fn probe_bursts(
         sender.join().unwrap();
         counts.sent = sent.load(Ordering::Relaxed);
         counts
-    })
+    });
+    (receiving, local)
 }
 
 /// /proc/net/softnet_stat's `processed` per CPU (column 13 names the CPU):
@@ -256,12 +266,16 @@ struct Run {
     /// Landed per CPU from half a second after the move to the end.
     after: Vec<u64>,
     probe: ProbeCounts,
+    /// The probe's (IPv6) flow as the programs keep it, at the end.
+    probe_flow: Option<RfsFlow>,
     dnsperf_completed: u64,
 }
 
 /// dnsmasq on CPU 1 under `policy` and `layout`, dnsperf and the probe for
 /// `RUN`, dnsmasq moved to CPU 0 at `MOVE_AT`.
 fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
+    // The probe speaks IPv6 (dnsmasq's wildcard socket on `::`), dnsperf
+    // IPv4.
     let pair = Pair::new();
     answers_on_cpu0(&pair);
     let steering = start(&pair, port, policy, layout);
@@ -279,7 +293,7 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
 
     let started = Instant::now();
     let perf = dnsperf(&pair, port, &queries);
-    let probe = probe(&pair, port, RUN);
+    let (probe, probe_from) = probe_bursts(&pair, port, RUN, 1, PROBE_EVERY, true);
     std::thread::sleep(MOVE_AT - Duration::from_secs(1));
     let (l0, s0) = (landed(&steering), softnet_processed());
     std::thread::sleep(Duration::from_secs(1));
@@ -297,6 +311,13 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
     let out = perf.wait_with_output().unwrap();
     let probe = probe.join().unwrap();
     let l3 = landed(&steering);
+    // The probe's flow, keyed by its sender and any local address.
+    let any: SocketAddr = (std::net::Ipv6Addr::UNSPECIFIED, port).into();
+    let probe_flow = steering
+        .program()
+        .unwrap()
+        .flow(&FlowMapKey::new(Proto::Udp, probe_from, any))
+        .unwrap();
     let _ = std::fs::remove_file(&queries);
     assert!(
         out.status.success(),
@@ -311,6 +332,7 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
         quiet,
         after: delta(&l3, &l2),
         probe,
+        probe_flow,
         dnsperf_completed: completed(&String::from_utf8_lossy(&out.stdout)),
     }
 }
@@ -379,6 +401,8 @@ fn an_unmodified_dnsmasqs_senders_land_on_its_cpu_and_follow_it_across_llcs() {
     assert!(st.recorder_updates >= 2 * st.recorder_new_flows, "{r:#?}");
     assert!(r.after[0] > 10 * r.after[1].max(1), "{r:#?}");
     assert_eq!(st.recorder_suppressed, 0, "{r:#?}");
+    // The IPv6 probe's flow too.
+    assert_eq!(r.probe_flow.and_then(|f| f.cpu), Some(0), "{r:#?}");
 }
 
 #[test]
@@ -401,6 +425,7 @@ fn a_move_within_the_llc_leaves_dnsmasqs_senders_where_they_are() {
     assert_eq!(st.recorder_updates, st.recorder_new_flows, "{r:#?}");
     assert!(st.recorder_suppressed > 0, "{r:#?}");
     assert!(r.after[1] > 10 * r.after[0].max(1), "{r:#?}");
+    assert_eq!(r.probe_flow.and_then(|f| f.cpu), Some(1), "{r:#?}");
 }
 
 /// Moves every thread of `pid` to `cpu`.
@@ -511,7 +536,7 @@ fn measure_order_under_frequent_moves() {
         let queries = std::env::temp_dir().join(format!("steer-udp-m-{}", std::process::id()));
         std::fs::write(&queries, "a.steer.test A\n").unwrap();
         let perf = dnsperf(&pair, port, &queries);
-        let probe = probe_bursts(&pair, port, RUN, 8, Duration::from_micros(500));
+        let (probe, _) = probe_bursts(&pair, port, RUN, 8, Duration::from_micros(500), false);
         let end = Instant::now() + RUN - Duration::from_millis(200);
         let mut cpu = 0;
         while Instant::now() < end {
