@@ -542,6 +542,11 @@ int steer_rfs(struct xdp_md *ctx)
 				count(RFS_STAT_HELD_BACK, 1);
 			}
 		}
+	} else if (st->held_since) {
+		/* A move given up (the desired CPU is this one again): its hold
+		 * must not count as quiet, or as waited, for the next one. */
+		st->held_since = 0;
+		st->hold_start = 0;
 	}
 	/* Counted after the decision: `seen` covers the frames before this one,
 	 * which is what the UDP rule compares `delivered` with. */
