@@ -25,12 +25,12 @@ use crate::observe::DEFAULT_RUN_DIR;
 
 /// Builds the application layer from the engine's parts; returns it as
 /// the engine runs it and as the owner may look it up again
-/// ([`Engine::application`]).
+/// ([`Engine::application`](super::Engine::application)).
 pub(super) type AppBuilder = Box<
     dyn FnOnce(&EngineParts) -> (Arc<dyn Application>, Arc<dyn std::any::Any + Send + Sync>) + Send,
 >;
 
-/// Settings of an [`Engine`]; see [`Engine::builder`].
+/// Settings of an [`Engine`](super::Engine); see [`Engine::builder`](super::Engine::builder).
 pub struct EngineBuilder {
     pub(super) port: PortConfig,
     pub(super) runtime: RuntimeConfig,
@@ -153,7 +153,7 @@ impl EngineBuilder {
     }
 
     /// The load balancer at start (default off; switchable at run time with
-    /// [`Engine::set_balance`]): off the hot path it moves flows nobody
+    /// [`Engine::set_balance`](super::Engine::set_balance)): off the hot path it moves flows nobody
     /// claimed (no pin, no recorded reader: the flows of a packet handler)
     /// off overloaded workers by measured busy time, through the same
     /// no-reordering rule as every move. See `docs/balancer.md`.
@@ -219,7 +219,7 @@ impl EngineBuilder {
     /// `buckets` is the table of flow counters per target CPU (the
     /// kernel's `net.core.flow_limit_table_len`, 4096 by default there): a
     /// power of two; 0 is refused at start. Switch it at run time with
-    /// [`Engine::set_flow_limit`]. The limit acts only with rings of 256
+    /// [`Engine::set_flow_limit`](super::Engine::set_flow_limit). The limit acts only with rings of 256
     /// slots or more (an elephant is recognised after 65 of its packets
     /// above half full).
     ///
@@ -288,7 +288,7 @@ impl EngineBuilder {
 
     /// What to do when no worker is left to serve (every handler
     /// panicked past its restart limit): fail open (the default: owned traffic goes to the
-    /// kernel) or fail closed ([`Engine::workers_lost`] turns true and the
+    /// kernel) or fail closed ([`Engine::workers_lost`](super::Engine::workers_lost) turns true and the
     /// caller stops).
     ///
     /// ```no_run
@@ -505,7 +505,7 @@ impl EngineBuilder {
     /// Serves Prometheus metrics on `http://<addr>/metrics` (text format,
     /// `steer_softnet_processed_total{cpu="0"}` and the rest, listed in
     /// `docs/operations.md`). Port 0 picks a free port:
-    /// [`Engine::metrics_addr`] says which. Bind to loopback unless the
+    /// [`Engine::metrics_addr`](super::Engine::metrics_addr) says which. Bind to loopback unless the
     /// metrics must leave the machine; the endpoint is read-only.
     ///
     /// ```no_run
@@ -562,7 +562,7 @@ impl EngineBuilder {
     /// process to `user` (its ids, all threads; [`RunAs::switch`]): what the
     /// engine keeps across the switch is what `drop_privileges` would keep
     /// (with it off, every capability the thread holds). The stats socket is
-    /// handed to the user first ([`StatsEndpoint::hand_to`]), so the engine
+    /// handed to the user first (`StatsEndpoint::hand_to`), so the engine
     /// still removes it at stop. Look the user up before building ([`RunAs::lookup`]):
     /// an unknown name then fails before anything is touched.
     ///
@@ -617,7 +617,7 @@ impl EngineBuilder {
     /// Runs an application layer built from the engine's parts (the shared
     /// tables, the worker CPUs, the hasher) once the port is open and
     /// before any worker starts; the running engine hands it back with
-    /// [`Engine::application`]. [`EngineBuilder::handler`] and flow delivery
+    /// [`Engine::application`](super::Engine::application). [`EngineBuilder::handler`] and flow delivery
     /// ([`EngineBuilder::deliver_flows`]) are built on this; the last call
     /// of the three wins.
     pub fn application<A, F>(mut self, build: F) -> Self

@@ -52,8 +52,11 @@ use crate::tasks::WorkerTasks;
 use crate::trace::{TraceWriter, TracedSource};
 
 impl EngineBuilder {
-    /// Opens the port and starts the workers: the steps of
-    /// [`crate::engine::start`](self) in order.
+    /// Opens the port and starts the workers, in order: settings checked,
+    /// the interface claimed (owner lock, stats socket, metrics listener),
+    /// the port opened, privileges dropped, the shared tables and the
+    /// application built, the workers built and started, the stats socket
+    /// and metrics served. A step that fails leaves nothing behind.
     pub fn start(self) -> Result<Engine, EngineError> {
         let (mut b, build_app) = check(self)?;
         let host = Host::of(&mut b)?;
