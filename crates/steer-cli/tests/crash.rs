@@ -9,7 +9,6 @@
 //! socket, so only the program says who owns the interface. Needs root.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -17,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use running::{one_line_error, steer, Echo};
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{drive_flows, PORT};
 
 /// A kernel UDP socket on the owned port of the host end.

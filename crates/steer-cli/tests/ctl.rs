@@ -5,12 +5,11 @@
 //! each in one line with a non-zero exit. Needs root, as CI runs it.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use running::{one_line_error, stats_json, steer, Echo};
+use steer_testbed::TestNet;
 use support::drive_flows;
-use support::net::TestNet;
 use support::PORT;
 
 /// Packets handled per worker CPU.

@@ -3,12 +3,11 @@
 //! SIGTERM (every frame back, the program detached, the JSON report
 //! written). Needs root, as CI runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::process::Command;
 
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{drive_flows, PORT};
 
 /// `steer echo`'s command line.

@@ -4,12 +4,11 @@
 //! thread allowed on exactly its CPU, and serves. Needs root and two CPUs.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use running::Echo;
+use steer_testbed::TestNet;
 use support::drive_flows;
-use support::net::TestNet;
 
 /// Each `steer-worker-N` thread of `pid` and the CPUs it may run on.
 fn worker_affinity(pid: i32) -> Vec<(String, String)> {

@@ -6,16 +6,16 @@
 //! CAP_NET_ADMIN to detach its program. Needs root, as CI runs it.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use running::{steer, Echo, KillOnDrop};
+use running::{steer, steer_command, steer_ok, Echo};
+use steer_testbed::Spawned;
+use steer_testbed::TestNet;
 use support::drive_flows;
-use support::net::TestNet;
 use support::PORT;
 
 const CAP_NET_ADMIN: u64 = 1 << 12;
@@ -109,42 +109,20 @@ fn keep_capabilities_keeps_them() {
 #[test]
 fn a_running_proxy_has_no_capabilities_in_any_thread() {
     let net = TestNet::new();
-    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args([
-            "proxy",
-            "--interface",
-            &net.host,
-            "--port",
-            &PORT.to_string(),
-        ])
-        .args([
-            "--backend",
-            "127.0.0.1:9",
-            "--frames",
-            "4096",
-            "--xsk-ring-size",
-            "512",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = steer_command(&["proxy", "--interface", &net.host]);
+    cmd.args(["--port", &PORT.to_string(), "--backend", "127.0.0.1:9"])
+        .args(["--frames", "4096", "--xsk-ring-size", "512"])
+        .stdin(Stdio::piped());
     // Killed if an assertion fails first: an orphan would hold the test's
     // output open and the veth's XDP program in place.
-    let mut child = KillOnDrop(child);
-    let child = &mut child.0;
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("ready")));
+    let mut child = Spawned::start("steer proxy", cmd);
+    child.expect("ready");
     // The tokio runtimes and acceptors have started by now.
     std::thread::sleep(Duration::from_millis(200));
-    assert_caps(child.id() as i32, 0);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
+    assert_caps(child.pid(), 0);
+    child.signal(libc::SIGINT);
+    drop(child.child.stdin.take());
+    assert!(child.wait().success());
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }
 
@@ -290,12 +268,7 @@ fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
     }
     let got = drive_flows(&net, 4, 20, 10);
     assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
-    let out = steer(&["stats", &net.host, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    steer_ok(&["stats", &net.host, "--json"]);
     let body = scrape(metrics);
     assert!(
         body.starts_with("HTTP/1.") && body.contains("steer_"),
@@ -324,27 +297,18 @@ fn an_echo_run_as_nobody_serves_reports_and_stops_under_seccomp() {
 #[test]
 fn tcp_echo_run_as_nobody_keeps_only_net_admin_and_detaches_at_stop() {
     let net = TestNet::new();
-    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args(["tcp-echo", "-i", &net.host, "-p", "7791", "--no-table"])
-        .args(["--steer", "kernel-sockets", "--user", "nobody"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let child = &mut child.0;
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let mut cmd = steer_command(&["tcp-echo", "-i", &net.host, "-p", "7791", "--no-table"]);
+    cmd.args(["--steer", "kernel-sockets", "--user", "nobody"]);
+    let mut child = Spawned::start("steer tcp-echo", cmd);
+    let line = child.next_line().unwrap_or_default();
     assert!(line.contains("ready"), "{line}");
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let pid = child.id() as i32;
+    let pid = child.pid();
     assert_nobody(pid);
     // Exactly CAP_NET_ADMIN, in every thread: to detach at stop.
     assert_caps(pid, CAP_NET_ADMIN);
     assert!(net.link_show().contains("xdp"), "{}", net.link_show());
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    child.signal(libc::SIGTERM);
+    assert!(child.wait().success());
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());
 }
 
@@ -377,27 +341,18 @@ fn an_unknown_user_is_one_line_before_anything_is_attached() {
 fn the_demo_drops_everything_and_runs_as_nobody_with_its_clients() {
     let _restore = RestoreRunDir::take();
     let net = TestNet::new();
-    let child = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args(["demo", "-i", &net.host, "--netns", &net.ns])
-        .args(["--server", &net.host_v4.to_string(), "--seconds", "1"])
-        .args(["--move-every", "0.5", "--user", "nobody"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let child = &mut child.0;
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut cmd = steer_command(&["demo", "-i", &net.host, "--netns", &net.ns]);
+    cmd.args(["--server", &net.host_v4.to_string(), "--seconds", "1"])
+        .args(["--move-every", "0.5", "--user", "nobody"]);
+    let mut child = Spawned::start("steer demo", cmd);
     // The clients (made in the namespace before the engine started) are
     // sending and the consumers reading by the first phase.
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("phase always")));
-    let pid = child.id() as i32;
+    child.expect("phase always");
+    let pid = child.pid();
     assert_nobody(pid);
     assert_caps(pid, 0);
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(child.wait().unwrap().success(), "{rest:?}");
+    let rest = child.rest();
+    assert!(child.wait().success(), "{rest:?}");
     let clients = rest.iter().find(|l| l.starts_with("clients:")).unwrap();
     assert!(!clients.contains(" 0 answered"), "{clients}");
     assert!(!net.link_show().contains("xdp"), "{}", net.link_show());

@@ -6,7 +6,6 @@
 //! as CI runs it.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::net::{SocketAddr, TcpListener};
@@ -15,8 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use running::Echo;
-use support::net::TestNet;
-use support::{drive_flows, http_get, metric_sum, promtool_check};
+use steer_testbed::http::{http_get, metric_sum, promtool_check};
+use steer_testbed::TestNet;
+use support::drive_flows;
 
 /// A Prometheus server scraping one target every second.
 struct Prometheus {

@@ -6,95 +6,42 @@
 //! baseline (`--io kernel`) forwards the same traffic the same way. Needs
 //! root, as CI runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::time::Duration;
+use std::io::Write;
+use std::process::ChildStdin;
 
-use support::net::TestNet;
-use support::{drive_flows, PORT};
+use steer_testbed::Spawned;
+use steer_testbed::TestNet;
+use support::{drive_flows, kernel_backend, proxy_command};
 
-/// A kernel UDP echo on loopback; returns its port.
-fn kernel_backend() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = s.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = s.recv_from(&mut buf) {
-            let _ = s.send_to(&buf[..n], from);
-        }
-    });
-    port
-}
-
+/// A running `steer proxy` and its stdin, for run-time commands.
 struct Proxy {
-    child: Child,
+    spawned: Spawned,
     stdin: ChildStdin,
-    lines: Receiver<String>,
 }
 
 impl Proxy {
     fn start(net: &TestNet, backend: u16, extra: &[&str], json: &std::path::Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
-            .arg("proxy")
-            .args(["--interface", &net.host, "--port", &PORT.to_string()])
-            .args(["--backend", &format!("127.0.0.1:{backend}")])
-            .args(["--stats-json", json.to_str().unwrap()])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("steer proxy starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let stdin = child.stdin.take().unwrap();
-        let p = Proxy {
-            child,
-            stdin,
-            lines,
-        };
-        p.expect("ready");
-        p
-    }
-
-    fn expect(&self, word: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("steer proxy never printed {word:?}"));
-            if line.contains(word) {
-                return line;
-            }
-        }
+        let mut cmd = proxy_command(net, backend, json);
+        cmd.args(extra);
+        // Killed on drop: a failed test must not leave the proxy (and its
+        // XDP program) behind.
+        let mut spawned = Spawned::start("steer proxy", cmd);
+        let stdin = spawned.child.stdin.take().unwrap();
+        spawned.expect("ready");
+        Proxy { spawned, stdin }
     }
 
     fn command(&mut self, cmd: &str, echo: &str) {
         writeln!(self.stdin, "{cmd}").unwrap();
-        self.expect(echo);
+        self.spawned.expect(echo);
     }
 
     fn quit(mut self) {
         writeln!(self.stdin, "quit").unwrap();
-        let status = self.child.wait().unwrap();
+        let status = self.spawned.wait();
         assert!(status.success(), "steer proxy exited with {status}");
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        // A failed test must not leave the proxy (and its XDP program) behind.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

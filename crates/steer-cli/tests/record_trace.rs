@@ -6,32 +6,14 @@
 //! them all and reproduces the engine's setup. Needs root, as CI runs it.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::io::Write;
 use std::time::Duration;
 
-use running::KillOnDrop;
-use support::net::TestNet;
-use support::{drive_flows, PORT};
-
-const BIN: &str = env!("CARGO_BIN_EXE_steer");
-
-/// A kernel UDP echo on loopback; returns its port.
-fn kernel_backend() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = s.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = s.recv_from(&mut buf) {
-            let _ = s.send_to(&buf[..n], from);
-        }
-    });
-    port
-}
+use running::steer_ok;
+use steer_testbed::{Spawned, TestNet};
+use support::{drive_flows, kernel_backend, proxy_command};
 
 #[test]
 fn proxy_records_a_trace_that_replays() {
@@ -40,29 +22,19 @@ fn proxy_records_a_trace_that_replays() {
     let id = std::process::id();
     let trace = std::env::temp_dir().join(format!("steer-recorded-{id}.trace"));
     let json = std::env::temp_dir().join(format!("steer-recorded-{id}.json"));
-    let child = Command::new(BIN)
-        .arg("proxy")
-        .args(["--interface", &net.host, "--port", &PORT.to_string()])
-        .args(["--backend", &format!("127.0.0.1:{backend}")])
-        .args(["--stats-json", json.to_str().unwrap()])
-        .args(["--record-trace", trace.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("steer proxy starts");
-    let mut child = KillOnDrop(child);
-    let child = &mut child.0;
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.next().unwrap().unwrap();
+    let mut cmd = proxy_command(&net, backend, &json);
+    cmd.args(["--record-trace", trace.to_str().unwrap()]);
+    let mut child = Spawned::start("steer proxy", cmd);
+    let mut stdin = child.child.stdin.take().unwrap();
+    let ready = child.next_line().unwrap();
     assert!(ready.contains("ready"), "{ready}");
     let (flows, per_flow) = (4, 60);
     let got = drive_flows(&net, flows, per_flow, 10);
     assert!(got.iter().all(|g| g.len() == per_flow as usize), "{got:?}");
     writeln!(stdin, "quit").unwrap();
-    let status = child.wait().unwrap();
+    let status = child.wait();
     assert!(status.success(), "steer proxy exited with {status}");
-    let said: Vec<String> = lines.map_while(Result::ok).collect();
+    let said = child.rest();
     assert!(
         said.iter()
             .any(|l| l.contains("trace") && l.contains("steer replay")),
@@ -91,15 +63,7 @@ fn proxy_records_a_trace_that_replays() {
     assert!(text.lines().last().unwrap().starts_with("# recorded"));
 
     // The replay reads it all back, under both rules.
-    let out = Command::new(BIN)
-        .args(["replay", "--policy", "both", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = steer_ok(&["replay", "--policy", "both", trace.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for p in ["always", "llc"] {
         assert_eq!(v[p]["packets"], packets, "{v:#}");
@@ -126,23 +90,15 @@ fn proxy_records_a_trace_that_replays() {
     assert_eq!(v["setup"]["queues"], 2, "{v:#}");
     assert_eq!(v["table"], 65536, "the engine's table size, from the trace");
     // The same trace with a consumer model instead of the recorded reads.
-    let out = Command::new(BIN)
-        .args([
-            "replay",
-            "--policy",
-            "both",
-            "--consumer",
-            "migrate:1",
-            "--table",
-        ])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = steer_ok(&[
+        "replay",
+        "--policy",
+        "both",
+        "--consumer",
+        "migrate:1",
+        "--table",
+        trace.to_str().unwrap(),
+    ]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("steering updates"));
     let _ = std::fs::remove_file(&trace);
     // Nothing left attached.

@@ -4,14 +4,13 @@
 //! SIGINT detaches the program. Needs root, two CPUs and iperf3, as CI
 //! runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::net::TestNet;
+use steer_testbed::TestNet;
 
 const PORT: u16 = 7410;
 

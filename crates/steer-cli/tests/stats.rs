@@ -5,15 +5,14 @@
 //! the interface starts cleanly and takes over). Needs root, as CI runs it.
 
 mod running;
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use running::{one_line_error, stats_json, steer, Echo};
+use steer_testbed::TestNet;
 use support::drive_flows;
-use support::net::TestNet;
 
 /// The sum of `field` over the per-CPU rows.
 fn total(v: &serde_json::Value, field: &str) -> u64 {

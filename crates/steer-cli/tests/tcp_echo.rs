@@ -3,14 +3,13 @@
 //! the JSON report written), a one-line error that says what to do, and
 //! `steer tcp-load` against it. Needs root, as CI runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
-use support::net::TestNet;
+use steer_testbed::TestNet;
 
 const PORT: u16 = 7400;
 /// The takeover test's port: tcp-echo binds every address, and the tests

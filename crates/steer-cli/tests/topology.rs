@@ -48,7 +48,7 @@ fn live_report_lists_the_online_cpus() {
 fn xml_report() {
     let xml = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../topology/tests/fixtures/two-socket-numa.xml"
+        "/../steer-topology/tests/fixtures/two-socket-numa.xml"
     );
     let (ok, stdout, _) = run(&["--xml", xml]);
     assert!(ok);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{PacketContext, Verdict};
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{assert_accounted, drive_flows, echo_builder};
 
 /// A handler that spends 20 us of CPU on each packet, then echoes it.

@@ -7,7 +7,7 @@ mod support;
 
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{
     assert_accounted, drive_flows, echo_builder, echo_engine, malformed_frames, send_raw, PORT,
 };
@@ -260,14 +260,7 @@ fn a_running_engine_follows_a_cpu_going_offline_and_coming_back() {
     // Packets processed on the CPUs but the last, and on the last, while
     // `flows` flows send.
     let processed_while = |flows: usize| {
-        let on = |s: &steer_engine::engine::EngineStats, cpu: usize| {
-            s.per_cpu
-                .iter()
-                .find(|r| r.cpu == cpu)
-                .unwrap()
-                .core
-                .processed
-        };
+        let on = support::processed_on;
         let before = engine.stats();
         let got = drive_flows(&net, flows, 50, 10);
         for (i, seqs) in got.iter().enumerate() {

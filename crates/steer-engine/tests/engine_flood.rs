@@ -15,17 +15,8 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{PacketContext, Verdict};
-use support::net::TestNet;
-use support::{assert_accounted, drive_flows, echo_builder, PORT};
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
+use steer_testbed::TestNet;
+use support::{assert_accounted, drive_flows, echo_builder, rss_kib, PORT};
 
 fn spin(d: Duration) {
     let t = Instant::now();

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use steer_core::policy::Policy;
 use steer_engine::engine::Engine;
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::ordered::{self, Load, MovingEcho};
 use support::{assert_accounted, PORT};
 

@@ -17,22 +17,13 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use steer_engine::engine::{Engine, PacketContext, PacketHandler, Verdict};
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::ordered::{self, Load, MovingEcho};
-use support::{malformed_frames, send_raw, PORT};
+use support::{malformed_frames, rss_kib, send_raw, PORT};
 
 /// The worker whose handler panics midway.
 const DOOMED_CPU: usize = 1;
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 /// [`MovingEcho`] that panics on the first packet after `doom` is set, on
 /// the worker of [`DOOMED_CPU`].

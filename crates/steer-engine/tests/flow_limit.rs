@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, EngineReport, PacketContext, Verdict};
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::{assert_accounted, PORT};
 
 /// How long each phase floods.

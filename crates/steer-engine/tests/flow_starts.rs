@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use steer_engine::engine::Engine;
 use steer_engine::flows::{Flow, FlowListener, FlowOptions, HubStats};
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::PORT;
 
 const MAX_STARTING: usize = 4;

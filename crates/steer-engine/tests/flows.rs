@@ -15,11 +15,11 @@ use std::time::Duration;
 use steer_core::cpu::{CpuId, CpuSet};
 use steer_core::flow::{AnyHasher, FlowHasher, FlowKey, KeyedHasher, ToeplitzHasher};
 use steer_core::policy::{Policy, WriteReason};
-use steer_engine::engine::{Engine, EngineBuilder};
+use steer_engine::engine::{Engine, EngineBuilder, EngineStats};
 use steer_engine::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
-use support::{drive_flows, PORT};
+use support::{drive_flows, processed_on, PORT};
 
 fn flow_engine(net: &TestNet, policy: Policy, accept: AcceptMode) -> Engine {
     Engine::builder(&net.host)
@@ -47,6 +47,35 @@ fn assert_all_in_order(got: &[Vec<u32>], per_flow: u32, what: &str) {
 fn assert_clean_stop(engine: Engine) {
     let report = engine.stop().unwrap();
     assert!(report.census_ok(), "{:?}", report.census);
+}
+
+/// Every desired-table write `stats` counts is a flow's first record (or
+/// a slot shared with another flow), at least `flows` of them, never a
+/// move.
+fn assert_first_records_only(stats: &EngineStats, flows: u64) {
+    let first_records = stats.desired.written(WriteReason::NewOrOtherFlow);
+    assert!(first_records >= flows, "{}", stats.table(None));
+    assert_eq!(
+        stats.desired.updates(),
+        first_records,
+        "{}",
+        stats.table(None)
+    );
+}
+
+/// [`assert_clean_stop`], then the flows' runtime.
+fn stop_both(engine: Engine, rt: tokio::runtime::Runtime) {
+    assert_clean_stop(engine);
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// A test net, a [`flow_engine`] on it accepting on one listener, and
+/// that listener.
+fn single_listener(policy: Policy) -> (TestNet, Engine, FlowListener) {
+    let net = TestNet::new();
+    let engine = flow_engine(&net, policy, AcceptMode::Single);
+    let listener = engine.listener().unwrap();
+    (net, engine, listener)
 }
 
 /// A tokio multi-thread runtime with `threads` workers that accepts every
@@ -79,16 +108,13 @@ fn current_thread() -> tokio::runtime::Runtime {
 #[test]
 fn tokio_multi_thread_echo_through_flows_under_both_policies() {
     for policy in [Policy::LlcAffinity, Policy::Always] {
-        let net = TestNet::new();
-        let engine = flow_engine(&net, policy, AcceptMode::Single);
-        let listener = engine.listener().unwrap();
+        let (net, engine, listener) = single_listener(policy);
         let rt = echo_flows_on_multi_thread(listener, 2);
         let got = drive_flows(&net, 8, 300, 25);
         assert_all_in_order(&got, 300, &format!("{policy:?}"));
         let stats = engine.flow_stats().unwrap();
         assert_eq!(stats.accepted, 8);
-        assert_clean_stop(engine);
-        rt.shutdown_timeout(Duration::from_secs(1));
+        stop_both(engine, rt);
     }
 }
 
@@ -127,14 +153,7 @@ fn per_core_current_thread_runtimes_accept_the_flows_their_worker_received() {
     // Each flow's reader runs on the CPU that received it and never moves:
     // every desired-table write is a flow's first record (or a slot shared
     // with another flow), never a move, and nothing was suppressed.
-    let first_records = stats.desired.written(WriteReason::NewOrOtherFlow);
-    assert!(first_records >= 8, "{}", stats.table(None));
-    assert_eq!(
-        stats.desired.updates(),
-        first_records,
-        "{}",
-        stats.table(None)
-    );
+    assert_first_records_only(&stats, 8);
     assert_eq!(stats.desired.suppressed, 0, "{}", stats.table(None));
 }
 
@@ -205,9 +224,7 @@ fn reading_on_a_pinned_thread_steers_the_flow_there_and_a_move_keeps_order() {
 
 #[test]
 fn under_llc_affinity_a_same_llc_move_is_not_written() {
-    let net = TestNet::new();
-    let engine = flow_engine(&net, Policy::LlcAffinity, AcceptMode::Single);
-    let listener = engine.listener().unwrap();
+    let (net, engine, listener) = single_listener(Policy::LlcAffinity);
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     let shared = engine.shared().clone();
     let reader = std::thread::spawn(move || {
@@ -278,15 +295,12 @@ fn a_slow_reader_drops_only_its_own_datagrams() {
     assert_eq!(s.delivered, 16, "{s:?}");
     assert_eq!(s.queue_drops, 201 - 16, "{s:?}");
     drop(slow_flow);
-    assert_clean_stop(engine);
-    rt.shutdown_timeout(Duration::from_secs(1));
+    stop_both(engine, rt);
 }
 
 #[test]
 fn a_mio_event_loop_reads_and_answers_flows() {
-    let net = TestNet::new();
-    let engine = flow_engine(&net, Policy::LlcAffinity, AcceptMode::Single);
-    let listener = engine.listener().unwrap();
+    let (net, engine, listener) = single_listener(Policy::LlcAffinity);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loop_stop = Arc::clone(&stop);
     let event_loop = std::thread::spawn(move || {
@@ -327,9 +341,7 @@ fn a_mio_event_loop_reads_and_answers_flows() {
 
 #[test]
 fn explicit_flow_and_port_pins_override_learning() {
-    let net = TestNet::new();
-    let engine = flow_engine(&net, Policy::Always, AcceptMode::Single);
-    let listener = engine.listener().unwrap();
+    let (net, engine, listener) = single_listener(Policy::Always);
     let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
     let target = *cpus.last().unwrap();
     engine.pin_port(PORT, target);
@@ -338,13 +350,7 @@ fn explicit_flow_and_port_pins_override_learning() {
     assert_all_in_order(&got, 100, "pinned");
     let stats = engine.stats();
     // Every packet ran on the pinned CPU, whichever thread read it.
-    let on_target = stats
-        .per_cpu
-        .iter()
-        .find(|r| r.cpu == target)
-        .unwrap()
-        .core
-        .processed;
+    let on_target = processed_on(&stats, target);
     assert_eq!(
         on_target,
         stats.total.core.processed,
@@ -352,8 +358,7 @@ fn explicit_flow_and_port_pins_override_learning() {
         stats.table(None)
     );
     assert!(stats.desired.updates() > 0, "{}", stats.table(None));
-    assert_clean_stop(engine);
-    rt.shutdown_timeout(Duration::from_secs(1));
+    stop_both(engine, rt);
 }
 
 /// Thread-per-core: the flows' tasks run on the engine's worker threads.
@@ -416,14 +421,7 @@ fn tasks_on_the_workers_answer_every_flow_and_end_at_stop() {
     assert_eq!(off_worker_reads.load(Ordering::Relaxed), 0);
     let stats = engine.stats();
     assert_eq!(engine.flow_stats().unwrap().accepted, 8);
-    let first_records = stats.desired.written(WriteReason::NewOrOtherFlow);
-    assert!(first_records >= 8, "{}", stats.table(None));
-    assert_eq!(
-        stats.desired.updates(),
-        first_records,
-        "{}",
-        stats.table(None)
-    );
+    assert_first_records_only(&stats, 8);
     // The 8 tasks still wait on their flows: the stop ends them.
     assert_eq!(ended.load(Ordering::Relaxed), 0);
     let started = std::time::Instant::now();
@@ -557,23 +555,15 @@ fn follow_the_reader(net: &TestNet, builder: EngineBuilder, warm: u32, tail: u32
             assert_eq!(&buf[..len], &i.to_be_bytes());
         }
     };
-    let processed_on = |engine: &Engine| {
+    let processed_now = |engine: &Engine| {
         std::thread::sleep(Duration::from_millis(50)); // counters flushed
         let s = engine.stats();
-        let on = |cpu| {
-            s.per_cpu
-                .iter()
-                .find(|r| r.cpu == cpu)
-                .unwrap()
-                .core
-                .processed
-        };
-        (on(first), on(reader_cpu))
+        (processed_on(&s, first), processed_on(&s, reader_cpu))
     };
     round_trips(0, warm);
-    let before = processed_on(&engine);
+    let before = processed_now(&engine);
     round_trips(warm, tail);
-    let after = processed_on(&engine);
+    let after = processed_now(&engine);
     let learned = engine.shared().desired.lookup(hash) == Some(reader_cpu);
     let rx_hashes = engine.program_stats().unwrap().hash_ok;
     assert_clean_stop(engine);

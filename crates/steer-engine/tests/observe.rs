@@ -11,16 +11,46 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use steer_core::policy::Policy;
-use steer_engine::engine::EngineError;
+use steer_engine::engine::{Engine, EngineBuilder, EngineError};
 use steer_engine::observe::{query, LiveStats, ObserveError};
-use support::net::TestNet;
-use support::{drive_flows, echo_builder, http_get, metric_sum, promtool_check};
+use steer_testbed::http::{http_get, metric_sum, promtool_check};
+use steer_testbed::TestNet;
+use support::{drive_flows, echo_builder};
 
 /// A run directory of this test's own.
 fn run_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("steer-observe-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
+}
+
+/// Where the tests' metrics servers listen: a free loopback port.
+const ANY_LOOPBACK_PORT: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// An echo engine on `net` publishing its stats socket in `dir`.
+fn observed(net: &TestNet, dir: &std::path::Path) -> EngineBuilder {
+    echo_builder(net, Policy::LlcAffinity, true).stats_dir(dir)
+}
+
+/// [`observed`], serving `/metrics` on a free loopback port, started.
+fn served(net: &TestNet, dir: &std::path::Path) -> Engine {
+    observed(net, dir)
+        .metrics(ANY_LOOPBACK_PORT)
+        .start()
+        .unwrap()
+}
+
+/// Two flows of 20 datagrams are answered in full, and the stats socket
+/// in `dir` shows the 40 replies sent.
+fn assert_serves_two_flows(net: &TestNet, dir: &std::path::Path) {
+    let got = drive_flows(net, 2, 20, 10);
+    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
+    let live = settled(
+        || query(dir, &net.host, Duration::from_secs(2)).unwrap(),
+        40,
+    );
+    assert_eq!(live.total().tx, 40);
 }
 
 /// The snapshot once its totals show `sent` transmitted (or after 5 s).
@@ -37,13 +67,8 @@ fn settled(read: impl Fn() -> LiveStats, sent: u64) -> LiveStats {
 
 #[test]
 fn a_running_engine_publishes_what_it_counts() {
-    let net = TestNet::new();
-    let dir = run_dir("publish");
-    let engine = echo_builder(&net, Policy::LlcAffinity, true)
-        .stats_dir(&dir)
-        .metrics("127.0.0.1:0".parse().unwrap())
-        .start()
-        .unwrap();
+    let (net, dir) = (TestNet::new(), run_dir("publish"));
+    let engine = served(&net, &dir);
     let socket = engine.stats_socket().unwrap().to_path_buf();
     assert_eq!(socket, dir.join(format!("{}.sock", net.host)));
     let (flows, per_flow) = (4, 50);
@@ -112,16 +137,9 @@ fn a_running_engine_publishes_what_it_counts() {
 
 #[test]
 fn a_second_engine_on_the_interface_is_refused_naming_the_first() {
-    let net = TestNet::new();
-    let dir = run_dir("second");
-    let first = echo_builder(&net, Policy::LlcAffinity, true)
-        .stats_dir(&dir)
-        .start()
-        .unwrap();
-    let err = echo_builder(&net, Policy::LlcAffinity, true)
-        .stats_dir(&dir)
-        .start()
-        .unwrap_err();
+    let (net, dir) = (TestNet::new(), run_dir("second"));
+    let first = observed(&net, &dir).start().unwrap();
+    let err = observed(&net, &dir).start().unwrap_err();
     match &err {
         EngineError::Observe(ObserveError::AlreadyServed { pid, .. }) => {
             assert_eq!(*pid, Some(std::process::id()))
@@ -134,28 +152,17 @@ fn a_second_engine_on_the_interface_is_refused_naming_the_first() {
         "{line}"
     );
     // The first engine did not notice.
-    let got = drive_flows(&net, 2, 20, 10);
-    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
-    let live = settled(
-        || query(&dir, &net.host, Duration::from_secs(2)).unwrap(),
-        40,
-    );
-    assert_eq!(live.total().tx, 40);
+    assert_serves_two_flows(&net, &dir);
     first.stop().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_metrics_address_in_use_is_a_clean_error() {
-    let net = TestNet::new();
-    let dir = run_dir("inuse");
+    let (net, dir) = (TestNet::new(), run_dir("inuse"));
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let err = echo_builder(&net, Policy::LlcAffinity, true)
-        .stats_dir(&dir)
-        .metrics(addr)
-        .start()
-        .unwrap_err();
+    let err = observed(&net, &dir).metrics(addr).start().unwrap_err();
     assert!(matches!(err, EngineError::Metrics { .. }), "{err}");
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
     // Nothing left behind: no program, no socket.
@@ -198,13 +205,8 @@ fn raw_http(addr: std::net::SocketAddr, request: &[u8]) -> String {
 
 #[test]
 fn garbage_on_the_stats_socket_and_the_metrics_port_changes_nothing() {
-    let net = TestNet::new();
-    let dir = run_dir("garbage");
-    let engine = echo_builder(&net, Policy::LlcAffinity, true)
-        .stats_dir(&dir)
-        .metrics("127.0.0.1:0".parse().unwrap())
-        .start()
-        .unwrap();
+    let (net, dir) = (TestNet::new(), run_dir("garbage"));
+    let engine = served(&net, &dir);
     let path = engine.stats_socket().unwrap().to_path_buf();
     let addr = engine.metrics_addr().unwrap();
 
@@ -281,13 +283,7 @@ fn garbage_on_the_stats_socket_and_the_metrics_port_changes_nothing() {
     // Nothing changed, and the engine still serves and answers.
     let live = query(&dir, &net.host, Duration::from_secs(2)).unwrap();
     assert_eq!((live.policy.as_str(), live.fast_path), ("llc", true));
-    let got = drive_flows(&net, 2, 20, 10);
-    assert!(got.iter().all(|g| g.len() == 20), "{got:?}");
-    let live = settled(
-        || query(&dir, &net.host, Duration::from_secs(2)).unwrap(),
-        40,
-    );
-    assert_eq!(live.total().tx, 40);
+    assert_serves_two_flows(&net, &dir);
     let report = engine.stop().unwrap();
     support::assert_accounted(&report);
     let _ = std::fs::remove_dir_all(&dir);

@@ -5,8 +5,8 @@
 mod support;
 
 use steer_engine::engine::{Engine, PacketContext, Verdict};
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::PORT;
 
 /// The effective capabilities of the calling thread.

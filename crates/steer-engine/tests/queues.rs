@@ -11,7 +11,7 @@ mod support;
 use steer_core::cpu::CpuSet;
 use steer_core::policy::Policy;
 use steer_engine::engine::{EngineBuilder, EngineStats};
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{assert_accounted, drive_flows, echo_builder};
 
 /// Runs `flows` flows through the engine `builder` starts; checks order and

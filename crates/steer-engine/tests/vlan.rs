@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use steer_core::packet::build::FrameBuilder;
 use steer_core::packet::ethernet::ethertype::{QINQ, VLAN};
 use steer_core::policy::Policy;
-use support::net::TestNet;
-use support::{echo_engine, parse_mac, send_raw, PORT};
+use steer_testbed::parse_mac;
+use steer_testbed::TestNet;
+use support::{echo_engine, send_raw, PORT};
 
 /// An AF_PACKET socket on the peer end that sees every frame there.
 fn capture(net: &TestNet) -> OwnedFd {
@@ -76,7 +77,7 @@ fn tagged_and_qinq_frames_to_the_owned_port_are_steered_and_answered() {
     let net = TestNet::new();
     let engine = echo_engine(&net, Policy::LlcAffinity, true);
     let (host_mac, peer_mac) = net.macs();
-    let (host_mac, peer_mac) = (parse_mac(&host_mac), parse_mac(&peer_mac));
+    let (host_mac, peer_mac) = (parse_mac(&host_mac).unwrap(), parse_mac(&peer_mac).unwrap());
     let tag_sets = [vec![(VLAN, 7)], vec![(QINQ, 100), (VLAN, 7)]];
     let addrs: [(IpAddr, IpAddr); 2] = [
         (net.peer_v4.into(), net.host_v4.into()),

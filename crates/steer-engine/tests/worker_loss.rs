@@ -18,8 +18,8 @@ use steer_core::policy::Policy;
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{Engine, PacketContext, Verdict, WorkerLoss};
 use steer_engine::observe::metrics;
+use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::net::TestNet;
 use support::{drive_flows, PORT};
 
 const MARKER: &[u8] = b"PANIC";
@@ -139,7 +139,7 @@ fn a_panicking_handler_restarts_its_worker_and_every_cpu_still_echoes() {
         .is_some_and(|p| p.contains("marker")));
     let text = metrics::encode(&after).unwrap();
     assert_eq!(
-        support::metric_sum(&text, "steer_worker_restarts_total"),
+        steer_testbed::http::metric_sum(&text, "steer_worker_restarts_total"),
         1,
         "{text}"
     );

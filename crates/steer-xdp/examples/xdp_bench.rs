@@ -13,9 +13,6 @@
 //! moved no packet or the frame census does not balance, so a smoke run
 //! catches a broken path.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::{
     net::Ipv4Addr,
     sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
@@ -80,7 +77,7 @@ fn main() {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let net = common::TestNet::new();
+    let net = steer_testbed::TestNet::new();
     let host_mac = mac(&format!("/sys/class/net/{}/address", net.host));
     let mut rx =
         XdpPort::open(PortConfig::new(&net.host).own(Proto::Udp, PORT)).expect("receiver port");

@@ -1,15 +1,13 @@
 //! The sockets from event loops: mio `Source`, tokio `AsyncFd`, and the
 //! busy-poll loop, each woken by traffic sent from the test namespace.
 
-mod common;
-
 use std::{
     net::{SocketAddr, UdpSocket},
     ops::ControlFlow,
     time::{Duration, Instant},
 };
 
-use common::TestNet;
+use steer_testbed::TestNet;
 use steer_xdp::{readiness, PortConfig, Proto, QueueSocket, XdpPort};
 
 const PORT: u16 = 9100;

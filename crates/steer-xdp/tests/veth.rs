@@ -2,15 +2,12 @@
 //! sockets, echo back into the namespace, pass-through of non-owned traffic,
 //! frame accounting after an overflowing burst, detaching on drop, typed errors.
 
-mod common;
-
 use std::{
     collections::HashMap,
     net::{SocketAddr, UdpSocket},
     time::{Duration, Instant},
 };
 
-use common::TestNet;
 use steer_core::{
     flow::flow_key,
     packet::{
@@ -19,6 +16,7 @@ use steer_core::{
         verify_udp_frame, EthernetFrame, UdpPacket,
     },
 };
+use steer_testbed::TestNet;
 use steer_xdp::{
     attached_programs, BindMode, FlowMapKey, Frame, PortConfig, ProgramOwner, Proto, QueueSocket,
     XdpAttach, XdpError, XdpMode, XdpPort,

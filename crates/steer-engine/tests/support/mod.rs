@@ -1,25 +1,25 @@
-//! What the engine tests share: the netns test hosts of steer-xdp, an echo
-//! engine on them, a multi-flow UDP driver, an ordered echo load with a
-//! handler that moves its flows (`ordered`), malformed frames and a raw
-//! sender for them, and the accounting check.
+//! What the engine tests share beyond steer-testbed's test nets: an echo
+//! engine on them, the multi-flow UDP driver aimed at its [`PORT`], an
+//! ordered echo load with a handler that moves its flows (`ordered`),
+//! malformed frames and a raw sender for them, the accounting check, and
+//! readings of the engine's and the process's counters.
 
 #![allow(dead_code)]
 
-#[path = "../../../steer-xdp/tests/common/mod.rs"]
-pub mod net;
 pub mod ordered;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
-use net::TestNet;
 use steer_core::flow::{FlowAddrs, FlowKey, Ports};
 use steer_core::packet::build::FrameBuilder;
 use steer_core::policy::Policy;
 use steer_core::runtime::WorkerState;
 use steer_engine::echo::{echo_in_place, EchoMode};
-use steer_engine::engine::{Engine, EngineBuilder, EngineReport, PacketContext, Verdict};
+use steer_engine::engine::{
+    Engine, EngineBuilder, EngineReport, EngineStats, PacketContext, Verdict,
+};
+use steer_testbed::{parse_mac, TestNet};
 use steer_xdp::Proto;
 
 /// The UDP port the test engines own.
@@ -81,106 +81,31 @@ pub fn assert_accounted(report: &EngineReport) {
         .all(|(_, s)| *s == WorkerState::Stopped));
 }
 
-/// Sends `per_flow` numbered datagrams on each flow in bursts and collects
-/// the replies; returns the sequence numbers each flow got back, in order.
-pub fn drive_flows(net: &TestNet, flows: usize, per_flow: u32, burst: u32) -> Vec<Vec<u32>> {
-    net.in_ns(|| {
-        let sockets: Vec<(UdpSocket, SocketAddr)> = (0..flows)
-            .map(|i| {
-                let (local, remote): (IpAddr, IpAddr) = if i % 2 == 0 {
-                    (net.peer_v4.into(), net.host_v4.into())
-                } else {
-                    (net.peer_v6.into(), net.host_v6.into())
-                };
-                let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
-                s.set_read_timeout(Some(Duration::from_millis(500)))
-                    .unwrap();
-                (s, SocketAddr::new(remote, PORT))
-            })
-            .collect();
-        let mut got = vec![Vec::new(); flows];
-        let mut seq = 0;
-        while seq < per_flow {
-            let n = burst.min(per_flow - seq);
-            for (s, to) in &sockets {
-                for k in seq..seq + n {
-                    let mut msg = k.to_be_bytes().to_vec();
-                    msg.extend_from_slice(b" steer echo test payload");
-                    s.send_to(&msg, to).unwrap();
-                }
-            }
-            for (i, (s, _)) in sockets.iter().enumerate() {
-                let mut buf = [0u8; 256];
-                for _ in 0..n {
-                    match s.recv_from(&mut buf) {
-                        Ok((len, _)) if len >= 4 => {
-                            got[i].push(u32::from_be_bytes(buf[..4].try_into().unwrap()))
-                        }
-                        _ => break,
-                    }
-                }
-            }
-            seq += n;
-        }
-        got
-    })
-}
-
-/// `GET path` from an HTTP server that closes after one response (the
-/// engine's `/metrics`); returns the status line and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
-    (
-        head.lines().next().unwrap_or("").to_owned(),
-        body.to_owned(),
-    )
-}
-
-/// Runs `promtool check metrics` (Debian's `prometheus` package) on
-/// `text`; returns what it said when it refuses it.
-pub fn promtool_check(text: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool runs (Debian's prometheus package: scripts/setup.sh installs it)");
-    child
-        .stdin
-        .take()
+/// This process's resident set, in KiB (`VmRSS`).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
         .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "promtool check metrics: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
-/// The sum of every sample of `family` in Prometheus text.
-pub fn metric_sum(text: &str, family: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(family)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+/// The packets `stats` counts as processed on `cpu` (which must have a row).
+pub fn processed_on(stats: &EngineStats, cpu: usize) -> u64 {
+    stats
+        .per_cpu
+        .iter()
+        .find(|r| r.cpu == cpu)
+        .unwrap_or_else(|| panic!("no row for CPU {cpu}: {:?}", stats.per_cpu))
+        .core
+        .processed
+}
+
+/// Sends `per_flow` numbered datagrams on each flow to [`PORT`] in bursts
+/// and collects the replies ([`steer_testbed::traffic::drive_flows`]).
+pub fn drive_flows(net: &TestNet, flows: usize, per_flow: u32, burst: u32) -> Vec<Vec<u32>> {
+    steer_testbed::traffic::drive_flows(net, PORT, flows, per_flow, burst)
 }
 
 /// Frames at the owned port the engine must count and drop, never choke
@@ -231,7 +156,7 @@ pub fn malformed_frames(net: &TestNet) -> Vec<Vec<u8>> {
     junk[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
     bad.push(junk);
     let macs = net.macs();
-    let host_mac = parse_mac(&macs.0);
+    let host_mac = parse_mac(&macs.0).expect("the host end's MAC");
     for f in &mut bad {
         f[..6].copy_from_slice(&host_mac);
     }
@@ -274,13 +199,4 @@ pub fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
             assert_eq!(rc, f.len() as isize, "{}", std::io::Error::last_os_error());
         }
     });
-}
-
-/// `aa:bb:..` as bytes.
-pub fn parse_mac(s: &str) -> [u8; 6] {
-    let v: Vec<u8> = s
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use steer_engine::echo::{echo_in_place, EchoMode};
 use steer_engine::engine::{PacketContext, PacketHandler, Verdict};
 
-use super::net::TestNet;
 use super::PORT;
+use steer_testbed::TestNet;
 
 /// What the clients send.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +66,25 @@ struct FlowState {
     floor: u64,
     last: Option<u64>,
     progress: Instant,
+}
+
+impl FlowState {
+    /// Counts the reply whose sequence number starts `buf`: reordered
+    /// below the last one, duplicated when equal, else answered; the
+    /// sequence number when answered.
+    fn reply(&mut self, buf: &[u8], report: &mut LoadReport) -> Option<u64> {
+        let seq = u64::from_be_bytes(buf[..8].try_into().unwrap());
+        match self.last {
+            Some(last) if seq < last => report.reordered += 1,
+            Some(last) if seq == last => report.duplicated += 1,
+            _ => {
+                self.last = Some(seq);
+                report.answered += 1;
+                return Some(seq);
+            }
+        }
+        None
+    }
 }
 
 /// Runs `load` against the engine on `net`'s host end and returns what the
@@ -136,16 +155,9 @@ fn client(net: &TestNet, load: &Load, thread: usize) -> LoadReport {
                 match f.socket.recv_from(&mut buf) {
                     Ok((len, _)) if len >= 8 => {
                         progress = true;
-                        let seq = u64::from_be_bytes(buf[..8].try_into().unwrap());
-                        match f.last {
-                            Some(last) if seq < last => report.reordered += 1,
-                            Some(last) if seq == last => report.duplicated += 1,
-                            _ => {
-                                f.last = Some(seq);
-                                f.floor = f.floor.max(seq + 1);
-                                f.progress = Instant::now();
-                                report.answered += 1;
-                            }
+                        if let Some(seq) = f.reply(&buf, &mut report) {
+                            f.floor = f.floor.max(seq + 1);
+                            f.progress = Instant::now();
                         }
                     }
                     Ok(_) => {}
@@ -169,17 +181,8 @@ fn client(net: &TestNet, load: &Load, thread: usize) -> LoadReport {
     while settle.elapsed() < Duration::from_millis(200) {
         for f in &mut flows {
             while let Ok((len, _)) = f.socket.recv_from(&mut buf) {
-                if len < 8 {
-                    continue;
-                }
-                let seq = u64::from_be_bytes(buf[..8].try_into().unwrap());
-                match f.last {
-                    Some(last) if seq < last => report.reordered += 1,
-                    Some(last) if seq == last => report.duplicated += 1,
-                    _ => {
-                        f.last = Some(seq);
-                        report.answered += 1;
-                    }
+                if len >= 8 {
+                    f.reply(&buf, &mut report);
                 }
             }
         }

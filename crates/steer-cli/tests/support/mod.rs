@@ -1,0 +1,58 @@
+//! What the command's tests share beyond steer-testbed: the UDP port the
+//! engines under test own, the multi-flow driver aimed at it, the key of
+//! a peer's flow to it, and `steer proxy`'s command line with a kernel
+//! UDP echo as its backend.
+
+#![allow(dead_code)]
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use steer_core::flow::{flow_key, FlowKey};
+use steer_core::packet::build::FrameBuilder;
+use steer_testbed::TestNet;
+
+/// The UDP port the engines under test own.
+pub const PORT: u16 = 7777;
+
+/// Sends `per_flow` numbered datagrams on each flow to [`PORT`] in bursts
+/// and collects the replies ([`steer_testbed::traffic::drive_flows`]).
+pub fn drive_flows(net: &TestNet, flows: usize, per_flow: u32, burst: u32) -> Vec<Vec<u32>> {
+    steer_testbed::traffic::drive_flows(net, PORT, flows, per_flow, burst)
+}
+
+/// The key of the UDP flow from the peer's IPv4 address and `sport` to
+/// the host's [`PORT`], as the engine parses it from such a frame.
+pub fn peer_udp_key(net: &TestNet, sport: u16) -> FlowKey {
+    let frame = FrameBuilder::udp(net.peer_v4.into(), net.host_v4.into(), sport, PORT).build();
+    flow_key(&frame)
+        .expect("a built UDP frame parses")
+        .expect("a UDP frame has a flow key")
+}
+
+/// A kernel UDP echo on loopback; returns its port.
+pub fn kernel_backend() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    port
+}
+
+/// `steer proxy` on the host end of `net` (UDP [`PORT`]) to the loopback
+/// `backend`, its final stats written to `json`, stdin piped for its
+/// run-time commands.
+pub fn proxy_command(net: &TestNet, backend: u16, json: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_steer"));
+    cmd.arg("proxy")
+        .args(["--interface", &net.host, "--port", &PORT.to_string()])
+        .args(["--backend", &format!("127.0.0.1:{backend}")])
+        .args(["--stats-json", json.to_str().unwrap()])
+        .stdin(Stdio::piped());
+    cmd
+}
