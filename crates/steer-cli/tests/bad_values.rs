@@ -5,142 +5,95 @@
 
 use std::process::Command;
 
-/// Arguments that must be refused.
-const BAD: &[&[&str]] = &[
+/// `steer echo` on an interface that does not exist.
+const ECHO: &[&str] = &["echo", "-i", "nosuchif0", "-p", "9"];
+/// `steer echo` on loopback (which has no ntuple filters).
+const ECHO_LO: &[&str] = &["echo", "-i", "lo", "-p", "9"];
+/// `steer proxy` on an interface that does not exist, before its backend.
+const PROXY: &[&str] = &["proxy", "-i", "nosuchif0", "-p", "9", "--backend"];
+/// `steer tcp-echo` on port 9 with no steering.
+const TCP_ECHO: &[&str] = &["tcp-echo", "-p", "9", "--steer", "none"];
+/// `steer tcp-load` against a port nothing serves.
+const TCP_LOAD: &[&str] = &["tcp-load", "--connect", "127.0.0.1:9"];
+/// Nothing before the arguments.
+const NONE: &[&str] = &[];
+
+/// Arguments that must be refused: a prefix above, then the rest.
+const BAD: &[(&[&str], &[&str])] = &[
     // Numbers that are no time.
-    &["tcp-load", "--connect", "127.0.0.1:9", "--duration", "inf"],
-    &["tcp-load", "--connect", "127.0.0.1:9", "--duration", "-1"],
-    &["tcp-load", "--connect", "127.0.0.1:9", "--duration", "NaN"],
-    &["tcp-load", "--connect", "127.0.0.1:9", "--connections", "0"],
-    &[
-        "tcp-echo",
-        "-p",
-        "9",
-        "--steer",
-        "none",
-        "--duration",
-        "inf",
-    ],
-    &["echo", "-i", "nosuchif0", "-p", "9", "--duration", "1e300"],
-    &[
-        "proxy",
-        "-i",
-        "nosuchif0",
-        "-p",
-        "9",
-        "--backend",
-        "127.0.0.1:9",
-        "--idle-timeout",
-        "inf",
-    ],
-    &["demo", "--move-every=-1"],
-    &["demo", "--move-every", "0"],
-    &["demo", "--rate", "inf"],
-    &["demo", "--seconds", "nan"],
-    &["stats", "--timeout", "nan"],
-    &["top", "--interval", "0"],
+    (TCP_LOAD, &["--duration", "inf"]),
+    (TCP_LOAD, &["--duration", "-1"]),
+    (TCP_LOAD, &["--duration", "NaN"]),
+    (TCP_LOAD, &["--connections", "0"]),
+    (TCP_ECHO, &["--duration", "inf"]),
+    (ECHO, &["--duration", "1e300"]),
+    (PROXY, &["127.0.0.1:9", "--idle-timeout", "inf"]),
+    (NONE, &["demo", "--move-every=-1"]),
+    (NONE, &["demo", "--move-every", "0"]),
+    (NONE, &["demo", "--rate", "inf"]),
+    (NONE, &["demo", "--seconds", "nan"]),
+    (NONE, &["stats", "--timeout", "nan"]),
+    (NONE, &["top", "--interval", "0"]),
     // CPU lists.
-    &["echo", "-i", "nosuchif0", "-p", "9", "--cpus", ""],
-    &["echo", "-i", "nosuchif0", "-p", "9", "--cpus", "3-1"],
-    &["echo", "-i", "nosuchif0", "-p", "9", "--cpus", "99999"],
-    &["tcp-echo", "-i", "nosuchif0", "-p", "9", "--cpus", " , "],
-    &["demo", "--cpus", ""],
-    &["replay", "--cpus", "", "/dev/null"],
+    (ECHO, &["--cpus", ""]),
+    (ECHO, &["--cpus", "3-1"]),
+    (ECHO, &["--cpus", "99999"]),
+    (
+        NONE,
+        &["tcp-echo", "-i", "nosuchif0", "-p", "9", "--cpus", " , "],
+    ),
+    (NONE, &["demo", "--cpus", ""]),
+    (NONE, &["replay", "--cpus", "", "/dev/null"]),
     // Ports, addresses, names.
-    &["echo", "-i", "nosuchif0", "-p", "0"],
-    &["echo", "-i", "nosuchif0", "-p", "65536"],
-    &["tcp-echo", "-i", "nosuchif0", "-p", "0"],
-    &[
-        "proxy",
-        "-i",
-        "nosuchif0",
-        "-p",
-        "9",
-        "--backend",
-        "nothere",
-    ],
-    &[
-        "proxy",
-        "-i",
-        "nosuchif0",
-        "-p",
-        "9",
-        "--backend",
-        "127.0.0.1:9",
-        "--max-flows",
-        "0",
-    ],
-    &["echo", "-i", "nosuchif0", "-p", "9"],
-    &["tcp-echo", "-i", "nosuchif0", "-p", "9"],
-    &[
-        "echo",
-        "-i",
-        "nosuchif0",
-        "-p",
-        "9",
-        "--topology",
-        "garbage",
-    ],
-    &["echo", "-i", "nosuchif0", "-p", "9", "--rss-key", "zz"],
-    &["topology", "--synthetic", "garbage"],
+    (NONE, &["echo", "-i", "nosuchif0", "-p", "0"]),
+    (NONE, &["echo", "-i", "nosuchif0", "-p", "65536"]),
+    (NONE, &["tcp-echo", "-i", "nosuchif0", "-p", "0"]),
+    (PROXY, &["nothere"]),
+    (PROXY, &["127.0.0.1:9", "--max-flows", "0"]),
+    (ECHO, NONE),
+    (NONE, &["tcp-echo", "-i", "nosuchif0", "-p", "9"]),
+    (ECHO, &["--topology", "garbage"]),
+    (ECHO, &["--rss-key", "zz"]),
+    (NONE, &["topology", "--synthetic", "garbage"]),
     // Files.
-    &["replay", "/nonexistent/trace.txt"],
-    &["plot", "/nonexistent/results.json"],
+    (NONE, &["replay", "/nonexistent/trace.txt"]),
+    (NONE, &["plot", "/nonexistent/results.json"]),
     // Flags that do not exist.
-    &["echo", "--nope"],
-    &["no-such-command"],
-    &["balance-sim", "--workers", "0"],
+    (NONE, &["echo", "--nope"]),
+    (NONE, &["no-such-command"]),
+    (NONE, &["balance-sim", "--workers", "0"]),
     // The ntuple hook on a device without ntuple filters (lo), before
     // anything is attached; a zero rule budget.
-    &["echo", "-i", "lo", "-p", "9", "--steer-hook", "ntuple"],
-    &["echo", "-i", "lo", "-p", "9", "--ntuple-rules", "0"],
+    (ECHO_LO, &["--steer-hook", "ntuple"]),
+    (ECHO_LO, &["--ntuple-rules", "0"]),
     // Least privilege: an empty or unknown user or group, a group without
     // a user, a seccomp mode that does not exist.
-    &["echo", "-i", "nosuchif0", "-p", "9", "--user", ""],
-    &[
-        "echo",
-        "-i",
-        "lo",
-        "-p",
-        "9",
-        "--user",
-        "steer-no-such-user",
-    ],
-    &[
-        "echo",
-        "-i",
-        "lo",
-        "-p",
-        "9",
-        "--user",
-        "nobody",
-        "--group",
-        "steer-no-such-group",
-    ],
-    &["echo", "-i", "lo", "-p", "9", "--group", "nogroup"],
-    &["echo", "-i", "lo", "-p", "9", "--seccomp", "maybe"],
-    &[
-        "tcp-echo",
-        "-p",
-        "9",
-        "--steer",
-        "none",
-        "--user",
-        "steer-no-such-user",
-    ],
-    &["rfs", "-i", "lo", "-p", "9", "--user", ""],
+    (ECHO, &["--user", ""]),
+    (ECHO_LO, &["--user", "steer-no-such-user"]),
+    (
+        ECHO_LO,
+        &["--user", "nobody", "--group", "steer-no-such-group"],
+    ),
+    (ECHO_LO, &["--group", "nogroup"]),
+    (ECHO_LO, &["--seccomp", "maybe"]),
+    (TCP_ECHO, &["--user", "steer-no-such-user"]),
+    (NONE, &["rfs", "-i", "lo", "-p", "9", "--user", ""]),
     // steer rfs: no port, port 0, an unknown interface.
-    &["rfs", "-i", "lo"],
-    &["rfs", "-i", "lo", "-p", "0"],
-    &["rfs", "-i", "nosuchif0", "-p", "9", "--duration", "1"],
+    (NONE, &["rfs", "-i", "lo"]),
+    (NONE, &["rfs", "-i", "lo", "-p", "0"]),
+    (
+        NONE,
+        &["rfs", "-i", "nosuchif0", "-p", "9", "--duration", "1"],
+    ),
 ];
 
 #[test]
 fn every_bad_value_gets_one_line_and_a_failing_exit() {
     let mut problems = Vec::new();
-    for args in BAD {
+    for (prefix, rest) in BAD {
+        let args = [*prefix, *rest].concat();
         let out = Command::new(env!("CARGO_BIN_EXE_steer"))
-            .args(*args)
+            .args(&args)
             .env_remove("RUST_LOG")
             .output()
             .unwrap();

@@ -9,7 +9,7 @@ mod running;
 mod support;
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use running::{steer, steer_command, steer_ok, Echo};
@@ -129,16 +129,7 @@ fn a_running_proxy_has_no_capabilities_in_any_thread() {
 /// `steer stats IFACE` as user nobody with `groups` (setpriv syntax) as
 /// its supplementary groups, without capabilities.
 fn stats_as_nobody(interface: &str, groups: &str) -> std::process::Output {
-    let groups = if groups.is_empty() {
-        "--clear-groups".to_owned()
-    } else {
-        format!("--groups={groups}")
-    };
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", &groups, "--inh-caps=-all"])
-        .args([env!("CARGO_BIN_EXE_steer"), "stats", interface])
-        .output()
-        .unwrap()
+    running::steer_as_nobody(&["stats", interface], groups)
 }
 
 #[test]

@@ -118,16 +118,7 @@ fn stats_and_top_read_a_running_engine() {
     assert!(line.contains("--once"), "{line}");
 
     // Not root: the socket is 0600.
-    let unprivileged = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .args([env!("CARGO_BIN_EXE_steer"), "stats", &net.host])
-        .output()
-        .unwrap();
+    let unprivileged = running::steer_as_nobody(&["stats", &net.host], "");
     let line = one_line_error("stats", &unprivileged);
     assert!(
         line.contains("permission denied") && line.contains("run as root"),

@@ -100,6 +100,29 @@ pub fn stats_json(interface: &str) -> serde_json::Value {
     serde_json::from_slice(&steer_ok(&["stats", interface, "--json"]).stdout).unwrap()
 }
 
+/// `steer ARGS` run as user nobody without capabilities (setpriv), with
+/// `groups` (setpriv syntax; empty: none) as its supplementary groups.
+pub fn steer_as_nobody(args: &[&str], groups: &str) -> Output {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_owned()
+    } else {
+        format!("--groups={groups}")
+    };
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", &groups, "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_steer"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The JSON report a command wrote to `path`, parsed; the file is removed.
+pub fn take_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let _ = std::fs::remove_file(path);
+    serde_json::from_str(&text).unwrap()
+}
+
 /// The one error line of a failed `steer <command>`.
 pub fn one_line_error(command: &str, out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
