@@ -9,12 +9,9 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use common::{frame, read, ByFlowId};
-use steer_core::cpu::CpuSet;
-use steer_core::dispatch::{Dispatcher, FlowLimit, FramePool};
-use steer_core::ring;
+use common::{frame, read};
+use steer_core::dispatch::{FlowLimit, FramePool};
 use steer_core::stats::LocalStats;
-use steer_core::table::RxFlowTable;
 
 const ELEPHANT: u32 = 1;
 
@@ -42,17 +39,7 @@ fn run(limit: Option<FlowLimit>) -> ((u32, u32, u32, u32), LocalStats) {
         .store(limit.is_some(), Ordering::Relaxed);
     // Everything runs on CPU 1, through the ring from this dispatcher.
     shared.pins.pin_port(0, 1);
-    let (p0, _c0) = ring::channel(256).unwrap();
-    let (p1, mut c1) = ring::channel(256).unwrap();
-    let mut d = Dispatcher::new(
-        0,
-        0,
-        ByFlowId,
-        RxFlowTable::new(0, 1024).unwrap(),
-        vec![Some(p0), Some(p1)],
-        CpuSet::first(2),
-        shared.clone(),
-    );
+    let (mut d, _c0, mut c1) = common::two_cpu_dispatcher(&shared, 256, 1024);
     if let Some(l) = &limit {
         d.set_flow_limit(l);
     }

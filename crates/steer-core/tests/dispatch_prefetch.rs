@@ -109,17 +109,7 @@ impl FramePool<Tagged> for TagPool {
 #[test]
 fn every_packet_reaches_its_handler_tagged_with_the_hash_it_was_steered_by() {
     let shared = common::shared(2);
-    let (p0, mut c0) = ring::channel(64).unwrap();
-    let (p1, mut c1) = ring::channel(64).unwrap();
-    let mut d = Dispatcher::new(
-        0,
-        0,
-        ByFlowId,
-        RxFlowTable::new(0, 64).unwrap(),
-        vec![Some(p0), Some(p1)],
-        CpuSet::first(2),
-        shared.clone(),
-    );
+    let (mut d, mut c0, mut c1) = common::two_cpu_dispatcher(&shared, 64, 64);
     // Flows spread over both CPUs: some run inline, the rest through rings.
     let mut pool = TagPool((0..32u32).map(|i| frame(i, 0)).collect());
     let batch: Vec<Tagged> = (0..32).map(|i| Tagged(i, 0)).collect();

@@ -7,11 +7,8 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use common::{frame, ByFlowId};
-use steer_core::cpu::CpuSet;
-use steer_core::dispatch::{Dispatcher, FramePool};
-use steer_core::ring;
-use steer_core::table::RxFlowTable;
+use common::frame;
+use steer_core::dispatch::FramePool;
 
 struct Pool {
     frames: Vec<[u8; 8]>,
@@ -30,17 +27,7 @@ impl FramePool<usize> for Pool {
 #[test]
 fn frames_left_in_a_dead_workers_ring_come_back_to_the_pool() {
     let shared = common::shared(2);
-    let (p0, _c0) = ring::channel(8).unwrap();
-    let (p1, c1) = ring::channel(8).unwrap();
-    let mut d = Dispatcher::new(
-        0,
-        0,
-        ByFlowId,
-        RxFlowTable::new(0, 64).unwrap(),
-        vec![Some(p0), Some(p1)],
-        CpuSet::first(2),
-        shared.clone(),
-    );
+    let (mut d, _c0, c1) = common::two_cpu_dispatcher(&shared, 8, 64);
     // Flow 7 runs on CPU 1: its packets go through CPU 1's ring.
     shared.pins.pin_flow(common::flow_hash(7), 1);
     let mut pool = Pool {

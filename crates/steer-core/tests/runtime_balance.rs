@@ -4,18 +4,17 @@
 //! recorded flow, and switches off (and on) at run time; without it nothing
 //! moves. Workers count their busy time.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::flow_hash;
 use common::rig::{Feed, Frames, PoolHandle};
-use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
-use steer_core::hook::NoopHook;
-use steer_core::runtime::{RpsMode, Runtime, RuntimeConfig, RxSource, Setup};
+use steer_core::runtime::{RpsMode, Runtime, RuntimeConfig, Setup};
 
 /// Flows 0..FLOWS; flow PINNED is pinned to CPU 0, flow RECORDED recorded
 /// on CPU 0, both on rx queue 0 like every other flow.
@@ -41,19 +40,8 @@ struct App {
 }
 
 impl Setup<usize> for App {
-    type Classifier = ByFlowId;
-    type Hook = NoopHook;
-    type Pool = PoolHandle;
+    common::rig::frames_setup!();
     type Handler = Box<dyn FnMut(usize, &mut PoolHandle)>;
-    fn classifier(&self, _: u32) -> ByFlowId {
-        ByFlowId
-    }
-    fn hook(&self, _: u32) -> NoopHook {
-        NoopHook
-    }
-    fn pool(&self, _: CpuId) -> PoolHandle {
-        PoolHandle(self.frames.clone())
-    }
     fn handler(&self, cpu: CpuId) -> Self::Handler {
         let seen = self.seen.clone();
         Box::new(move |d, pool: &mut PoolHandle| {
@@ -85,10 +73,7 @@ fn frames(packets: usize) -> Arc<Frames> {
             common::frame(flow, seq[flow as usize])
         })
         .collect();
-    Arc::new(Frames {
-        bytes,
-        released: AtomicUsize::new(0),
-    })
+    Frames::shared(bytes)
 }
 
 struct Run {
@@ -125,16 +110,7 @@ fn start(balance: bool, packets: usize) -> Run {
         .record(flow_hash(RECORDED), 0, &CpuSet::first(2), &layout)
         .unwrap();
     let feeds = [Feed::default(), Feed::default()];
-    let rt = Runtime::start(
-        cfg,
-        shared,
-        app,
-        feeds
-            .iter()
-            .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-            .collect(),
-    )
-    .unwrap();
+    let rt = Runtime::start(cfg, shared, app, common::rig::sources(&feeds)).unwrap();
     Run {
         rt,
         feed: feeds[0].clone(),

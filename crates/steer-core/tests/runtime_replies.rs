@@ -5,20 +5,19 @@
 //! takes a while) exactly when the flow moves, so without the rule the next
 //! packet's reply would leave first, every time.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::flow_hash;
 use common::rig::{Feed, Frames, PoolHandle};
-use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::{FramePool, Handler, Shared};
-use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
-use steer_core::runtime::{RpsMode, Runtime, RuntimeConfig, RxSource, Setup};
+use steer_core::runtime::{RpsMode, Runtime, RuntimeConfig, Setup};
 
 /// How long the slow flush takes: far longer than a round of the other
 /// worker, so without the rule the reorder is certain.
@@ -80,19 +79,8 @@ impl Handler<usize, PoolHandle> for Replier {
 }
 
 impl Setup<usize> for App {
-    type Classifier = ByFlowId;
-    type Hook = NoopHook;
-    type Pool = PoolHandle;
+    common::rig::frames_setup!();
     type Handler = Replier;
-    fn classifier(&self, _: u32) -> ByFlowId {
-        ByFlowId
-    }
-    fn hook(&self, _: u32) -> NoopHook {
-        NoopHook
-    }
-    fn pool(&self, _: CpuId) -> PoolHandle {
-        PoolHandle(self.frames.clone())
-    }
     fn handler(&self, cpu: CpuId) -> Replier {
         Replier {
             cpu,
@@ -130,10 +118,7 @@ impl Harness {
         let shared = cfg
             .shared(Arc::new(CpuLayout::uniform(2, 1).unwrap()))
             .unwrap();
-        let frames = Arc::new(Frames {
-            bytes: (0..PACKETS).map(|seq| common::frame(FLOW, seq)).collect(),
-            released: AtomicUsize::new(0),
-        });
+        let frames = Frames::shared((0..PACKETS).map(|seq| common::frame(FLOW, seq)).collect());
         let wire = Arc::new(Mutex::new(Vec::new()));
         let (tx, flushing) = channel();
         let app = Arc::new(App {
@@ -144,16 +129,7 @@ impl Harness {
             flushing: Mutex::new(tx),
         });
         let feeds = [Feed::default(), Feed::default()];
-        let rt = Runtime::start(
-            cfg,
-            shared,
-            app,
-            feeds
-                .iter()
-                .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-                .collect(),
-        )
-        .unwrap();
+        let rt = Runtime::start(cfg, shared, app, common::rig::sources(&feeds)).unwrap();
         Self {
             rt,
             feeds,

@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::flow_hash;
 use common::rig::{Feed, Frames, PoolHandle};
-use common::{flow_hash, ByFlowId};
 use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
-use steer_core::hook::NoopHook;
 use steer_core::policy::Policy;
 use steer_core::runtime::{
     AdaptiveSpin, Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup,
@@ -93,19 +92,8 @@ impl Sleeper for CountingSleeper {
 }
 
 impl Setup<usize> for App {
-    type Classifier = ByFlowId;
-    type Hook = NoopHook;
-    type Pool = PoolHandle;
+    common::rig::frames_setup!();
     type Handler = Box<dyn FnMut(usize, &mut PoolHandle)>;
-    fn classifier(&self, _: u32) -> ByFlowId {
-        ByFlowId
-    }
-    fn hook(&self, _: u32) -> NoopHook {
-        NoopHook
-    }
-    fn pool(&self, _: CpuId) -> PoolHandle {
-        PoolHandle(self.frames.clone())
-    }
     fn sleeper(&self, cpu: CpuId) -> Box<dyn Sleeper> {
         if let Some(turns) = &self.idle_turns {
             return Box::new(CountingSleeper(ThreadSleeper::current(), turns.clone()));
@@ -146,13 +134,7 @@ fn frames(flows: u32, packets: usize) -> (Arc<Frames>, [Vec<usize>; 2]) {
         bytes.push(b);
         queues[(flow % 2) as usize].push(i);
     }
-    (
-        Arc::new(Frames {
-            bytes,
-            released: AtomicUsize::new(0),
-        }),
-        queues,
-    )
+    (Frames::shared(bytes), queues)
 }
 
 fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -191,10 +173,7 @@ fn order_and_accounting_under_concurrent_migration() {
             },
             layout.clone(),
             app,
-            feeds
-                .iter()
-                .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-                .collect(),
+            common::rig::sources(&feeds),
         )
         .unwrap();
         let desired = rt.shared().desired.clone();
@@ -286,10 +265,7 @@ fn run_panicking(
         },
         layout.clone(),
         app,
-        feeds
-            .iter()
-            .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-            .collect(),
+        common::rig::sources(&feeds),
     )
     .unwrap();
     rt.shared()
@@ -394,14 +370,8 @@ fn past_its_restart_limit_a_worker_dies_and_is_routed_around() {
         burst: 2,
         interval: Duration::from_secs(60),
     };
-    let Outcome {
-        reports,
-        stats,
-        sent,
-        released,
-        log,
-        ..
-    } = run_panicking(None, marked.clone(), limit, marked.len());
+    let out = run_panicking(None, marked.clone(), limit, marked.len());
+    let (reports, stats, log) = (&out.reports, &out.stats, &out.log);
     let cpu1 = reports.iter().find(|r| r.cpu == 1).unwrap();
     assert_eq!(cpu1.restarts, 2, "{reports:?}");
     assert!(
@@ -412,7 +382,7 @@ fn past_its_restart_limit_a_worker_dies_and_is_routed_around() {
     assert_eq!(cpu0.state, WorkerState::Running);
     // The survivor took flow 3 over; only the marked packets are lost.
     assert!(log[&3].iter().any(|&s| s > 30), "{:?}", log[&3]);
-    assert_eq!(released, sent - marked.len());
+    assert_eq!(out.released, out.sent - marked.len());
     for seqs in log.values() {
         assert!(seqs.windows(2).all(|w| w[0] < w[1]));
     }
@@ -475,10 +445,7 @@ fn idle_workers_sleep_and_wake_for_new_packets() {
         },
         Arc::new(CpuLayout::uniform(2, 1).unwrap()),
         app,
-        feeds
-            .iter()
-            .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
-            .collect(),
+        common::rig::sources(&feeds),
     )
     .unwrap();
     std::thread::sleep(Duration::from_millis(50)); // both asleep now
@@ -578,10 +545,7 @@ fn shared_state_built_before_start_steers_from_the_first_packet() {
     let packets = 200u32;
     let flow_of = |i: u32| if i.is_multiple_of(4) { b } else { a };
     let bytes = (0..packets).map(|i| common::frame(flow_of(i), i)).collect();
-    let frames = Arc::new(Frames {
-        bytes,
-        released: AtomicUsize::new(0),
-    });
+    let frames = Frames::shared(bytes);
     let feed = Feed::default();
     feed.0.lock().unwrap().extend(0..packets as usize);
     let app = Arc::new(App::plain(frames.clone(), Default::default()));
@@ -639,19 +603,38 @@ fn shared_state_sized_for_other_cpus_is_refused() {
     assert!(err.to_string().contains("RuntimeConfig::shared"), "{err}");
 }
 
+/// A runtime of `cfg` on `layout` over `frames` whose CPU 0 worker parks
+/// on a [`CondSleeper`] the test wakes, fed by one rx queue: the runtime,
+/// the queue and the sleeper.
+fn one_worker_on_a_cond_sleeper(
+    frames: &Arc<Frames>,
+    cfg: RuntimeConfig,
+    layout: CpuLayout,
+) -> (Runtime<usize, App>, Feed, Arc<CondSleeper>) {
+    let sleeper = Arc::new(CondSleeper::default());
+    let app = Arc::new(App {
+        cpu0_sleeper: Some(sleeper.clone()),
+        ..App::plain(frames.clone(), Default::default())
+    });
+    let feed = Feed::default();
+    let rt = Runtime::start_with_layout(
+        cfg,
+        Arc::new(layout),
+        app,
+        common::rig::sources(std::slice::from_ref(&feed)),
+    )
+    .unwrap();
+    (rt, feed, sleeper)
+}
+
 /// Interrupt deferral: a worker that just did work naps on a timer and
 /// polls again, so packets that arrive meanwhile are handled although
 /// nobody wakes it; after `empty_naps` empty naps it sleeps until woken.
 #[test]
 fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
     let (frames, queues) = frames(2, 40);
-    let cpu0 = Arc::new(CondSleeper::default());
-    let app = Arc::new(App {
-        cpu0_sleeper: Some(cpu0.clone()),
-        ..App::plain(frames.clone(), Default::default())
-    });
-    let feed = Feed::default();
-    let rt = Runtime::start_with_layout(
+    let (rt, feed, cpu0) = one_worker_on_a_cond_sleeper(
+        &frames,
         RuntimeConfig {
             cpus: CpuSet::first(1),
             sleep_timeout: Duration::from_secs(30),
@@ -664,11 +647,8 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
             }),
             ..config(64)
         },
-        Arc::new(CpuLayout::uniform(1, 1).unwrap()),
-        app,
-        vec![Box::new(feed.clone()) as Box<dyn RxSource<usize>>],
-    )
-    .unwrap();
+        CpuLayout::uniform(1, 1).unwrap(),
+    );
     std::thread::sleep(Duration::from_millis(50)); // asleep now
     let (first, second) = queues[0].split_at(20);
     feed.0.lock().unwrap().extend(first);
@@ -694,27 +674,16 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
 /// returns how often the worker slept and how many packets it handled.
 fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
     let packets = 20_000usize;
-    let frames = Arc::new(Frames {
-        bytes: (0..packets as u32).map(|i| common::frame(1, i)).collect(),
-        released: AtomicUsize::new(0),
-    });
-    let sleeper = Arc::new(CondSleeper::default());
-    let app = Arc::new(App {
-        cpu0_sleeper: Some(sleeper.clone()),
-        ..App::plain(frames.clone(), Default::default())
-    });
-    let feed = Feed::default();
-    let rt = Runtime::start_with_layout(
+    let frames = Frames::shared((0..packets as u32).map(|i| common::frame(1, i)).collect());
+    let (rt, feed, sleeper) = one_worker_on_a_cond_sleeper(
+        &frames,
         RuntimeConfig {
             cpus: CpuSet::first(1),
             adaptive,
             ..config(1024)
         },
-        Arc::new(CpuLayout::uniform(2, 1).unwrap()),
-        app,
-        vec![Box::new(feed.clone())],
-    )
-    .unwrap();
+        CpuLayout::uniform(2, 1).unwrap(),
+    );
     let start = Instant::now();
     let mut next = 0;
     while start.elapsed() < Duration::from_millis(300) && next < packets {

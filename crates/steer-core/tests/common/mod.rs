@@ -1,7 +1,8 @@
 //! Test frames shared by the dispatcher and runtime tests: 8 bytes holding a
 //! flow id and a sequence number (both u32 LE), and a classifier that hashes
 //! the flow id, so tests check per-flow order without building real packets;
-//! the dispatcher state those tests share ([`shared`]); the runtime tests'
+//! the dispatcher state those tests share ([`shared`]) and a two-CPU
+//! dispatcher on it ([`two_cpu_dispatcher`]); the runtime tests'
 //! frame pool and rx queue ([`rig`]); and the reference
 //! for the flow classifier ([`classify`]).
 
@@ -13,11 +14,12 @@ pub mod rig;
 
 use std::sync::Arc;
 
-use steer_core::cpu::CpuLayout;
-use steer_core::dispatch::{Pins, Shared};
+use steer_core::cpu::{CpuLayout, CpuSet};
+use steer_core::dispatch::{Dispatcher, Pins, Shared};
 use steer_core::flow::{Classifier, FlowInfo, Malformed};
+use steer_core::ring::{self, Consumer};
 use steer_core::stats::Stats;
-use steer_core::table::DesiredCpuTable;
+use steer_core::table::{DesiredCpuTable, RxFlowTable};
 
 /// Dispatcher state for `nr_cpus` CPUs, two per LLC, with a 256-entry
 /// desired-CPU table.
@@ -30,6 +32,28 @@ pub fn shared(nr_cpus: usize) -> Shared {
         switches: Default::default(),
         balance: Default::default(),
     }
+}
+
+/// The dispatcher of rx queue 0 on CPU 0, RPS over CPUs 0 and 1, with an
+/// rx flow table of `table` entries and a ring of `ring` slots to each CPU;
+/// and the consumer ends of the rings of CPU 0 and CPU 1.
+pub fn two_cpu_dispatcher<D: Copy + Send>(
+    shared: &Shared,
+    ring: usize,
+    table: usize,
+) -> (Dispatcher<D, ByFlowId>, Consumer<D>, Consumer<D>) {
+    let (p0, c0) = ring::channel(ring).unwrap();
+    let (p1, c1) = ring::channel(ring).unwrap();
+    let d = Dispatcher::new(
+        0,
+        0,
+        ByFlowId,
+        RxFlowTable::new(0, table).unwrap(),
+        vec![Some(p0), Some(p1)],
+        CpuSet::first(2),
+        shared.clone(),
+    );
+    (d, c0, c1)
 }
 
 /// The (non-zero) hash of test flow `flow`.

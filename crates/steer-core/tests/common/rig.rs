@@ -1,6 +1,7 @@
 //! The runtime tests' packet source and frame pool: frames held in memory
 //! (8 bytes each, see the parent module), a pool handle that counts the
-//! frames released to it, and an rx queue the test feeds.
+//! frames released to it, an rx queue the test feeds, and the `Setup`
+//! items every runtime test app shares ([`frames_setup`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,6 +15,16 @@ pub struct Frames {
     pub bytes: Vec<[u8; 8]>,
     /// Frames released to the pool so far.
     pub released: AtomicUsize,
+}
+
+impl Frames {
+    /// `bytes` as shared frames, none released yet.
+    pub fn shared(bytes: Vec<[u8; 8]>) -> Arc<Self> {
+        Arc::new(Frames {
+            bytes,
+            released: AtomicUsize::new(0),
+        })
+    }
 }
 
 /// A worker's handle on the shared frames.
@@ -49,3 +60,34 @@ impl RxSource<usize> for Feed {
         !self.0.lock().unwrap().is_empty()
     }
 }
+
+/// The rx sources a runtime starts with: one per feed, sharing its queue.
+pub fn sources(feeds: &[Feed]) -> Vec<Box<dyn RxSource<usize>>> {
+    feeds
+        .iter()
+        .map(|f| Box::new(f.clone()) as Box<dyn RxSource<usize>>)
+        .collect()
+}
+
+/// The `Setup<usize>` items the runtime tests share, for an app with a
+/// `frames: Arc<Frames>` field: test frames classified by flow id, no
+/// steering hook, and a [`PoolHandle`] on the frames for every worker.
+#[allow(unused_macros)] // each test binary uses its own part
+macro_rules! frames_setup {
+    () => {
+        type Classifier = $crate::common::ByFlowId;
+        type Hook = ::steer_core::hook::NoopHook;
+        type Pool = $crate::common::rig::PoolHandle;
+        fn classifier(&self, _: u32) -> $crate::common::ByFlowId {
+            $crate::common::ByFlowId
+        }
+        fn hook(&self, _: u32) -> ::steer_core::hook::NoopHook {
+            ::steer_core::hook::NoopHook
+        }
+        fn pool(&self, _: ::steer_core::cpu::CpuId) -> $crate::common::rig::PoolHandle {
+            $crate::common::rig::PoolHandle(::std::sync::Arc::clone(&self.frames))
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use frames_setup;
