@@ -3,12 +3,11 @@
 //! refused in one line before anything is attached. Needs root, as CI
 //! runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Stdio};
 
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::{drive_flows, PORT};
 
 #[test]
