@@ -30,6 +30,137 @@ enum Cmd {
 /// on (SO_INCOMING_CPU), and what its last record did.
 type Report = (usize, Option<Recorded>);
 
+/// The test's ends of the channels to its server and client threads.
+struct Rounds {
+    round_tx: mpsc::Sender<()>,
+    done_rx: mpsc::Receiver<()>,
+    rep_rx: mpsc::Receiver<Report>,
+    cmd_tx: mpsc::Sender<Cmd>,
+}
+
+/// The server thread's ends: its reports out, the test's commands in.
+struct ServerEnds {
+    rep_tx: mpsc::Sender<Report>,
+    cmd_rx: mpsc::Receiver<Cmd>,
+}
+
+/// The client thread's ends: a round to send in, "done" out.
+struct ClientEnds {
+    round_rx: mpsc::Receiver<()>,
+    done_tx: mpsc::Sender<()>,
+}
+
+/// The channels between the test and its server and client threads.
+fn rounds() -> (Rounds, ServerEnds, ClientEnds) {
+    let (round_tx, round_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (rep_tx, rep_rx) = mpsc::channel();
+    let (cmd_tx, cmd_rx) = mpsc::channel();
+    (
+        Rounds {
+            round_tx,
+            done_rx,
+            rep_rx,
+            cmd_tx,
+        },
+        ServerEnds { rep_tx, cmd_rx },
+        ClientEnds { round_rx, done_tx },
+    )
+}
+
+impl Rounds {
+    /// One client round, then the server's report; the server is told to
+    /// move to `to` for the next. Returns the report and what landed per
+    /// CPU during the round.
+    fn run(&self, steering: &KernelSteering, to: usize) -> (usize, Option<Recorded>, Vec<u64>) {
+        let before = landed(steering);
+        self.round_tx.send(()).unwrap();
+        self.done_rx.recv().unwrap();
+        let (cpu, rec) = self.rep_rx.recv().unwrap();
+        self.cmd_tx.send(Cmd::MoveTo(to)).unwrap();
+        (cpu, rec, delta(&landed(steering), &before))
+    }
+
+    /// Rounds 2 to 4 of a flow placed on CPU 1 in round 1: round 2 lands
+    /// on CPU 1; round 3, read on CPU 0, records the move; round 4 lands on
+    /// CPU 0 (SO_INCOMING_CPU too). Then [`Rounds::finish`].
+    fn follow_the_move_to_cpu_0(
+        self,
+        steering: &KernelSteering,
+        client: std::thread::JoinHandle<()>,
+        server: std::thread::JoinHandle<()>,
+    ) {
+        let (cpu, _, d) = self.run(steering, 0);
+        assert_eq!(cpu, 1);
+        assert!(d[1] >= 200 && d[0] == 0, "round 2 landed per CPU: {d:?}");
+        let (_, rec, _) = self.run(steering, 0);
+        assert_eq!(
+            rec,
+            Some(Recorded::Steered {
+                from: Some(1),
+                to: 0
+            })
+        );
+        let (cpu, _, d) = self.run(steering, 0);
+        assert_eq!(cpu, 0, "SO_INCOMING_CPU follows the move");
+        assert!(d[0] >= 200 && d[1] == 0, "round 4 landed per CPU: {d:?}");
+        self.finish(client, server);
+    }
+
+    /// Ends the client (no more rounds), then the server (no more
+    /// commands), and waits for both.
+    fn finish(self, client: std::thread::JoinHandle<()>, server: std::thread::JoinHandle<()>) {
+        drop(self.round_tx);
+        client.join().unwrap();
+        drop(self.cmd_tx);
+        server.join().unwrap();
+    }
+}
+
+impl ServerEnds {
+    /// After the echo of a round's last message: reports `cpu` (the
+    /// socket's SO_INCOMING_CPU) and `last`, then follows the test's
+    /// command (pins the thread, refreshes the recorder's affinity).
+    /// `false` once the test sends no more.
+    fn round_done<P: steer_core::record::CpuProbe>(
+        &self,
+        cpu: usize,
+        last: Option<Recorded>,
+        rec: &mut steer_kernel::KernelRecorder<P>,
+    ) -> bool {
+        self.rep_tx.send((cpu, last)).unwrap();
+        match self.cmd_rx.recv() {
+            Ok(Cmd::MoveTo(c)) => {
+                pin(c);
+                rec.refresh_affinity();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl ClientEnds {
+    /// Runs `round` each time the test asks for one and says when it is
+    /// done; returns once the test asks for no more.
+    fn serve(&self, mut round: impl FnMut()) {
+        while self.round_rx.recv().is_ok() {
+            round();
+            self.done_tx.send(()).unwrap();
+        }
+    }
+}
+
+/// Message `i` of a round of 200: `fill` bytes behind its number, the
+/// last one marked `E` (the server reports after echoing it).
+fn round_message(buf: &mut [u8; 100], i: u32, fill: u8) {
+    buf.fill(fill);
+    buf[..4].copy_from_slice(&i.to_be_bytes());
+    if i == 199 {
+        buf[0] = b'E';
+    }
+}
+
 fn landed(steering: &KernelSteering) -> Vec<u64> {
     steering.program().unwrap().landed_per_cpu().unwrap()
 }
@@ -55,8 +186,7 @@ fn start_steering(pair: &Pair) -> KernelSteering {
 fn tcp_connection_lands_on_the_reading_cpu_and_follows_it() {
     let pair = Pair::new();
     let steering = std::sync::Arc::new(start_steering(&pair));
-    let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
-    let (rep_tx, rep_rx) = mpsc::channel::<Report>();
+    let (rounds, server_ends, client_ends) = rounds();
     let srv_addr = SocketAddr::new(pair.srv_v4.into(), TCP_PORT);
     let (ready_tx, ready_rx) = mpsc::channel();
     let st = steering.clone();
@@ -83,81 +213,35 @@ fn tcp_connection_lands_on_the_reading_cpu_and_follows_it() {
                 stream.write_all(&buf).await.unwrap();
                 if buf[0] == b'E' {
                     let cpu = SockRef::from(&stream).cpu_affinity().unwrap();
-                    rep_tx.send((cpu, last.take())).unwrap();
-                    match cmd_rx.recv() {
-                        Ok(Cmd::MoveTo(c)) => {
-                            pin(c);
-                            rec.refresh_affinity();
-                        }
-                        Err(_) => break,
+                    if !server_ends.round_done(cpu, last.take(), &mut rec) {
+                        break;
                     }
                 }
             }
         });
     });
     ready_rx.recv().unwrap();
-    let (round_tx, round_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
     let client = Pair::spawn_in(&pair.cli_ns, move || {
         pin(0);
         let mut c = std::net::TcpStream::connect(srv_addr).unwrap();
         c.set_nodelay(true).unwrap();
         use std::io::{Read, Write};
         let mut buf = [0u8; 100];
-        while round_rx.recv().is_ok() {
+        client_ends.serve(|| {
             for i in 0..200u32 {
-                buf.fill(b'x');
-                buf[..4].copy_from_slice(&i.to_be_bytes());
-                if i == 199 {
-                    buf[0] = b'E';
-                }
+                round_message(&mut buf, i, b'x');
                 c.write_all(&buf).unwrap();
                 c.read_exact(&mut buf).unwrap();
             }
-            done_tx.send(()).unwrap();
-        }
+        });
     });
     // Round 1: the server reads on CPU 1. The connection is placed there on
     // its first read; give the placement one round trip, then measure.
-    round_tx.send(()).unwrap();
-    done_rx.recv().unwrap();
-    let (cpu, rec) = rep_rx.recv().unwrap();
+    let (cpu, rec, _) = rounds.run(&steering, 1);
     assert_eq!(cpu, 1, "SO_INCOMING_CPU after round 1 (record: {rec:?})");
-    let before = landed(&steering);
-    cmd_tx.send(Cmd::MoveTo(1)).unwrap();
-    round_tx.send(()).unwrap();
-    done_rx.recv().unwrap();
-    let (cpu, _) = rep_rx.recv().unwrap();
-    let d = delta(&landed(&steering), &before);
-    assert_eq!(cpu, 1);
-    assert!(d[1] >= 200 && d[0] == 0, "round 2 landed per CPU: {d:?}");
-
     // Round 3: the server thread moves to CPU 0. Under `llc` on one LLC the
     // move is still written: the thread may no longer run on CPU 1.
-    cmd_tx.send(Cmd::MoveTo(0)).unwrap();
-    round_tx.send(()).unwrap();
-    done_rx.recv().unwrap();
-    let (_, rec) = rep_rx.recv().unwrap();
-    assert_eq!(
-        rec,
-        Some(Recorded::Steered {
-            from: Some(1),
-            to: 0
-        })
-    );
-    let mid = landed(&steering);
-    cmd_tx.send(Cmd::MoveTo(0)).unwrap();
-    round_tx.send(()).unwrap();
-    done_rx.recv().unwrap();
-    let (cpu, _) = rep_rx.recv().unwrap();
-    let d = delta(&landed(&steering), &mid);
-    assert_eq!(cpu, 0, "SO_INCOMING_CPU follows the move");
-    assert!(d[0] >= 200 && d[1] == 0, "round 4 landed per CPU: {d:?}");
-
-    drop(round_tx);
-    client.join().unwrap();
-    drop(cmd_tx);
-    server.join().unwrap();
+    rounds.follow_the_move_to_cpu_0(&steering, client, server);
     let stats = steering.stats();
     let program = stats.program.unwrap();
     assert_eq!(program.forced, 0, "{program:?}");
@@ -170,8 +254,7 @@ fn udp_flow_lands_on_the_reading_cpu_and_follows_it() {
     let steering = std::sync::Arc::new(start_steering(&pair));
     let srv_addr = SocketAddr::new(pair.srv_v4.into(), UDP_PORT);
     let cli_addr = SocketAddr::new(pair.cli_v4.into(), CLIENT_UDP_PORT);
-    let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
-    let (rep_tx, rep_rx) = mpsc::channel::<Report>();
+    let (rounds, server_ends, client_ends) = rounds();
     let (ready_tx, ready_rx) = mpsc::channel();
     let st = steering.clone();
     let server = Pair::spawn_in(&pair.srv_ns, move || {
@@ -196,71 +279,34 @@ fn udp_flow_lands_on_the_reading_cpu_and_follows_it() {
             sock.send(&buf[..n]).unwrap();
             if buf[0] == b'E' {
                 let cpu = SockRef::from(&sock).cpu_affinity().unwrap();
-                rep_tx.send((cpu, last.take())).unwrap();
-                match cmd_rx.recv() {
-                    Ok(Cmd::MoveTo(c)) => {
-                        pin(c);
-                        rec.refresh_affinity();
-                    }
-                    Err(_) => break,
+                if !server_ends.round_done(cpu, last.take(), &mut rec) {
+                    break;
                 }
             }
         }
     });
     ready_rx.recv().unwrap();
-    let (round_tx, round_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
     let client = Pair::spawn_in(&pair.cli_ns, move || {
         pin(0);
         let c = std::net::UdpSocket::bind(cli_addr).unwrap();
         c.connect(srv_addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut buf = [0u8; 100];
-        while round_rx.recv().is_ok() {
+        client_ends.serve(|| {
             for i in 0..200u32 {
-                buf.fill(b'u');
-                buf[..4].copy_from_slice(&i.to_be_bytes());
-                if i == 199 {
-                    buf[0] = b'E';
-                }
+                round_message(&mut buf, i, b'u');
                 c.send(&buf).unwrap();
                 c.recv(&mut buf).unwrap();
             }
-            done_tx.send(()).unwrap();
-        }
+        });
         c.send(b"Q").unwrap();
     });
-    let round = |to: usize| {
-        let before = landed(&steering);
-        round_tx.send(()).unwrap();
-        done_rx.recv().unwrap();
-        let (cpu, rec) = rep_rx.recv().unwrap();
-        cmd_tx.send(Cmd::MoveTo(to)).unwrap();
-        (cpu, rec, delta(&landed(&steering), &before))
-    };
     // Round 1 places the flow on CPU 1 (after the short settle time the
     // first placement of a UDP flow waits).
-    let (_, rec, _) = round(1);
+    let (_, rec, _) = rounds.run(&steering, 1);
     assert_eq!(rec, Some(Recorded::Steered { from: None, to: 1 }));
-    let (cpu, _, d) = round(0);
-    assert_eq!(cpu, 1);
-    assert!(d[1] >= 200 && d[0] == 0, "round 2 landed per CPU: {d:?}");
     // Round 3 runs on CPU 0: the record moves the flow.
-    let (_, rec, _) = round(0);
-    assert_eq!(
-        rec,
-        Some(Recorded::Steered {
-            from: Some(1),
-            to: 0
-        })
-    );
-    let (cpu, _, d) = round(0);
-    assert_eq!(cpu, 0, "SO_INCOMING_CPU follows the move");
-    assert!(d[0] >= 200 && d[1] == 0, "round 4 landed per CPU: {d:?}");
-    drop(round_tx);
-    client.join().unwrap();
-    drop(cmd_tx);
-    server.join().unwrap();
+    rounds.follow_the_move_to_cpu_0(&steering, client, server);
     let program = steering.stats().program.unwrap();
     assert_eq!(program.forced, 0, "{program:?}");
     // Every datagram but the first (read before the flow was tracked), and
