@@ -16,7 +16,7 @@ use steer_core::{
         verify_udp_frame, EthernetFrame, UdpPacket,
     },
 };
-use steer_testbed::TestNet;
+use steer_testbed::{parse_mac, TestNet};
 use steer_xdp::{
     attached_programs, BindMode, FlowMapKey, Frame, PortConfig, ProgramOwner, Proto, QueueSocket,
     XdpAttach, XdpError, XdpMode, XdpPort,
@@ -693,12 +693,34 @@ fn frames_of_another_port_are_handed_back() {
     assert_eq!(census.held, 0);
 }
 
-fn parse_mac(s: &str) -> [u8; 6] {
-    let mut m = [0u8; 6];
-    for (d, p) in m.iter_mut().zip(s.split(':')) {
-        *d = u8::from_str_radix(p, 16).unwrap();
-    }
-    m
+/// A UDP socket of the peer (inside the namespace) on `port`, reads
+/// timing out after 3 s.
+fn peer_listener(net: &TestNet, port: u16) -> UdpSocket {
+    let s = net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), port)).unwrap());
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s
+}
+
+/// A whole frame from the host end's [`PORT`] to the peer's `dport`
+/// carrying `payload`: Ethernet with both ends' MACs (`macs`, as
+/// [`TestNet::macs`] gives them), IPv4, UDP with checksum 0 (allowed over
+/// IPv4).
+fn host_to_peer_frame(
+    net: &TestNet,
+    (host_mac, peer_mac): &(String, String),
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut pkt = FrameBuilder::udp(net.host_v4.into(), net.peer_v4.into(), PORT, dport)
+        .payload(payload)
+        .build();
+    let mut eth = EthernetFrame::new_unchecked(&mut pkt[..]);
+    eth.set_dst_addr(parse_mac(peer_mac).unwrap());
+    eth.set_src_addr(parse_mac(host_mac).unwrap());
+    UdpPacket::new_checked(&mut pkt[14 + 20..])
+        .unwrap()
+        .set_checksum(0);
+    pkt
 }
 
 #[test]
@@ -706,22 +728,9 @@ fn frames_built_from_scratch_reach_the_namespace() {
     let net = TestNet::new();
     let mut port = open(&net);
     let mut sockets = port.take_sockets();
-    let (host_mac, peer_mac) = net.macs();
-    let listener =
-        net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 7000)).unwrap());
-    listener
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
+    let listener = peer_listener(&net, 7000);
     // Ethernet + IPv4 + UDP with checksum 0 (allowed over IPv4).
-    let mut pkt = FrameBuilder::udp(net.host_v4.into(), net.peer_v4.into(), PORT, 7000)
-        .payload(b"hello")
-        .build();
-    let mut eth = EthernetFrame::new_unchecked(&mut pkt[..]);
-    eth.set_dst_addr(parse_mac(&peer_mac));
-    eth.set_src_addr(parse_mac(&host_mac));
-    UdpPacket::new_checked(&mut pkt[14 + 20..])
-        .unwrap()
-        .set_checksum(0);
+    let pkt = host_to_peer_frame(&net, &net.macs(), 7000, b"hello");
     assert_eq!(pkt.len(), 14 + 20 + 8 + 5);
     assert!(verify_udp_frame(&pkt));
     let mut frames = Vec::new();
@@ -754,25 +763,13 @@ fn one_send_hands_every_frame_to_the_device_in_order_before_it_returns() {
     let net = TestNet::new();
     let mut port = open(&net);
     let mut sockets = port.take_sockets();
-    let (host_mac, peer_mac) = net.macs();
-    let listener =
-        net.in_ns(|| UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 7001)).unwrap());
-    listener
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
+    let listener = peer_listener(&net, 7001);
+    let macs = net.macs();
     const N: u32 = 200;
     let mut frames = Vec::new();
     assert_eq!(sockets[0].alloc(N as usize, &mut frames), N as usize);
     for (seq, f) in (0..N).zip(frames.iter_mut()) {
-        let mut pkt = FrameBuilder::udp(net.host_v4.into(), net.peer_v4.into(), PORT, 7001)
-            .payload(&seq.to_be_bytes())
-            .build();
-        let mut eth = EthernetFrame::new_unchecked(&mut pkt[..]);
-        eth.set_dst_addr(parse_mac(&peer_mac));
-        eth.set_src_addr(parse_mac(&host_mac));
-        UdpPacket::new_checked(&mut pkt[14 + 20..])
-            .unwrap()
-            .set_checksum(0);
+        let pkt = host_to_peer_frame(&net, &macs, 7001, &seq.to_be_bytes());
         assert_eq!(sockets[0].write(f, &pkt), Some(pkt.len()));
     }
     assert_eq!(sockets[0].send(&mut frames).unwrap(), N as usize);
