@@ -1,39 +1,30 @@
 //! The test bed: a network namespace and a veth pair the tool creates and
-//! removes itself, the generator's end inside the namespace, the server's
-//! end in the root namespace; and the RPS/RFS settings of the kernel
-//! servers, restored afterwards.
+//! removes itself (with steer-testbed's primitives), the generator's end
+//! inside the namespace, the server's end in the root namespace; and the
+//! RPS/RFS settings of the kernel servers, restored afterwards.
 //!
 //! Invariants: names carry the process id (`sb<pid>`, `sb<pid>h`,
 //! `sb<pid>p`), so concurrent runs never share them; the /24 comes from
 //! 198.18.128.0/17 and is skipped while any address or route in the root
 //! namespace uses it. `Drop` removes the veth pair and the namespace (also
-//! on error and unwinding); [`RpsGuard`](crate::netns::RpsGuard)'s `Drop` writes back what it
+//! on error and unwinding, ending what still runs inside);
+//! [`RpsGuard`](crate::netns::RpsGuard)'s `Drop` writes back what it
 //! changed.
 
 use std::{
     fs::{self, File},
     net::Ipv4Addr,
     os::fd::AsFd,
-    process::Command,
 };
 
 use anyhow::{bail, Context, Result};
+use steer_testbed::veth::{self, End};
+use steer_testbed::Netns;
 use tracing::{debug, warn};
 
 /// Runs `ip ARGS`, failing with its stderr.
 pub(crate) fn ip(args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running `ip` (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(steer_testbed::cmd::ip(args)?)
 }
 
 /// The namespace and veth pair of one run.
@@ -55,6 +46,9 @@ pub struct TestBed {
     pub peer_mac: [u8; 6],
     /// rx (and tx) queues on each end.
     pub queues: u32,
+    /// The namespace itself: removed (with what still runs in it) when the
+    /// bed drops, after the veth pair.
+    _netns: Netns,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
@@ -88,93 +82,40 @@ fn free_slot(pid: u32) -> Result<u8> {
 
 impl TestBed {
     /// Creates the namespace and a veth pair with `queues` queues per end,
-    /// addresses, static neighbours both ways, both ends up.
+    /// addresses, static neighbours both ways, both ends up
+    /// (steer-testbed's namespace and veth primitives).
     pub fn create(queues: u32) -> Result<Self> {
         let pid = std::process::id();
-        let ns = format!("sb{pid}");
-        let host_if = format!("sb{pid}h");
-        let peer_if = format!("sb{pid}p");
         let slot = free_slot(pid)?;
+        let netns = Netns::create(&format!("sb{pid}"))?;
         let mut bed = TestBed {
-            ns,
-            host_if,
-            peer_if,
+            ns: netns.name().to_owned(),
+            host_if: format!("sb{pid}h"),
+            peer_if: format!("sb{pid}p"),
             host_v4: Ipv4Addr::new(198, 18, slot, 1),
             peer_v4: Ipv4Addr::new(198, 18, slot, 2),
             host_mac: [0; 6],
             peer_mac: [0; 6],
             queues,
+            _netns: netns,
         };
         // From here `Drop` removes whatever was made.
-        ip(&["netns", "add", &bed.ns])?;
-        let q = queues.to_string();
-        ip(&[
-            "link",
-            "add",
-            &bed.host_if,
-            "numrxqueues",
-            &q,
-            "numtxqueues",
-            &q,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &bed.peer_if,
-            "numrxqueues",
-            &q,
-            "numtxqueues",
-            &q,
-            "netns",
-            &bed.ns,
-        ])?;
-        let (h, p, n) = (bed.host_if.clone(), bed.peer_if.clone(), bed.ns.clone());
-        ip(&["addr", "add", &format!("{}/24", bed.host_v4), "dev", &h])?;
-        ip(&["link", "set", &h, "up"])?;
-        ip(&[
-            "-n",
-            &n,
-            "addr",
-            "add",
-            &format!("{}/24", bed.peer_v4),
-            "dev",
-            &p,
-        ])?;
-        ip(&["-n", &n, "link", "set", &p, "up"])?;
-        ip(&["-n", &n, "link", "set", "lo", "up"])?;
-        bed.host_mac = parse_mac(&fs::read_to_string(format!("/sys/class/net/{h}/address"))?)?;
-        let link = ip(&["-n", &n, "-o", "link", "show", "dev", &p])?;
-        let mac = link
-            .split_whitespace()
-            .skip_while(|w| *w != "link/ether")
-            .nth(1)
-            .context("no MAC address in `ip link show` of the generator's end")?;
-        bed.peer_mac = parse_mac(mac)?;
-        let (hm, pm) = (fmt_mac(&bed.host_mac), fmt_mac(&bed.peer_mac));
-        ip(&[
-            "-n",
-            &n,
-            "neigh",
-            "replace",
-            &bed.host_v4.to_string(),
-            "lladdr",
-            &hm,
-            "nud",
-            "permanent",
-            "dev",
-            &p,
-        ])?;
-        ip(&[
-            "neigh",
-            "replace",
-            &bed.peer_v4.to_string(),
-            "lladdr",
-            &pm,
-            "nud",
-            "permanent",
-            "dev",
-            &h,
-        ])?;
+        let host = End {
+            dev: bed.host_if.clone(),
+            ns: None,
+            v4: Some((bed.host_v4, 24)),
+            v6: None,
+        };
+        let peer = End {
+            dev: bed.peer_if.clone(),
+            ns: Some(bed.ns.clone()),
+            v4: Some((bed.peer_v4, 24)),
+            v6: None,
+        };
+        veth::connect(&host, &peer, queues)?;
+        veth::static_neighbours(&host, &peer, true)?;
+        bed.host_mac = parse_mac(&host.mac()?)?;
+        bed.peer_mac = parse_mac(&peer.mac()?)?;
         debug!(?bed, "test bed up");
         Ok(bed)
     }
@@ -201,10 +142,8 @@ pub fn fmt_mac(m: &[u8; 6]) -> String {
 
 impl Drop for TestBed {
     fn drop(&mut self) {
+        // The namespace goes with the `netns` field, after this.
         let _ = ip(&["link", "del", &self.host_if]);
-        if let Err(e) = ip(&["netns", "del", &self.ns]) {
-            warn!("removing namespace {}: {e:#}", self.ns);
-        }
     }
 }
 
