@@ -9,7 +9,7 @@
 #   ... "$NETNS_HOST_IF" "$NETNS_HOST_V4" "$NETNS_NS_V4" ...
 #   netns_down "$name"                # idempotent
 #
-# Layout (the same commands as crates/steer-xdp/tests/common/mod.rs TestNet):
+# Layout (the same commands as steer-testbed's TestNet, crates/steer-testbed):
 #   root namespace: <name>-h  NETNS_HOST_V4/24, NETNS_HOST_V6/64 (nodad), up
 #   namespace <name>: <name>-p NETNS_NS_V4/24, NETNS_NS_V6/64 (nodad), up, lo up
 #   2 rx and 2 tx queues on each side; permanent neighbour entries both ways
