@@ -59,30 +59,15 @@ pub struct EthernetFrame<T> {
     buffer: T,
 }
 
+view_constructors!(EthernetFrame);
+
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
-    /// Wraps `buffer` without checking its length.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps `buffer` and checks it holds a whole header.
-    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
-        let f = Self::new_unchecked(buffer);
-        f.check_len()?;
-        Ok(f)
-    }
-
     /// Checks the buffer holds a whole header.
     pub fn check_len(&self) -> Result<(), ParseError> {
         if self.buffer.as_ref().len() < HEADER_LEN {
             return Err(ParseError::Truncated(Layer::Ethernet));
         }
         Ok(())
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Destination MAC.

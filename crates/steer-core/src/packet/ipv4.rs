@@ -64,19 +64,9 @@ pub struct Ipv4Packet<T> {
     buffer: T,
 }
 
+view_constructors!(Ipv4Packet);
+
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
-    /// Wraps `buffer` without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps `buffer` and checks it (see the module doc).
-    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// Checks the header and total length against the buffer.
     pub fn check_len(&self) -> Result<(), ParseError> {
         let b = self.buffer.as_ref();
@@ -98,11 +88,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             return Err(ParseError::BadTotalLength);
         }
         Ok(())
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Version nibble.

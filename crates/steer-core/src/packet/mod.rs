@@ -4,7 +4,8 @@
 //!
 //! Each layer is a view `Xxx<T: AsRef<[u8]>>` over a buffer (smoltcp style):
 //! `new_unchecked` wraps without looking, `check_len` validates, and
-//! `new_checked` does both. **The promise:** once `check_len` has succeeded
+//! `new_checked` does both (one macro writes these for every view, another
+//! the port accessors UDP and TCP share). **The promise:** once `check_len` has succeeded
 //! on a view, none of its accessors panics. Setters live in a separate
 //! `impl<T: AsRef<[u8]> + AsMut<[u8]>>` block so that an echo server can swap
 //! MACs, addresses and ports and fix checksums in place; [`echo`] does that
@@ -43,6 +44,70 @@
 //! assert!(udp.verify_checksum_v4(dst, src));
 //! ```
 #![forbid(unsafe_code)]
+
+/// The constructors every view shares: `new_unchecked`, `new_checked`
+/// (which runs the view's own `check_len`) and `into_inner`. The view is a
+/// struct with one field, `buffer: T`.
+macro_rules! view_constructors {
+    ($view:ident) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            /// Wraps `buffer` without checking it.
+            pub const fn new_unchecked(buffer: T) -> Self {
+                Self { buffer }
+            }
+
+            /// Wraps `buffer` and checks it (see the module doc).
+            pub fn new_checked(buffer: T) -> Result<Self, $crate::packet::ParseError> {
+                let view = Self::new_unchecked(buffer);
+                view.check_len()?;
+                Ok(view)
+            }
+
+            /// The underlying buffer.
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+
+/// The port accessors UDP and TCP share: both headers start with the
+/// source and destination port (`field::SRC_PORT`, `field::DST_PORT` of
+/// the invoking module).
+macro_rules! l4_ports {
+    ($view:ident) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            /// Source port.
+            pub fn src_port(&self) -> u16 {
+                $crate::packet::be16(self.buffer.as_ref(), field::SRC_PORT)
+            }
+
+            /// Destination port.
+            pub fn dst_port(&self) -> u16 {
+                $crate::packet::be16(self.buffer.as_ref(), field::DST_PORT)
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
+            /// Sets the source port.
+            pub fn set_src_port(&mut self, p: u16) {
+                $crate::packet::put_be16(self.buffer.as_mut(), field::SRC_PORT, p);
+            }
+
+            /// Sets the destination port.
+            pub fn set_dst_port(&mut self, p: u16) {
+                $crate::packet::put_be16(self.buffer.as_mut(), field::DST_PORT, p);
+            }
+
+            /// Swaps the ports (the checksum stays valid).
+            pub fn swap_ports(&mut self) {
+                let (s, d) = (self.src_port(), self.dst_port());
+                self.set_src_port(d);
+                self.set_dst_port(s);
+            }
+        }
+    };
+}
 
 pub mod build;
 pub mod checksum;

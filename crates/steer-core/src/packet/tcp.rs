@@ -54,19 +54,10 @@ pub struct TcpPacket<T> {
     buffer: T,
 }
 
+view_constructors!(TcpPacket);
+l4_ports!(TcpPacket);
+
 impl<T: AsRef<[u8]>> TcpPacket<T> {
-    /// Wraps `buffer` without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps `buffer` and checks it (see the module doc).
-    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// Checks the header and the data offset against the buffer.
     pub fn check_len(&self) -> Result<(), ParseError> {
         let b = self.buffer.as_ref();
@@ -78,21 +69,6 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
             return Err(ParseError::BadL4Length);
         }
         Ok(())
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Source port.
-    pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT)
-    }
-
-    /// Destination port.
-    pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Sequence number.
@@ -160,23 +136,6 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
-    /// Sets the source port.
-    pub fn set_src_port(&mut self, p: u16) {
-        put_be16(self.buffer.as_mut(), field::SRC_PORT, p);
-    }
-
-    /// Sets the destination port.
-    pub fn set_dst_port(&mut self, p: u16) {
-        put_be16(self.buffer.as_mut(), field::DST_PORT, p);
-    }
-
-    /// Swaps the ports (the checksum stays valid).
-    pub fn swap_ports(&mut self) {
-        let (s, d) = (self.src_port(), self.dst_port());
-        self.set_src_port(d);
-        self.set_dst_port(s);
-    }
-
     /// Sets the header length in bytes (a multiple of 4, 20..=60).
     pub fn set_header_len(&mut self, len: usize) {
         let b = self.buffer.as_mut();

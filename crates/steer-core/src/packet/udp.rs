@@ -47,19 +47,10 @@ pub struct UdpPacket<T> {
     buffer: T,
 }
 
+view_constructors!(UdpPacket);
+l4_ports!(UdpPacket);
+
 impl<T: AsRef<[u8]>> UdpPacket<T> {
-    /// Wraps `buffer` without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps `buffer` and checks it (see the module doc).
-    pub fn new_checked(buffer: T) -> Result<Self, ParseError> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// Checks the header and the length field against the buffer.
     pub fn check_len(&self) -> Result<(), ParseError> {
         let b = self.buffer.as_ref();
@@ -71,21 +62,6 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
             return Err(ParseError::BadL4Length);
         }
         Ok(())
-    }
-
-    /// The underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Source port.
-    pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT)
-    }
-
-    /// Destination port.
-    pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Length field (header and payload).
@@ -128,23 +104,6 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
-    /// Sets the source port.
-    pub fn set_src_port(&mut self, p: u16) {
-        put_be16(self.buffer.as_mut(), field::SRC_PORT, p);
-    }
-
-    /// Sets the destination port.
-    pub fn set_dst_port(&mut self, p: u16) {
-        put_be16(self.buffer.as_mut(), field::DST_PORT, p);
-    }
-
-    /// Swaps the ports (the checksum stays valid).
-    pub fn swap_ports(&mut self) {
-        let (s, d) = (self.src_port(), self.dst_port());
-        self.set_src_port(d);
-        self.set_dst_port(s);
-    }
-
     /// Sets the length field.
     pub fn set_len(&mut self, len: u16) {
         put_be16(self.buffer.as_mut(), field::LENGTH, len);
