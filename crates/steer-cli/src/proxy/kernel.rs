@@ -89,28 +89,21 @@ pub(super) fn serve(
         .zip(sockets)
         .map(|(&cpu, socket)| {
             let (relayed, stop) = (Arc::clone(&relayed), Arc::clone(&stop));
-            std::thread::Builder::new()
-                .name(format!("kproxy-{cpu}"))
-                .spawn(move || -> anyhow::Result<()> {
-                    if pin {
-                        let _ = steer_topology::thread::pin_current(cpu);
+            super::spawn_local_runtime(
+                format!("kproxy-{cpu}"),
+                pin.then_some(cpu),
+                move || async move {
+                    let socket = Rc::new(UdpSocket::from_std(socket)?);
+                    tokio::select! {
+                        r = accept_loop(socket, backend, idle, relayed) => r,
+                        () = async {
+                            while !stop() {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        } => Ok(()),
                     }
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    let local = tokio::task::LocalSet::new();
-                    local.block_on(&rt, async move {
-                        let socket = Rc::new(UdpSocket::from_std(socket)?);
-                        tokio::select! {
-                            r = accept_loop(socket, backend, idle, relayed) => r,
-                            () = async {
-                                while !stop() {
-                                    tokio::time::sleep(Duration::from_millis(20)).await;
-                                }
-                            } => Ok(()),
-                        }
-                    })
-                })
+                },
+            )
         })
         .collect::<io::Result<Vec<_>>>()?;
     let mut first_error = None;

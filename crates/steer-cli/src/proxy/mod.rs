@@ -491,30 +491,21 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         };
         let relays = relays.clone();
         let pin = !args.engine.no_pin;
-        per_core.push(
-            std::thread::Builder::new()
-                .name(format!("proxy-core{cpu}"))
-                .spawn(move || -> anyhow::Result<()> {
-                    if pin {
-                        let _ = steer_topology::thread::pin_current(cpu);
+        per_core.push(spawn_local_runtime(
+            format!("proxy-core{cpu}"),
+            pin.then_some(cpu),
+            move || async move {
+                let mut incoming = incoming;
+                while let Some(flow) = incoming.next().await {
+                    match incoming {
+                        Incoming::Listener(_) => relays.start(cpu, flow, Layout::PerCore),
+                        // Counted by the worker that handed it over.
+                        Incoming::Handed(_) => relays.run_here(flow),
                     }
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    let local = tokio::task::LocalSet::new();
-                    let mut incoming = incoming;
-                    local.block_on(&rt, async move {
-                        while let Some(flow) = incoming.next().await {
-                            match incoming {
-                                Incoming::Listener(_) => relays.start(cpu, flow, Layout::PerCore),
-                                // Counted by the worker that handed it over.
-                                Incoming::Handed(_) => relays.run_here(flow),
-                            }
-                        }
-                    });
-                    Ok(())
-                })?,
-        );
+                }
+                Ok(())
+            },
+        )?);
     }
     // Set up: from here every thread runs under the allowlist.
     args.engine.privileges.apply_seccomp()?;
@@ -722,4 +713,28 @@ async fn relay(
             },
         }
     }
+}
+
+/// Runs the future `task` makes on a new thread named `name` (pinned to
+/// `cpu` when given; a failed pin is not an error) in a current-thread tokio
+/// runtime and a `LocalSet`, so the future need not be `Send`; the thread
+/// returns what it returns.
+pub(crate) fn spawn_local_runtime<F, Fut>(
+    name: String,
+    cpu: Option<usize>,
+    task: F,
+) -> std::io::Result<std::thread::JoinHandle<anyhow::Result<()>>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + 'static,
+{
+    std::thread::Builder::new().name(name).spawn(move || {
+        if let Some(cpu) = cpu {
+            let _ = steer_topology::thread::pin_current(cpu);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        tokio::task::LocalSet::new().block_on(&rt, task())
+    })
 }
