@@ -335,31 +335,24 @@ mod tests {
     #[test]
     fn a_bad_value_from_the_file_is_blamed_on_the_file() {
         let f = file("interface = \"x\"\nport = 1\ncpus = \"banana\"\n");
-        let argv = words(&format!("steer echo --config {}", f.path().display()));
         let command = crate::command();
-        let expanded = expand(argv.clone(), &command).unwrap();
-        let e = command
-            .clone()
-            .try_get_matches_from(&expanded.args)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            blame(&e, &expanded, &argv),
-            Some(f.path().to_path_buf()),
-            "{e}"
-        );
+        // What blame says of the error `line` gets once the file is expanded.
+        let blamed = |line: &str| {
+            let argv = words(line);
+            let expanded = expand(argv.clone(), &command).unwrap();
+            let e = command
+                .clone()
+                .try_get_matches_from(&expanded.args)
+                .unwrap_err()
+                .to_string();
+            (blame(&e, &expanded, &argv), e)
+        };
+        let (who, e) = blamed(&format!("steer echo --config {}", f.path().display()));
+        assert_eq!(who, Some(f.path().to_path_buf()), "{e}");
         // The same value on the command line is the line's fault.
-        let argv = words(&format!(
-            "steer echo --config {} --cpus banana",
-            f.path().display()
-        ));
-        let expanded = expand(argv.clone(), &command).unwrap();
-        let e = command
-            .clone()
-            .try_get_matches_from(&expanded.args)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(blame(&e, &expanded, &argv), None, "{e}");
+        let config = f.path().display();
+        let (who, e) = blamed(&format!("steer echo --config {config} --cpus banana"));
+        assert_eq!(who, None, "{e}");
     }
 
     #[test]

@@ -369,28 +369,17 @@ mod tests {
     fn restricted_threads_name_their_cpus() {
         let mut line = String::new();
         let sets = vec![[3].into_iter().collect::<CpuSet>()];
-        format_event(
-            &mut line,
-            Ev::Consume {
+        // A consume on CPU 3 by a thread restricted to `sets[set - 1]`
+        // (set 0: unrestricted).
+        for set in [1, 0] {
+            let ev = Ev::Consume {
                 t: 0,
                 hash: 5,
                 cpu: 3,
-                set: 1,
-            },
-            9,
-            &sets,
-        );
-        format_event(
-            &mut line,
-            Ev::Consume {
-                t: 0,
-                hash: 5,
-                cpu: 3,
-                set: 0,
-            },
-            9,
-            &sets,
-        );
+                set,
+            };
+            format_event(&mut line, ev, 9, &sets);
+        }
         assert_eq!(line, "c 0x00000005 3 allowed=3 t=9\nc 0x00000005 3 t=9\n");
     }
 }
