@@ -16,6 +16,8 @@
 //! [`AnyHasher`] is either, chosen at run time (the engine's hasher setting).
 //! [`FlowClassifier`] plugs a hasher into the dispatcher, as a [`Classifier`]
 //! (the dispatcher's interface for finding a frame's [`FlowInfo`]).
+//! [`promises::check`] checks what the parser and the flow key promise for
+//! any input on one frame (for the fuzz target and the seed test).
 //!
 //! ```
 //! use std::net::Ipv4Addr;
@@ -36,6 +38,7 @@ mod any;
 mod classify;
 mod fast;
 mod keyed;
+pub mod promises;
 mod text;
 mod toeplitz;
 
