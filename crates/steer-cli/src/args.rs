@@ -459,6 +459,31 @@ fn parse_hex_key(text: &str) -> anyhow::Result<Vec<u8>> {
 /// deadline would overflow the clock.
 const MAX_SECONDS: f64 = 1e9;
 
+/// How long a server runs and what it leaves behind: the options `steer
+/// echo`, `tcp-echo` and `rfs` share.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Write the final counters here on exit (`steer echo`'s with the
+    /// frame accounting).
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long, value_parser = seconds)]
+    pub duration: Option<f64>,
+    /// Do not print the live table.
+    #[arg(long)]
+    pub no_table: bool,
+}
+
+impl RunArgs {
+    /// When a run that began at `started` ends by `--duration` (none: only
+    /// at a signal).
+    pub fn deadline(&self, started: std::time::Instant) -> Option<std::time::Instant> {
+        self.duration
+            .map(|s| started + Duration::from_secs_f64(s.max(0.0)))
+    }
+}
+
 /// A number of seconds, 0 or more (`--duration`, `--timeout`, ...).
 pub fn seconds(text: &str) -> Result<f64, String> {
     let v: f64 = text

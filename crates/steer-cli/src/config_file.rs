@@ -259,9 +259,9 @@ mod tests {
             args.engine.cpus.map(|c| c.iter().collect::<Vec<_>>()),
             Some(vec![1])
         );
-        assert!(args.no_table);
+        assert!(args.run.no_table);
         assert!(!args.sockperf, "a false switch adds nothing");
-        assert_eq!(args.duration, Some(2.5));
+        assert_eq!(args.run.duration, Some(2.5));
         let same = echo(parse(&format!("steer echo --config={}", f.path().display())).unwrap());
         assert_eq!(same.port, vec![7000, 7001]);
     }
@@ -280,9 +280,9 @@ mod tests {
             vec![9000],
             "a repeatable option is replaced, not appended to"
         );
-        assert_eq!(args.duration, Some(1.0));
+        assert_eq!(args.run.duration, Some(1.0));
         assert!(
-            args.no_table,
+            args.run.no_table,
             "what the line does not set comes from the file"
         );
     }

@@ -3,7 +3,6 @@
 //! sent from the worker that handled the packet. `--sockperf` answers like
 //! `sockperf server`, so sockperf clients can drive it unchanged.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -32,15 +31,9 @@ pub struct EchoArgs {
     /// Answer like `sockperf server` (pong requests only, client flag cleared).
     #[arg(long)]
     pub sockperf: bool,
-    /// Write the final counters and the frame accounting here on exit.
-    #[arg(long)]
-    pub stats_json: Option<PathBuf>,
-    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long, value_parser = crate::args::seconds)]
-    pub duration: Option<f64>,
-    /// Do not print the live table.
-    #[arg(long)]
-    pub no_table: bool,
+    /// `--stats-json` (with the frame accounting), `--duration`, `--no-table`.
+    #[command(flatten)]
+    pub run: crate::args::RunArgs,
     /// Spin this many nanoseconds of CPU per packet before answering (a
     /// handler with a cost, to load the workers; default 0).
     #[arg(long, default_value_t = 0)]
@@ -86,9 +79,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
     crate::args::print_endpoints("echo", &engine, &args.engine.interface);
 
     let started = Instant::now();
-    let deadline = args
-        .duration
-        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args.run.deadline(started);
     let mut previous = engine.stats();
     let mut next_table = started + Duration::from_secs(1);
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -103,7 +94,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         if now >= next_table {
             next_table += Duration::from_secs(1);
             let stats = engine.stats();
-            if !args.no_table {
+            if !args.run.no_table {
                 println!("{}\n", stats.table(Some(&previous)));
             }
             previous = stats;
@@ -149,7 +140,7 @@ pub fn run(args: &EchoArgs) -> anyhow::Result<ExitCode> {
         report.census.total,
         if balanced { "balanced" } else { "NOT balanced" }
     );
-    if let Some(path) = &args.stats_json {
+    if let Some(path) = &args.run.stats_json {
         let json = serde_json::to_string_pretty(&report.to_json_value())?;
         std::fs::write(path, json + "\n")
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;

@@ -48,15 +48,9 @@ pub struct KernelSteeringArgs {
     /// `--user`, `--group`, `--seccomp`.
     #[command(flatten)]
     pub privileges: crate::least_privilege::PrivilegeArgs,
-    /// Write the final counters here on exit.
-    #[arg(long)]
-    pub stats_json: Option<PathBuf>,
-    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long, value_parser = crate::args::seconds)]
-    pub duration: Option<f64>,
-    /// Do not print the live rows.
-    #[arg(long)]
-    pub no_table: bool,
+    /// `--stats-json`, `--duration`, `--no-table`.
+    #[command(flatten)]
+    pub run: crate::args::RunArgs,
 }
 
 impl KernelSteeringArgs {
@@ -88,9 +82,7 @@ impl KernelSteeringArgs {
     /// Runs until `stop` is set or `--duration` has passed since `started`,
     /// calling `each_second` once a second (for the live row).
     pub fn run_live(&self, stop: &AtomicBool, started: Instant, mut each_second: impl FnMut()) {
-        let deadline = self
-            .duration
-            .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+        let deadline = self.run.deadline(started);
         let mut next = started + Duration::from_secs(1);
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();

@@ -161,7 +161,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let mut previous = (stats(), landed_start.clone());
     args.steering.run_live(stop, started, || {
         let current = (stats(), landed());
-        if !args.steering.no_table {
+        if !args.steering.run.no_table {
             println!(
                 "{}",
                 row(
@@ -187,7 +187,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         total.recorder_suppressed,
         total.redirected,
     );
-    if let Some(path) = &args.steering.stats_json {
+    if let Some(path) = &args.steering.run.stats_json {
         let report = summary(args, elapsed, &total, &landed_total);
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

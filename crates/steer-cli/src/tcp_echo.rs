@@ -287,7 +287,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
     args.steering.run_live(stop, started, || {
         if let (Some(s), Some((prev, prev_landed))) = (&steering, &previous) {
             let (stats, l) = (s.stats(), landed(s));
-            if !args.steering.no_table {
+            if !args.steering.run.no_table {
                 println!("{}", row(&stats, prev, &delta(&l, prev_landed), 1.0));
             }
             previous = Some((stats, l));
@@ -333,7 +333,7 @@ pub fn run(args: &TcpEchoArgs) -> anyhow::Result<ExitCode> {
             s.csum_errors.udp,
         )),
     );
-    if let Some(path) = &args.steering.stats_json {
+    if let Some(path) = &args.steering.run.stats_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
