@@ -22,6 +22,47 @@ fn push_all(tx: &mut Producer<u32>, items: &[u32]) {
     }
 }
 
+/// Pushes `items` in batches, calling `check` with the producer and how
+/// many each batch took, yielding after a batch that took none.
+fn push_batches(
+    tx: &mut Producer<u32>,
+    items: &[u32],
+    mut check: impl FnMut(&Producer<u32>, usize),
+) {
+    let mut sent = 0;
+    while sent < items.len() {
+        let n = tx.push_batch(&items[sent..]);
+        sent += n;
+        check(tx, n);
+        if n == 0 {
+            thread::yield_now();
+        }
+    }
+}
+
+/// [`push_all`], then waits (yielding) until the consumer's head has
+/// passed them.
+fn push_all_until_dequeued(tx: &mut Producer<u32>, items: &[u32]) {
+    push_all(tx, items);
+    let mark = tx.enqueued();
+    while !tx.has_dequeued(mark) {
+        thread::yield_now();
+    }
+}
+
+/// Calls `take` (which returns how many items it took) until `total`
+/// items are taken, yielding after each call that took none.
+fn until_taken(total: usize, mut take: impl FnMut() -> usize) {
+    let mut left = total;
+    while left > 0 {
+        let n = take();
+        left -= n;
+        if n == 0 {
+            thread::yield_now();
+        }
+    }
+}
+
 #[test]
 fn single_push_pop_across_full_and_empty() {
     loom::model(|| {
@@ -51,16 +92,7 @@ fn batches_wrap_and_keep_order() {
     loom::model(|| {
         let (mut tx, mut rx) = channel::<u32>(2).unwrap();
         let producer = thread::spawn(move || {
-            let items = [1, 2, 3];
-            let mut sent = 0;
-            while sent < items.len() {
-                let n = tx.push_batch(&items[sent..]);
-                assert!(n <= 2);
-                sent += n;
-                if n == 0 {
-                    thread::yield_now();
-                }
-            }
+            push_batches(&mut tx, &[1, 2, 3], |_, n| assert!(n <= 2));
         });
         let mut got = Vec::new();
         let mut buf = [0u32; 2];
@@ -76,75 +108,53 @@ fn batches_wrap_and_keep_order() {
     });
 }
 
+/// One model of `has_dequeued`'s promise: the consumer takes the items
+/// 10 and 20 with `take` (which adds what it took to the cell and returns
+/// how many), the producer waits until the head passed them and must then
+/// read the sum the consumer wrote.
+fn dequeued_means_written(take: fn(&mut Consumer<u32>, &UnsafeCell<u32>) -> usize) {
+    let (mut tx, mut rx) = channel::<u32>(2).unwrap();
+    let written = Arc::new(UnsafeCell::new(0u32));
+    let seen = written.clone();
+    let consumer = thread::spawn(move || until_taken(2, || take(&mut rx, &seen)));
+    push_all_until_dequeued(&mut tx, &[10, 20]);
+    // SAFETY: the consumer wrote before publishing the head we observed
+    // with Acquire; it writes nothing more.
+    let sum = written.with(|p| unsafe { *p });
+    assert_eq!(sum, 30);
+    consumer.join().unwrap();
+}
+
 #[test]
 fn has_dequeued_means_the_handler_ran() {
+    // Written by the consumer's handler, read by the producer once the head
+    // passed the mark: a race here means the counter read is too weak to
+    // carry `last_qtail`.
     loom::model(|| {
-        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
-        // Written by the consumer's handler, read by the producer once the
-        // head passed the mark: a race here means the counter read is too
-        // weak to carry `last_qtail`.
-        let handled = Arc::new(UnsafeCell::new(0u32));
-        let seen = handled.clone();
-        let consumer = thread::spawn(move || {
-            let mut left = 2;
-            while left > 0 {
-                let n = rx.consume(2, |item| {
-                    // SAFETY: only this handler writes, and the producer
-                    // reads only after `has_dequeued` proved we are done.
-                    seen.with_mut(|p| unsafe { *p += item });
-                });
-                left -= n;
-                if n == 0 {
-                    thread::yield_now();
-                }
-            }
-        });
-        push_all(&mut tx, &[10, 20]);
-        let mark = tx.enqueued();
-        while !tx.has_dequeued(mark) {
-            thread::yield_now();
-        }
-        // SAFETY: the consumer's handler wrote before publishing the head we
-        // observed with Acquire; it writes nothing more.
-        let sum = handled.with(|p| unsafe { *p });
-        assert_eq!(sum, 30);
-        consumer.join().unwrap();
+        dequeued_means_written(|rx, seen| {
+            rx.consume(2, |item| {
+                // SAFETY: only this handler writes, and the producer reads
+                // only after `has_dequeued` proved we are done.
+                seen.with_mut(|p| unsafe { *p += item });
+            })
+        })
     });
 }
 
 #[test]
 fn has_dequeued_after_publish_means_the_work_after_the_handler_ran_too() {
+    // Written after the handler returned (a staged reply sent), before
+    // `publish`: the producer must see it once the head passed the mark.
     loom::model(|| {
-        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
-        // Written after the handler returned (a staged reply sent), before
-        // `publish`: the producer must see it once the head passed the mark.
-        let sent = Arc::new(UnsafeCell::new(0u32));
-        let seen = sent.clone();
-        let consumer = thread::spawn(move || {
-            let mut left = 2;
-            while left > 0 {
-                let mut staged = 0;
-                let n = rx.consume_unpublished(2, |item| staged += item);
-                // SAFETY: only this thread writes, and the producer reads
-                // only after `has_dequeued` proved we published past it.
-                seen.with_mut(|p| unsafe { *p += staged });
-                rx.publish();
-                left -= n;
-                if n == 0 {
-                    thread::yield_now();
-                }
-            }
-        });
-        push_all(&mut tx, &[10, 20]);
-        let mark = tx.enqueued();
-        while !tx.has_dequeued(mark) {
-            thread::yield_now();
-        }
-        // SAFETY: the consumer wrote before publishing the head we observed
-        // with Acquire; it writes nothing more.
-        let sum = sent.with(|p| unsafe { *p });
-        assert_eq!(sum, 30);
-        consumer.join().unwrap();
+        dequeued_means_written(|rx, seen| {
+            let mut staged = 0;
+            let n = rx.consume_unpublished(2, |item| staged += item);
+            // SAFETY: only this thread writes, and the producer reads only
+            // after `has_dequeued` proved we published past it.
+            seen.with_mut(|p| unsafe { *p += staged });
+            rx.publish();
+            n
+        })
     });
 }
 
@@ -187,21 +197,14 @@ fn counter_reads_stay_within_bounds_from_both_sides() {
     loom::model(|| {
         let (mut tx, mut rx) = channel::<u32>(2).unwrap();
         let producer = thread::spawn(move || {
-            let items = [1, 2, 3];
-            let mut sent = 0;
-            while sent < items.len() {
-                let n = tx.push_batch(&items[sent..]);
-                sent += n;
+            push_batches(&mut tx, &[1, 2, 3], |tx, _| {
                 // Fresh reads of the consumer's head: never ahead of us,
                 // never more free slots than the capacity.
                 let head = tx.dequeued();
                 assert!(head <= tx.enqueued());
                 assert!(tx.free_len() <= 2);
                 assert!(tx.has_dequeued(head));
-                if n == 0 {
-                    thread::yield_now();
-                }
-            }
+            });
         });
         let mut got = 0u64;
         let mut last_tail = 0;
