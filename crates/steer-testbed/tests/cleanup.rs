@@ -88,9 +88,14 @@ fn a_namespace_ends_its_processes_when_dropped() {
     let child = Netns::command(&name, "sleep").arg("600").spawn().unwrap();
     let pid = child.id() as i32;
     drop(ns);
-    // SAFETY: signal 0 only checks that the process exists; reaping first.
+    // It ends (and is reaped here) within seconds, not after its 600.
     let mut child = child;
-    let _ = child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "{pid} still runs");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signal 0 only checks that the process exists.
     assert_ne!(unsafe { libc::kill(pid, 0) }, 0);
     assert!(!netns_exists(&name));
 }
