@@ -3,17 +3,14 @@
 //! flagged, a server that never answers is reported. The runs build their
 //! own namespace and veth pair, so they need root (as CI has).
 
+mod common;
+
 use std::{
     path::PathBuf,
     process::{Command, Output},
 };
 
-fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_steer-bench"))
-        .args(args)
-        .output()
-        .expect("running steer-bench")
-}
+use common::{bench, take_json};
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -31,6 +28,29 @@ fn require_root() {
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sb-test-{}-{name}", std::process::id()))
+}
+
+/// A short `steer-bench load` against the XDP reflector with `extra`
+/// flags (100 ms warm-up, one 0.5 s window, 200 ms drain), which must
+/// succeed: its JSON report (written to a file named after `name`) and
+/// its stdout.
+fn reflector_load(name: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    let json = tmp(name);
+    let mut args = vec!["load", "--server", "reflector"];
+    args.extend_from_slice(extra);
+    args.extend([
+        "--warmup-ms",
+        "100",
+        "--window-secs",
+        "0.5",
+        "--drain-ms",
+        "200",
+    ]);
+    args.extend(["--json", json.to_str().unwrap()]);
+    let o = bench(&args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    (take_json(&json), out)
 }
 
 #[test]
@@ -73,29 +93,7 @@ fn bad_input_gives_one_line() {
 #[test]
 fn reflector_answers_every_request_in_order() {
     require_root();
-    let json = tmp("reflector.json");
-    let o = bench(&[
-        "load",
-        "--server",
-        "reflector",
-        "--rate",
-        "20k",
-        "--flows",
-        "8",
-        "--warmup-ms",
-        "100",
-        "--window-secs",
-        "0.5",
-        "--drain-ms",
-        "200",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let (j, out) = reflector_load("reflector.json", &["--rate", "20k", "--flows", "8"]);
     let phase = &j["run"]["phases"][0][1];
     let total = &phase["total"];
     let sent = total["sent"].as_u64().unwrap();
@@ -179,34 +177,13 @@ fn a_server_that_does_not_answer_is_reported() {
 #[test]
 fn weights_make_unequal_flows() {
     require_root();
-    let json = tmp("weights.json");
     // Two queues: flows 0 and 2 go out on queue 0, 1 and 3 on queue 1;
     // flow 0 weighs 3, the others 1: queue 0 gets 4/6 of the rate.
-    let o = bench(&[
-        "load",
-        "--server",
-        "reflector",
-        "--rate",
-        "8k",
-        "--flows",
-        "4",
-        "--weights",
-        "3,1,1,1",
-        "--warmup-ms",
-        "100",
-        "--window-secs",
-        "0.5",
-        "--drain-ms",
-        "200",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}\n{err}");
+    let (j, out) = reflector_load(
+        "weights.json",
+        &["--rate", "8k", "--flows", "4", "--weights", "3,1,1,1"],
+    );
     assert!(out.contains("phase 8000: offered"), "{out}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     assert_eq!(j["config"]["weights"], serde_json::json!([3, 1, 1, 1]));
     let flows = j["run"]["phases"][0][1]["per_flow"].as_array().unwrap();
     let sent: Vec<f64> = flows.iter().map(|f| f["sent"].as_f64().unwrap()).collect();

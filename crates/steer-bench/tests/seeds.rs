@@ -3,17 +3,11 @@
 //! seeds 002/004 writes a result the medians read back (no root, no
 //! network), and bad input gives one line and exit status 2 from clap.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+mod common;
 
-fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_steer-bench"))
-        .args(args)
-        .output()
-        .expect("running steer-bench")
-}
+use std::path::{Path, PathBuf};
+
+use common::{bench, take_json};
 
 fn seeds_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/seeds")
@@ -82,9 +76,7 @@ fn a_replica_run_writes_what_the_medians_read() {
             "{}-{n}.json",
             json.file_stem().unwrap().to_string_lossy()
         ));
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
-        let _ = std::fs::remove_file(&f);
+        let doc = take_json(&f);
         assert_eq!(doc["tool"], "steer-bench seed 002-004");
         assert_eq!(doc["format"], 1);
         assert_eq!(doc["replica"].as_array().unwrap().len(), 6);
