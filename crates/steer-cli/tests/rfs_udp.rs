@@ -6,14 +6,12 @@
 //! JSON summary say so, and SIGINT detaches everything. Needs root, two
 //! CPUs, dnsmasq, dnsperf and promtool, as CI runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::net::TestNet;
+use steer_testbed::http::{http_get, metric_sum, promtool_check};
+use steer_testbed::TestNet;
 
 const PORT: u16 = 7411;
 
@@ -101,14 +99,13 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
     assert!(rows.contains("reads "), "{rows}");
 
     // The same counters, scraped while it runs.
-    let (status, text) = support::http_get(metrics, "/metrics");
+    let (status, text) = http_get(metrics, "/metrics");
     assert!(status.contains("200"), "{status}");
-    support::promtool_check(&text).unwrap();
-    let landed =
-        |cpu: u32| support::metric_sum(&text, &format!("steer_rfs_landed_total{{cpu=\"{cpu}\"}}"));
+    promtool_check(&text).unwrap();
+    let landed = |cpu: u32| metric_sum(&text, &format!("steer_rfs_landed_total{{cpu=\"{cpu}\"}}"));
     assert!(landed(1) > 10 * landed(0).max(1), "{text}");
     assert!(
-        support::metric_sum(&text, "steer_rfs_recorder_new_flows_total") >= 2,
+        metric_sum(&text, "steer_rfs_recorder_new_flows_total") >= 2,
         "{text}"
     );
 
