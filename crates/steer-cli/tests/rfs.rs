@@ -73,28 +73,7 @@ fn steer_rfs_steers_an_unmodified_iperf3_to_its_reading_cpu() {
     }
     assert!(rows.contains("reads "), "{rows}");
 
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);
-    let out = rfs.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("libbpf") && !stderr.contains("libxdp"),
-        "{stderr}"
-    );
-    assert!(
-        !net.link_show().contains("xdp"),
-        "still attached: {}",
-        net.link_show()
-    );
-
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let report = support::stop_rfs(rfs, &net, &json);
     let rec = &report["recorder"];
     assert!(rec["new_flows"].as_u64().unwrap() >= 2, "{report:#}");
     assert!(rec["reads"].as_u64().unwrap() > 0, "{report:#}");

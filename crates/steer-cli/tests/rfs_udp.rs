@@ -6,6 +6,8 @@
 //! JSON summary say so, and SIGINT detaches everything. Needs root, two
 //! CPUs, dnsmasq, dnsperf and promtool, as CI runs it.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -109,24 +111,7 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
         "{text}"
     );
 
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);
-    let out = rfs.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        !stderr.contains("libbpf") && !stderr.contains("libxdp"),
-        "{stderr}"
-    );
-    assert!(
-        !net.link_show().contains("xdp"),
-        "still attached: {}",
-        net.link_show()
-    );
-
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let report = support::stop_rfs(rfs, &net, &json);
     assert_eq!(report["udp_ports"], serde_json::json!([PORT]), "{report:#}");
     let rec = &report["recorder"];
     // dnsperf's two senders.

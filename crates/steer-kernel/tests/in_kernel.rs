@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use steer_core::cpu::{CpuLayout, CpuSet};
 use steer_kernel::{KernelSteering, Policy, Proto, RfsStats};
+use steer_testbed::Netns;
 use support::Pair;
 
 const PORT: u16 = 7100;
@@ -37,16 +38,8 @@ fn start(pair: &Pair, cpus_per_llc: usize) -> KernelSteering {
 
 /// `iperf3 -s -1` in the server's namespace, pinned to `cpu`.
 fn iperf3_server(pair: &Pair, cpu: usize) -> Child {
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.srv_ns,
-            "taskset",
-            "-c",
-            &cpu.to_string(),
-        ])
-        .args(["iperf3", "-s", "-1", "-p", &PORT.to_string()])
+    let child = Netns::command_on_cpu(&pair.srv_ns, cpu, "iperf3")
+        .args(["-s", "-1", "-p", &PORT.to_string()])
         .args(["-B", &pair.srv_v4.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -58,8 +51,8 @@ fn iperf3_server(pair: &Pair, cpu: usize) -> Child {
 
 /// `iperf3 -c` from the client's namespace for `secs` seconds.
 fn iperf3_client(pair: &Pair, secs: u32) -> Child {
-    Command::new("ip")
-        .args(["netns", "exec", &pair.cli_ns, "iperf3", "-c"])
+    Netns::command(&pair.cli_ns, "iperf3")
+        .arg("-c")
         .arg(pair.srv_v4.to_string())
         .args(["-p", &PORT.to_string(), "-t", &secs.to_string()])
         .stdout(Stdio::null())

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuLayout, CpuSet};
 use steer_kernel::{KernelSteering, Policy, Proto, RfsStats};
+use steer_testbed::Netns;
 use steer_xdp::rfs::RfsFlow;
 use steer_xdp::FlowMapKey;
 use support::Pair;
@@ -64,16 +65,8 @@ impl Drop for Reaped {
 /// dnsmasq in the server's namespace on `port`, pinned to `cpu`: one
 /// thread, one wildcard UDP socket, answering `*.steer.test` itself.
 fn dnsmasq(pair: &Pair, port: u16, cpu: usize) -> Reaped {
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.srv_ns,
-            "taskset",
-            "-c",
-            &cpu.to_string(),
-        ])
-        .args(["dnsmasq", "-k", "--conf-file=/dev/null", "--pid-file="])
+    let child = Netns::command_on_cpu(&pair.srv_ns, cpu, "dnsmasq")
+        .args(["-k", "--conf-file=/dev/null", "--pid-file="])
         .arg(format!("--port={port}"))
         .args(["--no-resolv", "--no-hosts", "--user=root", "--group=root"])
         .args(["--address=/steer.test/10.9.9.9", "--cache-size=0"])
@@ -87,16 +80,7 @@ fn dnsmasq(pair: &Pair, port: u16, cpu: usize) -> Reaped {
 /// dnsperf from the client's namespace, pinned to CPU 0: 4 senders (4
 /// flows) at `DNSPERF_QPS` for `RUN`.
 fn dnsperf(pair: &Pair, port: u16, queries: &std::path::Path) -> Child {
-    Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &pair.cli_ns,
-            "taskset",
-            "-c",
-            "0",
-            "dnsperf",
-        ])
+    Netns::command_on_cpu(&pair.cli_ns, 0, "dnsperf")
         .args(["-s", &pair.srv_v4.to_string(), "-p", &port.to_string()])
         .arg("-d")
         .arg(queries)
@@ -346,8 +330,8 @@ fn answers_on_cpu0(pair: &Pair) {
         "for q in /sys/class/net/{}/queues/rx-*; do echo 1 > $q/rps_cpus; done",
         pair.cli_dev
     );
-    let ok = Command::new("ip")
-        .args(["netns", "exec", &pair.cli_ns, "sh", "-c", &rps])
+    let ok = Netns::command(&pair.cli_ns, "sh")
+        .args(["-c", &rps])
         .status()
         .unwrap()
         .success();

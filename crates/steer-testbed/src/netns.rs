@@ -91,6 +91,15 @@ impl Netns {
         c
     }
 
+    /// `program` to run inside namespace `ns` pinned to `cpu` (`ip netns
+    /// exec NS taskset -c CPU PROGRAM`: every thread it starts stays there
+    /// unless moved).
+    pub fn command_on_cpu(ns: &str, cpu: usize, program: &str) -> Command {
+        let mut c = Self::command(ns, "taskset");
+        c.args(["-c", &cpu.to_string(), program]);
+        c
+    }
+
     /// Runs `cmd` inside namespace `ns` and returns what it did.
     pub fn exec(ns: &str, cmd: &[&str]) -> Output {
         let mut full = vec!["ip", "netns", "exec", ns];

@@ -1,13 +1,13 @@
 //! What the command's tests share beyond steer-testbed: the UDP port the
 //! engines under test own, the multi-flow driver aimed at it, the key of
-//! a peer's flow to it, and `steer proxy`'s command line with a kernel
-//! UDP echo as its backend.
+//! a peer's flow to it, `steer proxy`'s command line with a kernel UDP
+//! echo as its backend, and stopping a `steer rfs` with its checks.
 
 #![allow(dead_code)]
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use steer_core::flow::{flow_key, FlowKey};
 use steer_core::packet::build::FrameBuilder;
@@ -55,4 +55,27 @@ pub fn proxy_command(net: &TestNet, backend: u16, json: &Path) -> Command {
         .args(["--stats-json", json.to_str().unwrap()])
         .stdin(Stdio::piped());
     cmd
+}
+
+/// Stops a running `steer rfs` (SIGINT), which must exit 0 with no libbpf
+/// or libxdp noise and leave nothing attached to the host end of `net`;
+/// returns the JSON summary it wrote to `json` (the file is removed).
+pub fn stop_rfs(rfs: Child, net: &TestNet, json: &Path) -> serde_json::Value {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(rfs.id() as i32, libc::SIGINT) }, 0);
+    let out = rfs.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("libbpf") && !stderr.contains("libxdp"),
+        "{stderr}"
+    );
+    assert!(
+        !net.link_show().contains("xdp"),
+        "still attached: {}",
+        net.link_show()
+    );
+    let text = std::fs::read_to_string(json).unwrap();
+    let _ = std::fs::remove_file(json);
+    serde_json::from_str(&text).unwrap()
 }
