@@ -7,10 +7,11 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use steer_testbed::TestNet;
+use support::on_cpu;
 
 const PORT: u16 = 7410;
 
@@ -18,20 +19,7 @@ const PORT: u16 = 7410;
 fn steer_rfs_steers_an_unmodified_iperf3_to_its_reading_cpu() {
     let net = TestNet::new();
     let json = std::env::temp_dir().join(format!("steer-rfs-{}.json", std::process::id()));
-    let mut rfs = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args([
-            "rfs",
-            "-i",
-            &net.host,
-            "-p",
-            &PORT.to_string(),
-            "--cpus",
-            "0,1",
-        ])
-        .arg("--stats-json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut rfs = support::rfs_command(&net, "-p", PORT, &json)
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
@@ -41,8 +29,8 @@ fn steer_rfs_steers_an_unmodified_iperf3_to_its_reading_cpu() {
     assert!(net.link_show().contains("xdp"), "{}", net.link_show());
 
     // A server that never heard of steer, on CPU 1.
-    let mut server = Command::new("taskset")
-        .args(["-c", "1", "iperf3", "-s", "-1", "-p", &PORT.to_string()])
+    let mut server = on_cpu(1, "iperf3")
+        .args(["-s", "-1", "-p", &PORT.to_string()])
         .args(["-B", &net.host_v4.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

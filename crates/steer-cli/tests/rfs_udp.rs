@@ -9,11 +9,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use steer_testbed::http::{http_get, metric_sum, promtool_check};
 use steer_testbed::TestNet;
+use support::on_cpu;
 
 const PORT: u16 = 7411;
 
@@ -21,13 +22,8 @@ const PORT: u16 = 7411;
 fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
     let net = TestNet::new();
     let json = std::env::temp_dir().join(format!("steer-rfs-udp-{}.json", std::process::id()));
-    let mut rfs = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args(["rfs", "-i", &net.host, "-u", &PORT.to_string()])
-        .args(["--cpus", "0,1", "--metrics", "0"])
-        .arg("--stats-json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut rfs = support::rfs_command(&net, "-u", PORT, &json)
+        .args(["--metrics", "0"])
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
@@ -49,15 +45,8 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
 
     // A server that never heard of steer, on CPU 1, bound to the host's
     // address only (the flows are keyed by sender all the same).
-    let mut server = Command::new("taskset")
-        .args([
-            "-c",
-            "1",
-            "dnsmasq",
-            "-k",
-            "--conf-file=/dev/null",
-            "--pid-file=",
-        ])
+    let mut server = on_cpu(1, "dnsmasq")
+        .args(["-k", "--conf-file=/dev/null", "--pid-file="])
         .arg(format!("--port={PORT}"))
         .arg(format!("--listen-address={}", net.host_v4))
         .args(["--bind-interfaces", "--no-resolv", "--no-hosts"])

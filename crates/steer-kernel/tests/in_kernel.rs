@@ -9,12 +9,13 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use steer_core::cpu::{CpuLayout, CpuSet};
 use steer_kernel::{KernelSteering, Policy, Proto, RfsStats};
+use steer_testbed::process::move_process;
 use steer_testbed::Netns;
 use support::Pair;
 
@@ -59,17 +60,6 @@ fn iperf3_client(pair: &Pair, secs: u32) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("the iperf3 client runs")
-}
-
-/// Moves every thread of process `pid` to `cpu`.
-fn move_process(pid: u32, cpu: usize) {
-    let ok = Command::new("taskset")
-        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "taskset -p {pid}");
 }
 
 fn landed(steering: &KernelSteering) -> Vec<u64> {

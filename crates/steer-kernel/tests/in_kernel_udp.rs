@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use steer_core::cpu::{CpuLayout, CpuSet};
 use steer_kernel::{KernelSteering, Policy, Proto, RfsStats};
+use steer_testbed::process::move_process;
 use steer_testbed::Netns;
 use steer_xdp::rfs::RfsFlow;
 use steer_xdp::FlowMapKey;
@@ -412,17 +413,6 @@ fn a_move_within_the_llc_leaves_dnsmasqs_senders_where_they_are() {
     assert_eq!(r.probe_flow.and_then(|f| f.cpu), Some(1), "{r:#?}");
 }
 
-/// Moves every thread of `pid` to `cpu`.
-fn move_to(pid: u32, cpu: usize) {
-    let ok = Command::new("taskset")
-        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "moving {pid}");
-}
-
 #[test]
 fn datagrams_lost_on_the_old_path_hold_a_busy_flows_move_only_for_the_maximum_wait() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -469,7 +459,7 @@ fn datagrams_lost_on_the_old_path_hold_a_busy_flows_move_only_for_the_maximum_wa
     assert!(on0[0] > 10 * on0[1].max(1), "after the forced move {on0:?}");
     // What was lost was forgotten with the forced move: the next move (back
     // to CPU 1) drains normally, forcing nothing.
-    move_to(server.0.id(), 1);
+    move_process(server.0.id(), 1);
     std::thread::sleep(Duration::from_millis(300));
     let l1 = landed(&steering);
     std::thread::sleep(Duration::from_millis(500));
@@ -525,7 +515,7 @@ fn measure_order_under_frequent_moves() {
         let mut cpu = 0;
         while Instant::now() < end {
             std::thread::sleep(Duration::from_millis(50));
-            move_to(server.0.id(), cpu);
+            move_process(server.0.id(), cpu);
             cpu ^= 1;
         }
         let out = perf.wait_with_output().unwrap();

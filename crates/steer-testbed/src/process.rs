@@ -4,6 +4,7 @@
 //! child still running when its [`Spawned`] drops is killed and reaped:
 //! a test whose assertion fails first leaves no orphan holding its output
 //! open, a veth's XDP program in place or a namespace busy.
+//! [`move_process`] moves a running process to another CPU.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -22,6 +23,8 @@ pub struct Spawned {
     name: String,
     lines: Receiver<String>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// Says when the stderr reader reached the end of the pipe.
+    stderr_done: Receiver<()>,
 }
 
 impl Spawned {
@@ -44,6 +47,7 @@ impl Spawned {
         let log = Arc::clone(&stderr);
         let pipe = child.stderr.take().expect("stderr is piped");
         let label = name.to_owned();
+        let (done, stderr_done) = channel();
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 eprintln!("{label} (child): {line}");
@@ -51,12 +55,14 @@ impl Spawned {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(line);
             }
+            let _ = done.send(());
         });
         Spawned {
             child,
             name: name.to_owned(),
             lines,
             stderr,
+            stderr_done,
         }
     }
 
@@ -117,11 +123,15 @@ impl Spawned {
         );
     }
 
-    /// Waits for it to exit.
+    /// Waits for it to exit, and then (a second at most: a process it
+    /// started may hold the pipe) until its log has every line it wrote.
     pub fn wait(&mut self) -> ExitStatus {
-        self.child
+        let status = self
+            .child
             .wait()
-            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
+            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name));
+        let _ = self.stderr_done.recv_timeout(Duration::from_secs(1));
+        status
     }
 
     /// `signal`, then its exit status.
@@ -138,6 +148,18 @@ impl Drop for Spawned {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Moves every thread of process `pid` to `cpu` (`taskset -a -p`); fails
+/// the test if that fails.
+pub fn move_process(pid: u32, cpu: usize) {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("taskset: {e}"))
+        .success();
+    assert!(ok, "moving {pid} to CPU {cpu}");
 }
 
 #[cfg(test)]

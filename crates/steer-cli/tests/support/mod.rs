@@ -1,7 +1,8 @@
 //! What the command's tests share beyond steer-testbed: the UDP port the
 //! engines under test own, the multi-flow driver aimed at it, the key of
 //! a peer's flow to it, `steer proxy`'s command line with a kernel UDP
-//! echo as its backend, and stopping a `steer rfs` with its checks.
+//! echo as its backend, and starting and stopping `steer rfs` beside an
+//! unmodified server pinned to a CPU.
 
 #![allow(dead_code)]
 
@@ -54,6 +55,27 @@ pub fn proxy_command(net: &TestNet, backend: u16, json: &Path) -> Command {
         .args(["--backend", &format!("127.0.0.1:{backend}")])
         .args(["--stats-json", json.to_str().unwrap()])
         .stdin(Stdio::piped());
+    cmd
+}
+
+/// `steer rfs` on the host end of `net` recording `port` (`flag`: `-p`
+/// for TCP, `-u` for UDP) on CPUs 0 and 1, its JSON summary written to
+/// `json`, stdout and stderr piped.
+pub fn rfs_command(net: &TestNet, flag: &str, port: u16, json: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_steer"));
+    cmd.args(["rfs", "-i", &net.host, flag, &port.to_string()])
+        .args(["--cpus", "0,1", "--stats-json"])
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `program` pinned to `cpu` (`taskset -c CPU PROGRAM`), in the root
+/// namespace.
+pub fn on_cpu(cpu: usize, program: &str) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &cpu.to_string(), program]);
     cmd
 }
 
