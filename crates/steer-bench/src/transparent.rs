@@ -95,29 +95,14 @@ fn proc_net(file: &str, ns: Option<&str>) -> String {
     }
 }
 
-/// One group of counters (`Tcp:`, `TcpExt:`, ...) of /proc/net/snmp or
-/// /proc/net/netstat text: a line of names, then a line of values.
-fn counter_group(text: &str, prefix: &str) -> HashMap<String, u64> {
-    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
-    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
-        return HashMap::new();
-    };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .skip(1)
-        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
-        .collect()
-}
-
 /// `TcpExt` counters of this namespace (the server's).
 fn tcp_ext() -> HashMap<String, u64> {
-    counter_group(&proc_net("netstat", None), "TcpExt:")
+    steer_testbed::netns::parse_counters(&proc_net("netstat", None), "TcpExt:")
 }
 
 /// `Tcp: RetransSegs` of namespace `ns` (the client's).
 fn retrans_segs(ns: &str) -> u64 {
-    counter_group(&proc_net("snmp", Some(ns)), "Tcp:")
+    steer_testbed::netns::parse_counters(&proc_net("snmp", Some(ns)), "Tcp:")
         .get("RetransSegs")
         .copied()
         .unwrap_or(0)
@@ -340,10 +325,10 @@ mod tests {
     #[test]
     fn a_counter_group_is_its_names_over_its_values() {
         let text = "Ip: Forwarding\nIp: 1\nTcp: ActiveOpens RetransSegs\nTcp: 3 17\n";
-        let tcp = counter_group(text, "Tcp:");
+        let tcp = steer_testbed::netns::parse_counters(text, "Tcp:");
         assert_eq!(tcp.get("RetransSegs"), Some(&17));
         assert_eq!(tcp.get("ActiveOpens"), Some(&3));
-        assert!(counter_group(text, "TcpExt:").is_empty());
+        assert!(steer_testbed::netns::parse_counters(text, "TcpExt:").is_empty());
     }
 
     #[test]
