@@ -34,5 +34,5 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/asan"
 export ASAN_OPTIONS="suppressions=$PWD/ci/asan.supp${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
-cargo +nightly test --target "$host" -p steer-core --lib -- ring::
-cargo +nightly test --target "$host" -p steer-xdp --lib --tests
+cargo +nightly test --target "$host" -p flowsteer-core --lib -- ring::
+cargo +nightly test --target "$host" -p flowsteer-xdp --lib --tests

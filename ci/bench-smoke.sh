@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build -p steer-bench -p steer-cli
+cargo build -p steer-bench -p flowsteer-cli
 export STEER_BENCH="${CARGO_TARGET_DIR:-$PWD/target}/debug/steer-bench"
 "$STEER_BENCH" sockperf check-fixtures benches/fixtures
 for f in ci/*.sh scripts/*.sh benches/*.sh; do

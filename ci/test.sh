@@ -10,4 +10,4 @@ cargo test --workspace
 cargo test --workspace --benches
 # The hostile-traffic bounds on latency need an optimized proxy (the debug
 # run above checks survival and memory only).
-cargo test --release -p steer-cli --test hostile
+cargo test --release -p flowsteer-cli --test hostile

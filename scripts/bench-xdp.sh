@@ -14,10 +14,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 if [ "${1:-}" = "--quick" ]; then
-  cargo build -q -p steer-xdp --example xdp_bench
+  cargo build -q -p flowsteer-xdp --example xdp_bench
   XDP_BENCH_NO_TOOLS=1 "$CARGO_TARGET_DIR/debug/examples/xdp_bench" 1 \
     2> >(grep -v '^libbpf\|^libxdp' >&2)
   exit
 fi
-cargo build --release -q -p steer-xdp --example xdp_bench
+cargo build --release -q -p flowsteer-xdp --example xdp_bench
 "$CARGO_TARGET_DIR/release/examples/xdp_bench" "${1:-3}" 2> >(grep -v '^libbpf\|^libxdp' >&2)

@@ -44,7 +44,7 @@ if [[ -n "${STEER:-}" ]]; then
     steer_bin="$STEER"
 else
     echo "demo: building the steer command (release)..."
-    cargo build --release --quiet -p steer-cli
+    cargo build --release --quiet -p flowsteer-cli
     steer_bin="${CARGO_TARGET_DIR:-target}/release/steer"
 fi
 

@@ -9,6 +9,7 @@
 #   ci/clippy.sh       clippy on all targets, warnings denied
 #   ci/msrv.sh         every target checked with the declared rust-version
 #   ci/doc.sh          cargo doc with RUSTDOCFLAGS=-D warnings
+#   ci/package.sh      the published crates packaged and each built from its .crate
 #   ci/test.sh         unit, integration and doc tests; each bench once
 #   ci/bench-smoke.sh  the benchmark scripts, quick end-to-end runs
 #   ci/loom.sh         loom model checks of the ring
@@ -28,7 +29,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-all=(fmt clippy msrv doc test bench-smoke loom fuzz asan)
+all=(fmt clippy msrv doc package test bench-smoke loom fuzz asan)
 checks=("${all[@]}")
 if [ $# -gt 0 ]; then
   checks=("$@")

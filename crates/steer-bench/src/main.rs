@@ -164,7 +164,7 @@ fn run_transparent(a: &TransparentArgs) -> Result<()> {
     let steer_bin = std::env::current_exe()?.with_file_name("steer");
     if !steer_bin.exists() {
         bail!(
-            "{} not found: build it (cargo build --release -p steer-cli)",
+            "{} not found: build it (cargo build --release -p flowsteer-cli)",
             steer_bin.display()
         );
     }
@@ -196,7 +196,7 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
         .join("steer");
     if !steer_bin.exists() {
         bail!(
-            "{} not found: build it (cargo build --release -p steer-cli)",
+            "{} not found: build it (cargo build --release -p flowsteer-cli)",
             steer_bin.display()
         );
     }
@@ -485,14 +485,14 @@ fn config(
             bail!("--steer-cmd is empty")
         };
         if steer_bench::procs::find_in_path(first).is_none() {
-            bail!("the steer command {first:?} not found: build it (cargo build --release -p steer-cli) or pass --steer-cmd");
+            bail!("the steer command {first:?} not found: build it (cargo build --release -p flowsteer-cli) or pass --steer-cmd");
         }
     }
     if cfg.servers.iter().any(|k| k.is_proxy())
         && steer_bench::procs::find_in_path(&cfg.steer_bin).is_none()
     {
         bail!(
-            "the proxies need {:?}: build it (cargo build --release -p steer-cli)",
+            "the proxies need {:?}: build it (cargo build --release -p flowsteer-cli)",
             cfg.steer_bin
         );
     }

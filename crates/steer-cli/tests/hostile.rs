@@ -90,7 +90,7 @@ fn under_ulimit_1024_a_spray_of_new_flows_is_shed_and_the_client_answered() {
 }
 
 /// A speed bound: run against an optimized proxy (`cargo test --release
-/// -p steer-cli --test hostile`, as ci/test.sh does); a debug build's
+/// -p flowsteer-cli --test hostile`, as ci/test.sh does); a debug build's
 /// proxy is ten times slower per flow and says nothing about the tail.
 ///
 /// The bound catches a collapse (the plain proxy's half second), not a

@@ -8,7 +8,7 @@
 //! is an AF_XDP sender on the peer inside the namespace, pinned to the last
 //! CPU; the receiver runs on CPU 0.
 //!
-//! Usage: `cargo run --release -p steer-xdp --example xdp_bench -- [seconds]`
+//! Usage: `cargo run --release -p flowsteer-xdp --example xdp_bench -- [seconds]`
 //! (`XDP_BENCH_NO_TOOLS=1` skips xdp-tools' run). Exits with 2 when a phase
 //! moved no packet or the frame census does not balance, so a smoke run
 //! catches a broken path.

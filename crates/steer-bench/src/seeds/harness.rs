@@ -212,7 +212,7 @@ pub fn steer_binary(explicit: Option<&Path>) -> Result<PathBuf> {
     };
     if !path.is_file() {
         bail!(
-            "the steer command {} not found: build it (cargo build --release -p steer-cli) or name it with --steer / STEER",
+            "the steer command {} not found: build it (cargo build --release -p flowsteer-cli) or name it with --steer / STEER",
             path.display()
         );
     }
