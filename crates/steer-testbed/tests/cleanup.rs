@@ -87,6 +87,21 @@ fn a_namespace_ends_its_processes_when_dropped() {
     let name = ns.name().to_owned();
     let child = Netns::command(&name, "sleep").arg("600").spawn().unwrap();
     let pid = child.id() as i32;
+    // `ip netns exec` enters the namespace, then execs: until it has, the
+    // process is not the namespace's to end.
+    let entered = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "pids", &name])
+            .output()
+            .unwrap();
+        let pids = String::from_utf8_lossy(&out.stdout).into_owned();
+        if pids.split_whitespace().any(|p| p == pid.to_string()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < entered, "{pid} never entered {name}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     drop(ns);
     // It ends (and is reaped here) within seconds, not after its 600.
     let mut child = child;
