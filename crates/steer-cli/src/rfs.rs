@@ -9,7 +9,11 @@
 //! default all) reads with its sender's address (dnsmasq, unbound). Nothing runs in the applications; this process only
 //! holds the programs, prints the counters once a second and, at
 //! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
-//! (also as JSON). A `kill -9` leaves the programs attached until the next
+//! (also as JSON). While it runs, its stats socket (`/run/steer/<interface>.sock`,
+//! as an engine's: `0600`, or `0660` with `--stats-group`; removed at stop,
+//! a stale one replaced) answers `steer stats` and `steer top` with an
+//! `rfs` snapshot (`rfs_live`), and `--metrics` serves the counters to
+//! Prometheus (`rfs_metrics`), both from one observer thread. A `kill -9` leaves the programs attached until the next
 //! start, which replaces them (the interface's owner lock tells a dead run
 //! from a live one).
 
@@ -19,9 +23,12 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
+use steer_engine::observe::exporter::Exporter;
+use steer_engine::observe::{StatsAccess, StatsEndpoint};
 use steer_kernel::{Proto, RfsStats};
 
 use crate::kernel_args::{delta, KernelSteeringArgs};
+use crate::rfs_live::RfsIdentity;
 
 /// `steer rfs` arguments.
 #[derive(Debug, Args)]
@@ -30,6 +37,7 @@ use crate::kernel_args::{delta, KernelSteeringArgs};
     steer rfs -i eth1 -p 80 -p 443 --policy always   every change of reading CPU is written\n  \
     steer rfs -i eth1 -u 53                          dnsmasq's clients steered to its CPU\n  \
     steer rfs -i eth1 -p 443 --metrics 9465          Prometheus metrics on /metrics\n  \
+    steer rfs -i eth1 -p 443 --stats-group adm       `steer top eth1` for the adm group too\n  \
     steer rfs -i eth1 -p 5201 --topology 'pack:1 l3:2 core:1 pu:1'   a 2-LLC model on a 1-LLC machine")]
 pub struct RfsArgs {
     /// The interface the connections arrive on.
@@ -54,6 +62,18 @@ pub struct RfsArgs {
     /// once set up: a port below 1024 needs --keep-capabilities.
     #[arg(long, value_name = "[ADDR:]PORT", value_parser = crate::args::metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Directory of the stats socket `steer stats` and `steer top` read
+    /// (`<DIR>/<interface>.sock`, as an engine's).
+    #[arg(long, value_name = "DIR", default_value = steer_engine::observe::DEFAULT_RUN_DIR)]
+    pub run_dir: std::path::PathBuf,
+    /// Let the members of group NAME read the stats socket (mode 0660 with
+    /// that group) besides root (0600 otherwise).
+    #[arg(long, value_name = "NAME")]
+    pub stats_group: Option<String>,
+    /// Serve no stats socket (`steer stats` and `steer top` cannot read
+    /// this process).
+    #[arg(long)]
+    pub no_stats_socket: bool,
     /// The steering's flags (reads on CPUs outside `--cpus` are not
     /// recorded).
     #[command(flatten)]
@@ -105,14 +125,38 @@ fn summary(args: &RfsArgs, elapsed: f64, s: &RfsStats, landed: &[u64]) -> serde_
     })
 }
 
+/// Claims the stats socket (`--run-dir`, `--stats-group`), unless
+/// `--no-stats-socket`: refused while another process answers there.
+fn claim_stats_socket(args: &RfsArgs) -> anyhow::Result<Option<StatsEndpoint>> {
+    if args.no_stats_socket {
+        return Ok(None);
+    }
+    let access = match &args.stats_group {
+        Some(name) => StatsAccess::group(name)?,
+        None => StatsAccess::Owner,
+    };
+    Ok(Some(StatsEndpoint::claim_for(
+        &args.run_dir,
+        &args.interface,
+        access,
+    )?))
+}
+
 pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let stop = steer_xdp::shutdown::install()?;
     let (_owner, shared) = steer_xdp::owner_lock::InterfaceLock::acquire_noting(&args.interface)?;
-    // Taken fresh, the lock says no steer process serves the interface:
-    // what a dead run left is replaced.
+    let endpoint = claim_stats_socket(args)?;
+    let stale_socket = endpoint.as_ref().is_some_and(StatsEndpoint::replaced_stale);
+    if let (Some(endpoint), Some(user)) = (&endpoint, args.steering.privileges.run_as()?) {
+        // Its user removes it at stop.
+        endpoint.hand_to(user.uid, user.gid)?;
+    }
+    // Taken fresh, the lock says no steer process serves the interface (a
+    // socket nobody answers on, that none did): what a dead run left is
+    // replaced.
     let mut b = args
         .steering
-        .builder(&args.interface, !shared)?
+        .builder(&args.interface, !shared || stale_socket)?
         .record_in_kernel(true);
     for &port in &args.ports {
         b = b.own(Proto::Tcp, port);
@@ -127,19 +171,34 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let program = steering
         .program()
         .context("the RFS program is not attached")?;
-    let exporter = match args.metrics {
-        Some(addr) => {
-            let weak = steering
-                .program_weak()
-                .context("the RFS program is not attached")?;
-            let exporter = steer_engine::observe::exporter::Exporter::start(addr, move || {
-                crate::rfs_metrics::scrape(&weak)
-            })
-            .with_context(|| format!("serving metrics on {addr}"))?;
-            Some(exporter)
-        }
-        None => None,
-    };
+    let weak = steering
+        .program_weak()
+        .context("the RFS program is not attached")?;
+    let mut observe = Exporter::builder(crate::rfs_live::KIND);
+    if let Some(endpoint) = endpoint {
+        let identity = RfsIdentity {
+            interface: args.interface.clone(),
+            tcp_ports: args.ports.clone(),
+            udp_ports: args.udp_ports.clone(),
+            policy: args.steering.policy.name().into(),
+            topology: args.steering.topology_name(),
+            xdp_mode: format!("{:?}", program.mode()),
+            cpus: steering.cpus(),
+            started: Instant::now(),
+        };
+        let weak = weak.clone();
+        observe = observe.stats(endpoint, move || {
+            let live = identity.snapshot(&weak)?;
+            serde_json::to_value(live).map_err(|e| e.to_string())
+        });
+    }
+    if let Some(addr) = args.metrics {
+        observe = observe.metrics(addr, move || crate::rfs_metrics::scrape(&weak));
+    }
+    let exporter = observe.start().with_context(|| match args.metrics {
+        Some(addr) => format!("serving stats and metrics on {addr}"),
+        None => "serving the stats socket".into(),
+    })?;
     // Set up: from here every thread runs under the allowlist.
     args.steering.privileges.apply_seccomp()?;
     println!(
@@ -151,8 +210,11 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         program.mode(),
         steering.cpus(),
     );
-    if let Some(e) = &exporter {
-        println!("steer rfs: metrics on http://{}/metrics", e.addr());
+    if let Some(addr) = exporter.addr() {
+        println!("steer rfs: metrics on http://{addr}/metrics");
+    }
+    if let Some(path) = exporter.stats_path() {
+        tracing::info!(socket = %path.display(), "stats socket: `steer stats` and `steer top` read it");
     }
     let landed = || program.landed_per_cpu().unwrap_or_default();
     let stats = || program.stats().unwrap_or_default();
@@ -176,6 +238,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     });
     let elapsed = started.elapsed().as_secs_f64();
     let (total, landed_total) = (stats(), delta(&landed(), &landed_start));
+    // The stats socket goes first: nobody reads a program being detached.
     drop(exporter);
     steering.stop();
     println!(

@@ -1,6 +1,7 @@
 //! `steer stats <interface>`: the counters of the engine running on an
 //! interface, read once from its stats socket (`/run/steer/<interface>.sock`)
-//! and printed as tables or as JSON. The engine keeps running; nothing is
+//! and printed as tables or as JSON; a `steer rfs` there is shown as such
+//! (`rfs_view`). The engine keeps running; nothing is
 //! changed. Errors (no engine, permission denied, an engine that is gone)
 //! are one line.
 
@@ -9,7 +10,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use steer_engine::observe::{query, CpuCounters, LiveStats, ObserveError, DEFAULT_RUN_DIR};
+use steer_engine::observe::{
+    query_any, CpuCounters, LiveStats, ObserveError, StatsReply, DEFAULT_RUN_DIR,
+};
+
+use crate::rfs_live::RfsLive;
 
 /// Where a running engine is found (shared with `steer top`).
 #[derive(Debug, Clone, Args)]
@@ -25,16 +30,48 @@ pub struct EngineRef {
     pub timeout: f64,
 }
 
+/// What serves the interface's stats socket, read once.
+#[derive(Debug)]
+pub enum Running {
+    /// A steer engine (`steer echo`, `steer proxy`, ...).
+    Engine(Box<LiveStats>),
+    /// `steer rfs`: its snapshot, parsed and as sent.
+    Rfs {
+        live: Box<RfsLive>,
+        json: serde_json::Value,
+    },
+}
+
 impl EngineRef {
-    /// The engine's counters now. When no engine answers, the error also
-    /// says what the interface's XDP hook holds ([`program_note`]).
-    pub fn read(&self) -> anyhow::Result<LiveStats> {
-        query(
-            &self.run_dir,
-            &self.interface,
-            Duration::from_secs_f64(self.timeout.clamp(0.001, 3600.0)),
-        )
-        .map_err(|e| match &e {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout.clamp(0.001, 3600.0))
+    }
+
+    /// What runs on the interface now, an engine or `steer rfs`, and its
+    /// counters. When nobody answers, the error also says what the
+    /// interface's XDP hook holds ([`program_note`]).
+    pub fn read_any(&self) -> anyhow::Result<Running> {
+        match query_any(&self.run_dir, &self.interface, self.timeout())
+            .map_err(|e| self.explain(e))?
+        {
+            StatsReply::Engine(live) => Ok(Running::Engine(live)),
+            StatsReply::Other { kind, snapshot } if kind == crate::rfs_live::KIND => {
+                Ok(Running::Rfs {
+                    live: Box::new(RfsLive::from_json(snapshot.clone())?),
+                    json: snapshot,
+                })
+            }
+            StatsReply::Other { kind, .. } => anyhow::bail!(
+                "{} is served by `steer {kind}`, which this steer cannot read: use the steer \
+                 that started it",
+                self.interface
+            ),
+        }
+    }
+
+    /// `e`, with what the interface's XDP hook holds when nobody answers.
+    fn explain(&self, e: ObserveError) -> anyhow::Error {
+        match &e {
             ObserveError::NoEngine { .. } | ObserveError::Stale { .. } => {
                 match program_note(&self.interface) {
                     Some(note) => anyhow::anyhow!("{e}; {note}"),
@@ -42,7 +79,7 @@ impl EngineRef {
                 }
             }
             _ => e.into(),
-        })
+        }
     }
 }
 
@@ -79,7 +116,8 @@ pub fn program_note(interface: &str) -> Option<String> {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     steer stats eth1                 per-CPU and per-queue counters of the engine on eth1\n  \
-    steer stats eth1 --json | jq .per_cpu")]
+    steer stats eth1 --json | jq .per_cpu\n  \
+    steer stats eth1                 where a `steer rfs` on eth1 lands frames, its updates")]
 pub struct StatsArgs {
     #[command(flatten)]
     pub engine: EngineRef,
@@ -89,11 +127,15 @@ pub struct StatsArgs {
 }
 
 pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
-    let live = args.engine.read()?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&live)?);
-    } else {
-        print!("{}", report(&live));
+    match args.engine.read_any()? {
+        Running::Engine(live) if args.json => {
+            println!("{}", serde_json::to_string_pretty(&live)?)
+        }
+        Running::Engine(live) => print!("{}", report(&live)),
+        Running::Rfs { json, .. } if args.json => {
+            println!("{}", serde_json::to_string_pretty(&json)?)
+        }
+        Running::Rfs { live, .. } => print!("{}", crate::rfs_view::report(&live)),
     }
     Ok(())
 }
@@ -319,7 +361,7 @@ pub fn frames_line(live: &LiveStats) -> String {
 }
 
 /// `1h02m`, `3m05s`, `12.3s`.
-fn uptime(s: f64) -> String {
+pub fn uptime(s: f64) -> String {
     let whole = s as u64;
     if whole >= 3600 {
         format!("{}h{:02}m", whole / 3600, (whole % 3600) / 60)

@@ -6,6 +6,10 @@
 //! leaves its last numbers on screen with the reason in red, and the view
 //! comes back when an engine serves the interface again.
 //!
+//! A `steer rfs` on the interface gets its own screen (`rfs_view`): where
+//! steered frames land per CPU, the recorder's updates and suppressed
+//! changes per second, order waits and forced moves.
+//!
 //! `--once` takes two samples one interval apart and prints the same screen
 //! as plain text (no terminal needed), for scripts and tests.
 
@@ -21,7 +25,8 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
-use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef};
+use crate::rfs_view::RfsTopView;
+use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef, Running};
 
 /// `steer top` arguments.
 #[derive(Debug, Args)]
@@ -44,11 +49,11 @@ pub struct TopArgs {
 
 pub fn run(args: &TopArgs) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(args.interval.clamp(0.05, 3600.0));
-    let first = args.engine.read()?;
-    let mut view = TopView::new(first);
+    let first = args.engine.read_any()?;
+    let mut view = Screen::new(first);
     if args.once {
         std::thread::sleep(interval);
-        view.update(args.engine.read()?);
+        view.update(args.engine.read_any()?);
         print!("{}", view.to_text(args.width));
         return Ok(());
     }
@@ -74,9 +79,9 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
                 continue;
             }
             next = Instant::now() + interval;
-            match args.engine.read() {
-                Ok(live) => view.update(live),
-                Err(e) => view.status = Some(format!("{e:#}")),
+            match args.engine.read_any() {
+                Ok(running) => view.update(running),
+                Err(e) => view.set_status(format!("{e:#}")),
             }
         }
     })();
@@ -87,6 +92,55 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
 fn quits(key: KeyEvent) -> bool {
     matches!(key.code, KeyCode::Char('q') | KeyCode::Esc)
         || (key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL))
+}
+
+/// The screen of what runs on the interface: an engine's, or `steer
+/// rfs`'s ([`RfsTopView`]); a process of the other kind taking over the
+/// interface switches the screen.
+#[derive(Debug)]
+enum Screen {
+    Engine(Box<TopView>),
+    Rfs(Box<RfsTopView>),
+}
+
+impl Screen {
+    fn new(running: Running) -> Self {
+        match running {
+            Running::Engine(live) => Self::Engine(Box::new(TopView::new(*live))),
+            Running::Rfs { live, .. } => Self::Rfs(Box::new(RfsTopView::new(*live))),
+        }
+    }
+
+    /// A new sample: rates against the previous one of the same kind.
+    fn update(&mut self, running: Running) {
+        match (&mut *self, running) {
+            (Self::Engine(view), Running::Engine(live)) => view.update(*live),
+            (Self::Rfs(view), Running::Rfs { live, .. }) => view.update(*live),
+            (_, other) => *self = Self::new(other),
+        }
+    }
+
+    /// Why the latest refresh failed.
+    fn set_status(&mut self, status: String) {
+        match self {
+            Self::Engine(view) => view.status = Some(status),
+            Self::Rfs(view) => view.status = Some(status),
+        }
+    }
+
+    fn render(&self, area: Rect, buf: &mut Buffer) {
+        match self {
+            Self::Engine(view) => view.render(area, buf),
+            Self::Rfs(view) => view.render(area, buf),
+        }
+    }
+
+    fn to_text(&self, width: u16) -> String {
+        match self {
+            Self::Engine(view) => view.to_text(width),
+            Self::Rfs(view) => view.to_text(width),
+        }
+    }
 }
 
 /// What the screen shows: the latest sample, the one before (for rates)
@@ -289,21 +343,27 @@ impl TopView {
 
     /// The screen as plain text, `width` columns wide.
     pub fn to_text(&self, width: u16) -> String {
-        let area = Rect::new(0, 0, width.max(40), self.height());
-        let mut buf = Buffer::empty(area);
-        self.render(area, &mut buf);
-        let mut out = String::new();
-        for row in buf.content().chunks(area.width as usize) {
-            let line: String = row.iter().map(|c| c.symbol()).collect();
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
+        screen_text(width, self.height(), |area, buf| self.render(area, buf))
     }
 }
 
+/// A screen of `height` lines drawn by `render`, as plain text `width`
+/// columns wide (at least 40).
+pub fn screen_text(width: u16, height: u16, render: impl Fn(Rect, &mut Buffer)) -> String {
+    let area = Rect::new(0, 0, width.max(40), height);
+    let mut buf = Buffer::empty(area);
+    render(area, &mut buf);
+    let mut out = String::new();
+    for row in buf.content().chunks(area.width as usize) {
+        let line: String = row.iter().map(|c| c.symbol()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// Right-aligned cells.
-fn right<const N: usize>(texts: [String; N]) -> Vec<Cell<'static>> {
+pub fn right<const N: usize>(texts: [String; N]) -> Vec<Cell<'static>> {
     texts
         .into_iter()
         .map(|t| Cell::from(Line::from(t).right_aligned()))

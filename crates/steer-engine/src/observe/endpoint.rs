@@ -437,9 +437,9 @@ pub(crate) fn reply_to(
         None => return None,
     };
     let mut reply = match parse_request(line) {
-        Ok(Request::Stats) => serde_json::to_string(&service.snapshot()).unwrap_or_else(|e| {
-            serde_json::json!({ "error": format!("encoding the stats: {e}") }).to_string()
-        }),
+        Ok(Request::Stats) => service
+            .stats_json()
+            .unwrap_or_else(|e| serde_json::json!({ "error": e }).to_string()),
         Ok(Request::Control(_)) if !may_control => serde_json::json!({
             "error": "control needs root or the user the engine runs as"
         })
@@ -510,6 +510,46 @@ pub fn query(
 ) -> Result<LiveStats, ObserveError> {
     let (path, reply) = request(run_dir, interface, "stats", timeout)?;
     parse_reply(&path, &reply)
+}
+
+/// What a stats socket answered `stats` with: an engine's [`LiveStats`],
+/// or the snapshot of another kind of steer process (`steer rfs`), which
+/// names itself in a `kind` field (engines' snapshots have none) and
+/// whose reader parses it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatsReply {
+    /// An engine's counters.
+    Engine(Box<LiveStats>),
+    /// Another kind's snapshot, as sent.
+    Other {
+        /// Its `kind` field (e.g. `"rfs"`).
+        kind: String,
+        /// The whole snapshot.
+        snapshot: Value,
+    },
+}
+
+/// [`query`] for any steer process serving a stats socket: an engine's
+/// [`LiveStats`] (its format version checked), or another kind's snapshot
+/// as JSON ([`StatsReply::Other`]).
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use steer_engine::observe::{query_any, StatsReply, DEFAULT_RUN_DIR};
+/// match query_any(Path::new(DEFAULT_RUN_DIR), "eth1", Duration::from_secs(2))? {
+///     StatsReply::Engine(live) => println!("an engine, pid {}", live.pid),
+///     StatsReply::Other { kind, .. } => println!("steer {kind}"),
+/// }
+/// # Ok::<(), steer_engine::observe::ObserveError>(())
+/// ```
+pub fn query_any(
+    run_dir: &Path,
+    interface: &str,
+    timeout: Duration,
+) -> Result<StatsReply, ObserveError> {
+    let (path, reply) = request(run_dir, interface, "stats", timeout)?;
+    parse_any_reply(&path, &reply)
 }
 
 /// Sends one control line ([`Control`]) to the engine serving `interface`
@@ -583,8 +623,21 @@ fn request(
     Ok((path, reply))
 }
 
-/// A reply line as [`LiveStats`], or the error the engine sent.
+/// A reply line as [`LiveStats`], or the error the engine sent; another
+/// kind's snapshot is an error naming it.
 fn parse_reply(path: &Path, reply: &[u8]) -> Result<LiveStats, ObserveError> {
+    match parse_any_reply(path, reply)? {
+        StatsReply::Engine(live) => Ok(*live),
+        StatsReply::Other { kind, .. } => Err(ObserveError::Protocol {
+            path: path.to_path_buf(),
+            reason: format!("the process serving it is `steer {kind}`, not an engine"),
+        }),
+    }
+}
+
+/// A reply line as an engine's [`LiveStats`] or another kind's snapshot,
+/// or the error the process sent.
+fn parse_any_reply(path: &Path, reply: &[u8]) -> Result<StatsReply, ObserveError> {
     let protocol = |reason: String| ObserveError::Protocol {
         path: path.to_path_buf(),
         reason,
@@ -593,6 +646,12 @@ fn parse_reply(path: &Path, reply: &[u8]) -> Result<LiveStats, ObserveError> {
         .map_err(|e| protocol(format!("the engine's reply is not JSON ({e})")))?;
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         return Err(protocol(format!("the engine refused the request: {e}")));
+    }
+    if let Some(kind) = v.get("kind").and_then(Value::as_str) {
+        return Ok(StatsReply::Other {
+            kind: kind.to_owned(),
+            snapshot: v,
+        });
     }
     match v.get("version").and_then(Value::as_u64) {
         Some(v) if v == u64::from(FORMAT_VERSION) => {}
@@ -603,7 +662,9 @@ fn parse_reply(path: &Path, reply: &[u8]) -> Result<LiveStats, ObserveError> {
         )))
         }
     }
-    serde_json::from_value(v).map_err(|e| protocol(format!("unexpected stats ({e})")))
+    serde_json::from_value(v)
+        .map(|live| StatsReply::Engine(Box::new(live)))
+        .map_err(|e| protocol(format!("unexpected stats ({e})")))
 }
 
 #[cfg(test)]
@@ -768,6 +829,28 @@ mod tests {
         assert!(e.to_string().contains("refused"), "{e}");
         let e = parse_reply(p, br#"{"version":99}"#).unwrap_err();
         assert!(e.to_string().contains("version 1"), "{e}");
+    }
+
+    /// A snapshot with a `kind` is another process's, handed back as
+    /// sent; [`query`]'s engine reader refuses it naming the kind.
+    #[test]
+    fn a_snapshot_of_another_kind_is_handed_back_as_json() {
+        let p = Path::new("/x.sock");
+        let reply = br#"{"kind":"rfs","version":1,"interface":"veth0"}"#;
+        match parse_any_reply(p, reply).unwrap() {
+            StatsReply::Other { kind, snapshot } => {
+                assert_eq!(kind, "rfs");
+                assert_eq!(snapshot["interface"], "veth0");
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = parse_reply(p, reply).unwrap_err().to_string();
+        assert!(e.contains("`steer rfs`, not an engine"), "{e}");
+        let engine = serde_json::to_vec(&LiveStats::empty("veth0")).unwrap();
+        assert!(matches!(
+            parse_any_reply(p, &engine).unwrap(),
+            StatsReply::Engine(live) if live.interface == "veth0"
+        ));
     }
 
     proptest! {

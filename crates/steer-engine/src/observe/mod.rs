@@ -9,8 +9,10 @@
 //!   [`EngineBuilder::metrics`](crate::engine::EngineBuilder::metrics)
 //!   ([`metrics`]).
 //!
-//! The same thread also serves `/metrics` of another text than an
-//! engine's ([`exporter`]: `steer rfs`'s counters).
+//! The same thread also serves a process that is not an engine
+//! ([`exporter`]: `steer rfs`): its own JSON snapshot, marked with a
+//! `kind` field, on its stats socket (read with [`query_any`]), and its
+//! own text on `/metrics`.
 //!
 //! # Why a unix socket, not a shared-memory snapshot
 //!
@@ -72,8 +74,8 @@ use server::{Connections, Stream};
 
 pub use control::{Control, ControlParseError, Controls};
 pub use endpoint::{
-    parse_request, query, send_control, socket_path, ObserveError, Request, StatsAccess,
-    StatsEndpoint, DEFAULT_RUN_DIR,
+    parse_request, query, query_any, send_control, socket_path, ObserveError, Request, StatsAccess,
+    StatsEndpoint, StatsReply, DEFAULT_RUN_DIR,
 };
 pub use live::{
     CpuCounters, DesiredCounters, FrameCounters, HubStats, LiveStats, SocketCounters, WorkerStatus,
@@ -87,6 +89,12 @@ pub use live::{
 pub(crate) trait Service {
     /// The engine now.
     fn snapshot(&self) -> LiveStats;
+    /// What the stats socket answers `stats` with: the snapshot as JSON, or
+    /// why not (one line). A process that is not an engine serves its own
+    /// JSON here ([`exporter::Exporter`]), marked with a `kind` field.
+    fn stats_json(&self) -> Result<String, String> {
+        serde_json::to_string(&self.snapshot()).map_err(|e| format!("encoding the stats: {e}"))
+    }
     /// What `/metrics` serves: the snapshot, in the text exposition format.
     fn metrics_text(&self) -> prometheus::Result<String> {
         metrics::encode(&self.snapshot())

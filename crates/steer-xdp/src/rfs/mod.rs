@@ -765,6 +765,12 @@ impl RfsProgram {
         self.per_cpu(Stat::Landed)
     }
 
+    /// Frames the XDP program redirected into a cpumap queue, by the CPU
+    /// it ran on (index = CPU: the receiving CPU, before the hand-off).
+    pub fn redirected_per_cpu(&self) -> Result<Vec<u64>> {
+        self.per_cpu(Stat::Redirected)
+    }
+
     /// UDP frames of tracked flows the socket filter saw on each CPU.
     pub fn delivered_per_cpu(&self) -> Result<Vec<u64>> {
         self.per_cpu(Stat::Delivered)

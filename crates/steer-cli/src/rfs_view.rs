@@ -1,0 +1,389 @@
+//! How `steer stats` and `steer top` show a running `steer rfs` (an
+//! [`RfsLive`] snapshot): a headline (the interface, ports, policy), the
+//! recorder's and the program's lines (flows, updates and suppressed
+//! changes per second, held back, forced, checksums) and a per-CPU table
+//! of landed and redirected frames. Rates are taken against an earlier
+//! snapshot of the same process when there is one (`steer top`), else as
+//! means since start (`steer stats`). Pure rendering: no I/O.
+
+use std::fmt::Write as _;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::widgets::{Block, Paragraph, Row, Table, Widget};
+
+use crate::rfs_live::{RfsCpu, RfsLive};
+use crate::top::right;
+
+/// Rates of `now` against `before` (same process, earlier), or since
+/// start.
+#[derive(Debug, Clone, Copy)]
+struct Rates<'a> {
+    now: &'a RfsLive,
+    before: Option<&'a RfsLive>,
+}
+
+impl Rates<'_> {
+    /// Seconds the rates are over.
+    fn dt(&self) -> f64 {
+        match self.before {
+            Some(b) => self.now.uptime_s - b.uptime_s,
+            None => self.now.uptime_s,
+        }
+    }
+
+    /// `now - before` (0 without `before`) per second, or `-`.
+    fn per_s(&self, value: impl Fn(&RfsLive) -> u64) -> String {
+        let (now, before) = (value(self.now), self.before.map_or(0, &value));
+        let dt = self.dt();
+        if dt > 0.0 && now >= before {
+            format!("{:.0}", (now - before) as f64 / dt)
+        } else {
+            "-".into()
+        }
+    }
+
+    /// A CPU's row in the earlier snapshot (`None`: the total).
+    fn cpu_before(&self, cpu: Option<usize>) -> Option<RfsCpu> {
+        match (self.before, cpu) {
+            (None, _) => Some(RfsCpu::default()),
+            (Some(b), Some(c)) => b.per_cpu.iter().find(|r| r.cpu == c).copied(),
+            (Some(b), None) => Some(b.total()),
+        }
+    }
+
+    /// A CPU's rate of `value`.
+    fn cpu_per_s(&self, cpu: Option<usize>, now: &RfsCpu, value: fn(&RfsCpu) -> u64) -> String {
+        let dt = self.dt();
+        match self.cpu_before(cpu) {
+            Some(b) if dt > 0.0 && value(now) >= value(&b) => {
+                format!("{:.0}", (value(now) - value(&b)) as f64 / dt)
+            }
+            _ => "-".into(),
+        }
+    }
+}
+
+/// One line about the process.
+pub fn headline(live: &RfsLive) -> String {
+    format!(
+        "steer rfs on {} (pid {}), up {}, policy {}, xdp {}, tcp ports {:?}, udp ports {:?}, CPUs {}",
+        live.interface,
+        live.pid,
+        crate::stats::uptime(live.uptime_s),
+        live.policy,
+        live.xdp_mode,
+        live.tcp_ports,
+        live.udp_ports,
+        live.cpus,
+    )
+}
+
+/// The recorders: flows, reads, updates and suppressed changes.
+fn recorder_line(r: Rates<'_>) -> String {
+    let c = &r.now.counters;
+    format!(
+        "flows: {} tracked, {} new, {} reads | updates {} ({}/s), suppressed by the LLC rule {} ({}/s)",
+        r.now.flows_tracked,
+        c.new_flows,
+        c.reads,
+        c.updates,
+        r.per_s(|l| l.counters.updates),
+        c.suppressed,
+        r.per_s(|l| l.counters.suppressed),
+    )
+}
+
+/// The XDP program: redirects, order waits, forced moves, drops,
+/// checksums.
+fn program_line(live: &RfsLive) -> String {
+    let c = &live.counters;
+    format!(
+        "program: {} redirected, {} moves, {} held back, {} forced, {} untracked, {} passed | drops: queue {}, redirect {}, no cpumap {} | csum {} completed, {} passed",
+        c.redirected,
+        c.moves,
+        c.held_back,
+        c.forced,
+        c.untracked,
+        c.passed,
+        c.queue_drops,
+        c.redirect_errors,
+        c.redirect_failed,
+        c.csum_completed,
+        c.csum_passed,
+    )
+}
+
+/// The per-CPU rows, then `all`: label, landed/s, redirected/s, landed,
+/// redirected.
+fn cpu_rows(r: Rates<'_>) -> Vec<[String; 5]> {
+    let total = r.now.total();
+    r.now
+        .per_cpu
+        .iter()
+        .map(|row| (Some(row.cpu), *row))
+        .chain(std::iter::once((None, total)))
+        .map(|(cpu, row)| {
+            [
+                cpu.map_or("all".to_string(), |c| c.to_string()),
+                r.cpu_per_s(cpu, &row, |x| x.landed),
+                r.cpu_per_s(cpu, &row, |x| x.redirected),
+                row.landed.to_string(),
+                row.redirected.to_string(),
+            ]
+        })
+        .collect()
+}
+
+/// The per-CPU table's header.
+const CPU_HEADER: [&str; 5] = ["cpu", "landed/s", "redir/s", "landed", "redirected"];
+
+/// `steer stats`' report: headline, the recorder's and the program's
+/// lines, the per-CPU table (rates are means since start).
+pub fn report(live: &RfsLive) -> String {
+    let r = Rates {
+        now: live,
+        before: None,
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "{}\n", headline(live));
+    let _ = writeln!(out, "{}", recorder_line(r));
+    let _ = writeln!(out, "{}\n", program_line(live));
+    for h in CPU_HEADER {
+        let _ = write!(out, "{h:>11}");
+    }
+    out.push('\n');
+    for row in cpu_rows(r) {
+        for cell in row {
+            let _ = write!(out, "{cell:>11}");
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "\nrates are means since start; `steer top` shows them over an interval"
+    );
+    out
+}
+
+/// `steer top`'s screen for a running `steer rfs`: the latest snapshot,
+/// the one before (for rates) and why the latest refresh failed, if it
+/// did.
+#[derive(Debug)]
+pub struct RfsTopView {
+    now: RfsLive,
+    before: Option<RfsLive>,
+    pub status: Option<String>,
+}
+
+impl RfsTopView {
+    pub fn new(first: RfsLive) -> Self {
+        Self {
+            now: first,
+            before: None,
+            status: None,
+        }
+    }
+
+    /// A new snapshot; rates are taken against the previous one when it
+    /// came from the same process.
+    pub fn update(&mut self, live: RfsLive) {
+        let previous = std::mem::replace(&mut self.now, live);
+        self.before = (previous.pid == self.now.pid && previous.uptime_s < self.now.uptime_s)
+            .then_some(previous);
+        self.status = None;
+    }
+
+    fn rates(&self) -> Option<Rates<'_>> {
+        self.before.as_ref().map(|b| Rates {
+            now: &self.now,
+            before: Some(b),
+        })
+    }
+
+    /// Lines the screen needs.
+    pub fn height(&self) -> u16 {
+        1 + 1 + 1 + (self.now.per_cpu.len() as u16 + 2 + 2) + 1
+    }
+
+    /// The screen as plain text, `width` columns wide.
+    pub fn to_text(&self, width: u16) -> String {
+        crate::top::screen_text(width, self.height(), |area, buf| self.render(area, buf))
+    }
+
+    /// Draws the screen into `area` of `buf`.
+    pub fn render(&self, area: Rect, buf: &mut Buffer) {
+        let cpus = self.now.per_cpu.len() as u16 + 2 + 2;
+        let [head, recorder, program, cpu_area, _, foot] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(1),
+            Constraint::Length(1),
+            Constraint::Length(cpus),
+            Constraint::Min(0),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        Paragraph::new(headline(&self.now))
+            .style(Style::new().add_modifier(Modifier::BOLD))
+            .render(head, buf);
+        // Without an earlier sample there is no rate over an interval.
+        let r = self.rates().unwrap_or(Rates {
+            now: &self.now,
+            before: Some(&self.now),
+        });
+        Paragraph::new(recorder_line(r)).render(recorder, buf);
+        Paragraph::new(program_line(&self.now)).render(program, buf);
+        let rows = cpu_rows(r).into_iter().map(|cells| {
+            let total = cells[0] == "all";
+            let row = Row::new(right(cells));
+            if total {
+                row.style(Style::new().add_modifier(Modifier::BOLD))
+            } else {
+                row
+            }
+        });
+        let mut widths = vec![Constraint::Length(4)];
+        widths.extend([Constraint::Length(10); 2]);
+        widths.extend([Constraint::Length(12); 2]);
+        Table::new(rows, widths)
+            .header(
+                Row::new(right(CPU_HEADER.map(String::from)))
+                    .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(Block::bordered().title(" per CPU: where steered frames land "))
+            .render(cpu_area, buf);
+        match &self.status {
+            Some(e) => Paragraph::new(format!("not refreshed: {e}"))
+                .style(Style::new().fg(Color::Red))
+                .render(foot, buf),
+            None => Paragraph::new(format!(
+                "rates over {}; q quits",
+                self.rates()
+                    .map_or("-".to_string(), |r| format!("{:.1} s", r.dt()))
+            ))
+            .style(Style::new().add_modifier(Modifier::DIM))
+            .render(foot, buf),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rfs_live::{RfsCounters, FORMAT_VERSION};
+
+    /// A fixed snapshot: two CPUs, counters that grow with `uptime`.
+    fn sample(uptime: f64, landed: u64) -> RfsLive {
+        RfsLive {
+            version: FORMAT_VERSION,
+            interface: "veth9".into(),
+            pid: 42,
+            uptime_s: uptime,
+            tcp_ports: vec![7412],
+            udp_ports: vec![53],
+            policy: "llc".into(),
+            topology: "live".into(),
+            xdp_mode: "Generic".into(),
+            cpus: "0-1".into(),
+            flows_tracked: 3,
+            counters: RfsCounters {
+                reads: 100,
+                new_flows: 3,
+                updates: 4 * landed / 100,
+                suppressed: 2 * landed / 100,
+                held_back: 5,
+                forced: 1,
+                csum_completed: 9,
+                ..Default::default()
+            },
+            per_cpu: vec![
+                RfsCpu {
+                    cpu: 0,
+                    landed: 0,
+                    redirected: landed,
+                },
+                RfsCpu {
+                    cpu: 1,
+                    landed,
+                    redirected: 0,
+                },
+            ],
+        }
+    }
+
+    /// The cells of the row of `text` whose first cell is `label`.
+    fn cells(text: &str, label: &str) -> Vec<String> {
+        text.lines()
+            .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+            .find(|l| l.split_whitespace().next() == Some(label))
+            .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_report_has_the_headline_the_lines_and_every_cpu() {
+        let text = report(&sample(2.0, 400));
+        assert!(
+            text.starts_with(
+                "steer rfs on veth9 (pid 42), up 2.0s, policy llc, xdp Generic, tcp ports [7412], udp ports [53]"
+            ),
+            "{text}"
+        );
+        // Means since start: 16 updates and 8 suppressed in 2 s.
+        assert!(
+            text.contains("flows: 3 tracked, 3 new, 100 reads | updates 16 (8/s), suppressed by the LLC rule 8 (4/s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("5 held back, 1 forced") && text.contains("csum 9 completed"),
+            "{text}"
+        );
+        assert_eq!(cells(&text, "cpu"), CPU_HEADER);
+        assert_eq!(cells(&text, "0"), ["0", "0", "200", "0", "400"]);
+        assert_eq!(cells(&text, "1"), ["1", "200", "0", "400", "0"]);
+        assert_eq!(cells(&text, "all"), ["all", "200", "200", "400", "400"]);
+    }
+
+    #[test]
+    fn the_screen_shows_rates_over_the_interval() {
+        let mut view = RfsTopView::new(sample(1.0, 100));
+        let text = view.to_text(132);
+        // One sample: totals, no rates yet.
+        assert_eq!(cells(&text, "1")[1..4], ["-", "-", "100"], "{text}");
+        assert!(text.contains("rates over -"), "{text}");
+        view.update(sample(3.0, 500));
+        let text = view.to_text(132);
+        // 400 more landed on CPU 1 in 2 s; 16 more updates, 8 suppressed.
+        assert_eq!(cells(&text, "1")[1..4], ["200", "0", "500"], "{text}");
+        assert_eq!(
+            cells(&text, "all")[1..5],
+            ["200", "200", "500", "500"],
+            "{text}"
+        );
+        assert!(
+            text.contains("updates 20 (8/s), suppressed by the LLC rule 10 (4/s)"),
+            "{text}"
+        );
+        assert!(text.contains("per CPU"), "{text}");
+        assert!(text.contains("rates over 2.0 s"), "{text}");
+        assert_eq!(text.lines().count(), view.height() as usize);
+    }
+
+    #[test]
+    fn another_process_or_a_failed_refresh_shows_no_false_rates() {
+        let mut view = RfsTopView::new(sample(5.0, 100));
+        let mut other = sample(1.0, 10);
+        other.pid += 1;
+        view.update(other);
+        assert!(view.rates().is_none());
+        view.status = Some("the steer engine on veth9 is gone".into());
+        let text = view.to_text(132);
+        assert!(
+            text.contains("not refreshed: the steer engine on veth9 is gone"),
+            "{text}"
+        );
+    }
+}
