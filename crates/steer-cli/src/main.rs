@@ -97,10 +97,11 @@ enum Command {
     Topology(topology::TopologyArgs),
     /// Draw steer-bench's and seed 000's JSON results as SVG.
     Plot(plot::PlotArgs),
-    /// Print the counters of the engine running on an interface, once.
+    /// Print the counters of the engine (or `steer rfs`) running on an
+    /// interface, once.
     Stats(stats::StatsArgs),
-    /// Show the counters of the engine running on an interface, refreshed
-    /// per CPU in the terminal.
+    /// Show the counters of the engine (or `steer rfs`) running on an
+    /// interface, refreshed per CPU in the terminal.
     Top(top::TopArgs),
     /// Change a running engine: policy, fast path, flow limit, balancer,
     /// pinned flows and ports (root or the engine's user).

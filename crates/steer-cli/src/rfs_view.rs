@@ -95,24 +95,20 @@ fn recorder_line(r: Rates<'_>) -> String {
     )
 }
 
-/// The XDP program: redirects, order waits, forced moves, drops,
+/// The XDP program: redirects, order waits, forced moves; then drops and
 /// checksums.
-fn program_line(live: &RfsLive) -> String {
+fn program_lines(live: &RfsLive) -> [String; 2] {
     let c = &live.counters;
-    format!(
-        "program: {} redirected, {} moves, {} held back, {} forced, {} untracked, {} passed | drops: queue {}, redirect {}, no cpumap {} | csum {} completed, {} passed",
-        c.redirected,
-        c.moves,
-        c.held_back,
-        c.forced,
-        c.untracked,
-        c.passed,
-        c.queue_drops,
-        c.redirect_errors,
-        c.redirect_failed,
-        c.csum_completed,
-        c.csum_passed,
-    )
+    [
+        format!(
+            "program: {} redirected, {} moves, {} held back (order waits), {} forced, {} untracked, {} passed",
+            c.redirected, c.moves, c.held_back, c.forced, c.untracked, c.passed,
+        ),
+        format!(
+            "drops: queue full {}, redirect errors {}, no cpumap {} | partial checksums: {} completed, {} passed",
+            c.queue_drops, c.redirect_errors, c.redirect_failed, c.csum_completed, c.csum_passed,
+        ),
+    ]
 }
 
 /// The per-CPU rows, then `all`: label, landed/s, redirected/s, landed,
@@ -149,7 +145,8 @@ pub fn report(live: &RfsLive) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", headline(live));
     let _ = writeln!(out, "{}", recorder_line(r));
-    let _ = writeln!(out, "{}\n", program_line(live));
+    let [program, drops] = program_lines(live);
+    let _ = writeln!(out, "{program}\n{drops}\n");
     for h in CPU_HEADER {
         let _ = write!(out, "{h:>11}");
     }
@@ -204,7 +201,7 @@ impl RfsTopView {
 
     /// Lines the screen needs.
     pub fn height(&self) -> u16 {
-        1 + 1 + 1 + (self.now.per_cpu.len() as u16 + 2 + 2) + 1
+        1 + 1 + 2 + (self.now.per_cpu.len() as u16 + 2 + 2) + 1
     }
 
     /// The screen as plain text, `width` columns wide.
@@ -218,7 +215,7 @@ impl RfsTopView {
         let [head, recorder, program, cpu_area, _, foot] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Length(1),
-            Constraint::Length(1),
+            Constraint::Length(2),
             Constraint::Length(cpus),
             Constraint::Min(0),
             Constraint::Length(1),
@@ -233,7 +230,8 @@ impl RfsTopView {
             before: Some(&self.now),
         });
         Paragraph::new(recorder_line(r)).render(recorder, buf);
-        Paragraph::new(program_line(&self.now)).render(program, buf);
+        let [line, drops] = program_lines(&self.now);
+        Paragraph::new(vec![line.into(), drops.into()]).render(program, buf);
         let rows = cpu_rows(r).into_iter().map(|cells| {
             let total = cells[0] == "all";
             let row = Row::new(right(cells));
@@ -338,7 +336,8 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("5 held back, 1 forced") && text.contains("csum 9 completed"),
+            text.contains("5 held back (order waits), 1 forced")
+                && text.contains("partial checksums: 9 completed"),
             "{text}"
         );
         assert_eq!(cells(&text, "cpu"), CPU_HEADER);
@@ -368,6 +367,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("per CPU"), "{text}");
+        assert!(text.contains("partial checksums: 9 completed"), "{text}");
         assert!(text.contains("rates over 2.0 s"), "{text}");
         assert_eq!(text.lines().count(), view.height() as usize);
     }

@@ -94,9 +94,12 @@ impl Served {
             .as_ref()
             .ok_or_else(|| format!("steer {} serves no stats here", self.kind))?;
         match snapshot()? {
-            Value::Object(mut fields) => {
-                fields.insert("kind".into(), Value::String(self.kind.clone()));
-                Ok(Value::Object(fields))
+            Value::Object(fields) => {
+                // First, where a reader looks.
+                let mut marked = serde_json::Map::new();
+                marked.insert("kind".into(), Value::String(self.kind.clone()));
+                marked.extend(fields.into_iter().filter(|(k, _)| k != "kind"));
+                Ok(Value::Object(marked))
             }
             _ => Err(format!(
                 "steer {}'s snapshot is not a JSON object",
