@@ -168,3 +168,60 @@ fn stats_and_top_read_a_running_steer_rfs() {
     assert!(e.contains("does not exist"), "{e}");
     let _ = std::fs::remove_dir_all(&run_dir);
 }
+
+/// Run as nobody with `--stats-group adm`, the socket is nobody's, `0660`
+/// with group adm: a member of adm reads it, another user is refused, and
+/// `steer rfs` still removes it at SIGINT (its run directory sticky and
+/// writable by nobody's group, as an engine's).
+#[test]
+fn run_as_nobody_its_socket_is_the_groups_to_read_and_removed_at_stop() {
+    use std::os::unix::fs::MetadataExt;
+    let net = TestNet::new();
+    let adm = nix::unistd::Group::from_name("adm")
+        .unwrap()
+        .expect("Debian's adm group");
+    let tag = format!("{}-{}", std::process::id(), net.host);
+    let run_dir = std::env::temp_dir().join(format!("steer-rfs-stats-{tag}"));
+    let dir = run_dir.to_str().unwrap().to_owned();
+    let json = std::env::temp_dir().join(format!("steer-rfs-stats-{tag}.json"));
+    let mut rfs = support::rfs_command(&net, "-p", PORT + 1, &json)
+        .args(["--run-dir", &dir, "--no-table"])
+        .args(["--user", "nobody", "--stats-group", "adm"])
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("ready on"), "{line}");
+    let socket = run_dir.join(format!("{}.sock", net.host));
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o777, meta.uid(), meta.gid()),
+        (0o660, 65534, adm.gid.as_raw())
+    );
+    let stats = ["stats", &net.host, "--run-dir", &dir];
+    let out = running::steer_as_nobody(&stats, &adm.gid.to_string());
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("steer rfs on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another user, not in adm (nobody owns the socket: it may read).
+    let other = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65533",
+            "--regid=65533",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_steer"))
+        .args(stats)
+        .output()
+        .unwrap();
+    let e = one_line_error("stats", &other);
+    assert!(e.contains("permission denied"), "{e}");
+
+    support::stop_rfs(rfs, &net, &json);
+    assert!(!socket.exists(), "{} left after SIGINT", socket.display());
+    let _ = std::fs::remove_dir_all(&run_dir);
+}
