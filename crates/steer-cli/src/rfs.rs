@@ -9,13 +9,14 @@
 //! default all) reads with its sender's address (dnsmasq, unbound). Nothing runs in the applications; this process only
 //! holds the programs, prints the counters once a second and, at
 //! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
-//! (also as JSON). While it runs, its stats socket (`/run/steer/<interface>.sock`,
-//! as an engine's: `0600`, or `0660` with `--stats-group`; removed at stop,
-//! a stale one replaced) answers `steer stats` and `steer top` with an
-//! `rfs` snapshot (`rfs_live`), and `--metrics` serves the counters to
-//! Prometheus (`rfs_metrics`), both from one observer thread. A `kill -9` leaves the programs attached until the next
-//! start, which replaces them (the interface's owner lock tells a dead run
-//! from a live one).
+//! (also as JSON). While it runs, its stats socket
+//! (`/run/steer/<interface>.sock`, as an engine's: `0600`, or `0660` with
+//! `--stats-group`; removed at stop, a stale one replaced) answers `steer
+//! stats` and `steer top` with an `rfs` snapshot (`rfs_live`), and
+//! `--metrics` serves the counters to Prometheus (`rfs_metrics`), both
+//! from one observer thread. A `kill -9` leaves the programs attached
+//! until the next start, which replaces them (the interface's owner lock
+//! tells a dead run from a live one).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -151,9 +152,8 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         // Its user removes it at stop.
         endpoint.hand_to(user.uid, user.gid)?;
     }
-    // Taken fresh, the lock says no steer process serves the interface (a
-    // socket nobody answers on, that none did): what a dead run left is
-    // replaced.
+    // Taken fresh, the lock says no steer process serves the interface, as
+    // does a socket nobody answers on: what a dead run left is replaced.
     let mut b = args
         .steering
         .builder(&args.interface, !shared || stale_socket)?
@@ -196,7 +196,7 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
         observe = observe.metrics(addr, move || crate::rfs_metrics::scrape(&weak));
     }
     let exporter = observe.start().with_context(|| match args.metrics {
-        Some(addr) => format!("serving stats and metrics on {addr}"),
+        Some(addr) => format!("serving metrics on {addr}"),
         None => "serving the stats socket".into(),
     })?;
     // Set up: from here every thread runs under the allowlist.
