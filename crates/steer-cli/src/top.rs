@@ -437,6 +437,30 @@ mod tests {
         assert_eq!(text.lines().count(), view.height() as usize);
     }
 
+    /// A `steer rfs` taking over from an engine gets its screen, and the
+    /// other way round; a sample of the same kind keeps the screen.
+    #[test]
+    fn the_screen_follows_the_kind_of_process() {
+        let rfs = || Running::Rfs {
+            live: Box::new(crate::rfs_live::RfsLive {
+                interface: "eth9".into(),
+                ..Default::default()
+            }),
+            json: serde_json::Value::Null,
+        };
+        let mut screen = Screen::new(Running::Engine(Box::new(sample(1.0, 100))));
+        assert!(screen.to_text(132).starts_with("steer on eth9"));
+        screen.update(rfs());
+        assert!(matches!(screen, Screen::Rfs(_)));
+        screen.update(rfs());
+        screen.set_status("gone".into());
+        let text = screen.to_text(132);
+        assert!(text.starts_with("steer rfs on eth9"), "{text}");
+        assert!(text.contains("not refreshed: gone"), "{text}");
+        screen.update(Running::Engine(Box::new(sample(2.0, 200))));
+        assert!(matches!(screen, Screen::Engine(_)));
+    }
+
     #[test]
     fn a_new_engine_or_a_failed_refresh_shows_no_false_rates() {
         let mut view = TopView::new(sample(5.0, 100));
