@@ -99,7 +99,10 @@ fn a_namespace_ends_its_processes_when_dropped() {
         if pids.split_whitespace().any(|p| p == pid.to_string()) {
             break;
         }
-        assert!(std::time::Instant::now() < entered, "{pid} never entered {name}");
+        assert!(
+            std::time::Instant::now() < entered,
+            "{pid} never entered {name}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     drop(ns);
