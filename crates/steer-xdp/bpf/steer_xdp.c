@@ -85,7 +85,10 @@ static __always_inline int pass(void)
 	return XDP_PASS;
 }
 
-SEC("xdp")
+/* xdp.frags: the program reads only the headers (in the first buffer),
+ * so it handles multi-buffer packets as they are; without it the kernel
+ * refuses the program on a device whose MTU does not fit one page. */
+SEC("xdp.frags")
 int steer_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

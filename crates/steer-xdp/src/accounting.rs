@@ -28,6 +28,13 @@ pub struct Ledger {
     pub(crate) tx_frames: AtomicU64,
     /// Wakeup system calls made (tx kicks and fill-ring wakeups).
     pub(crate) wakeups: AtomicU64,
+    /// Multi-buffer packets received (gathered from several frames).
+    pub(crate) multi_rx: AtomicU64,
+    /// Multi-buffer packets put on the tx ring.
+    pub(crate) multi_tx: AtomicU64,
+    /// Multi-buffer packets refused: too many frames, no frames for a
+    /// reply, or a tx ring without room for the whole chain.
+    pub(crate) multi_refused: AtomicU64,
 }
 
 impl Ledger {
@@ -48,6 +55,9 @@ impl Ledger {
             rx_frames: self.rx_frames.load(Relaxed),
             tx_frames: self.tx_frames.load(Relaxed),
             wakeups: self.wakeups.load(Relaxed),
+            multi_rx: self.multi_rx.load(Relaxed),
+            multi_tx: self.multi_tx.load(Relaxed),
+            multi_refused: self.multi_refused.load(Relaxed),
         }
     }
 }
@@ -69,6 +79,12 @@ pub struct LedgerSnapshot {
     pub tx_frames: u64,
     /// Wakeup system calls.
     pub wakeups: u64,
+    /// Multi-buffer packets received.
+    pub multi_rx: u64,
+    /// Multi-buffer packets transmitted (put on the tx ring).
+    pub multi_tx: u64,
+    /// Multi-buffer packets refused.
+    pub multi_refused: u64,
 }
 
 impl std::ops::Add for LedgerSnapshot {
@@ -82,6 +98,9 @@ impl std::ops::Add for LedgerSnapshot {
             rx_frames: self.rx_frames + o.rx_frames,
             tx_frames: self.tx_frames + o.tx_frames,
             wakeups: self.wakeups + o.wakeups,
+            multi_rx: self.multi_rx + o.multi_rx,
+            multi_tx: self.multi_tx + o.multi_tx,
+            multi_refused: self.multi_refused + o.multi_refused,
         }
     }
 }

@@ -48,6 +48,38 @@ pub enum BindMode {
     ZeroCopy,
 }
 
+/// Whether packets may span several UMEM frames (multi-buffer AF_XDP:
+/// `xdp.frags`, `XDP_USE_SG`, descriptors chained by `XDP_PKT_CONTD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[doc(alias = "XDP_USE_SG")]
+#[doc(alias = "XDP_PKT_CONTD")]
+pub enum MultiBuffer {
+    /// On when the interface's MTU does not fit one frame, off otherwise.
+    #[default]
+    Auto,
+    /// Always on (the driver must support it).
+    On,
+    /// Always off: an interface whose MTU does not fit one frame is refused.
+    Off,
+}
+
+/// Bytes of a frame the kernel keeps in front of a received packet
+/// (`XDP_PACKET_HEADROOM`).
+pub const XDP_PACKET_HEADROOM: u32 = 256;
+
+/// Ethernet header with one VLAN tag: what a frame holds beyond the MTU.
+pub const L2_OVERHEAD: u32 = 18;
+
+/// The largest MTU whose packets fit one frame of `frame_size` bytes.
+///
+/// ```
+/// assert_eq!(steer_xdp::config::max_single_frame_mtu(2048), 1774);
+/// assert_eq!(steer_xdp::config::max_single_frame_mtu(4096), 3822);
+/// ```
+pub fn max_single_frame_mtu(frame_size: u32) -> u32 {
+    frame_size.saturating_sub(XDP_PACKET_HEADROOM + L2_OVERHEAD)
+}
+
 /// The mode the data path actually runs in, after any fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveModes {
@@ -57,6 +89,9 @@ pub struct ActiveModes {
     pub bind: BindMode,
     /// Whether the UMEM sits on huge pages.
     pub huge_pages: bool,
+    /// Whether the sockets are bound with `XDP_USE_SG` (packets may span
+    /// several frames).
+    pub multi_buffer: bool,
 }
 
 /// An L4 protocol the steer program can own ports of.
@@ -108,6 +143,9 @@ pub struct PortConfig {
     pub frame_count: u32,
     /// Frame size in bytes (2048 or 4096).
     pub frame_size: u32,
+    /// Multi-buffer packets (default [`MultiBuffer::Auto`]: on when the
+    /// interface's MTU does not fit one frame).
+    pub multi_buffer: MultiBuffer,
     /// Size of each rx, tx, fill and completion ring (power of two).
     pub ring_size: u32,
     /// Try huge pages for the UMEM (falls back to normal pages).
@@ -134,6 +172,7 @@ impl PortConfig {
             need_wakeup: true,
             frame_count: 4096,
             frame_size: 2048,
+            multi_buffer: MultiBuffer::Auto,
             ring_size: 1024,
             huge_pages: false,
             replace_stale: false,
@@ -176,6 +215,18 @@ impl PortConfig {
     pub fn frames(mut self, frame_count: u32, ring_size: u32) -> Self {
         self.frame_count = frame_count;
         self.ring_size = ring_size;
+        self
+    }
+
+    /// Frame size in bytes (2048 or 4096: a power of two no larger than a page).
+    pub fn frame_size(mut self, bytes: u32) -> Self {
+        self.frame_size = bytes;
+        self
+    }
+
+    /// Multi-buffer packets (see [`MultiBuffer`]).
+    pub fn multi_buffer(mut self, mode: MultiBuffer) -> Self {
+        self.multi_buffer = mode;
         self
     }
 

@@ -54,6 +54,43 @@ pub enum XdpError {
         /// What the kernel said.
         source: io::Error,
     },
+    /// The interface's MTU does not fit one frame and multi-buffer packets
+    /// were turned off.
+    #[error(
+        "{interface}: MTU {mtu} does not fit one {frame_size}-byte frame (at most MTU {max}) \
+         and multi-buffer is off; lower the MTU, use 4096-byte frames, or allow multi-buffer"
+    )]
+    MtuTooLarge {
+        /// The interface.
+        interface: String,
+        /// Its MTU.
+        mtu: u32,
+        /// The frame size.
+        frame_size: u32,
+        /// The largest MTU one frame holds.
+        max: u32,
+    },
+    /// The driver refuses multi-buffer AF_XDP sockets (`XDP_USE_SG`) in
+    /// the bind mode in use.
+    #[error(
+        "{interface} queue {queue}: the driver does not support multi-buffer AF_XDP \
+         (XDP_USE_SG) in {mode:?} mode ({source}); lower the MTU to at most {max} for \
+         {frame_size}-byte frames"
+    )]
+    MultiBufferUnsupported {
+        /// The interface.
+        interface: String,
+        /// The queue.
+        queue: u32,
+        /// The bind mode tried.
+        mode: BindMode,
+        /// The frame size.
+        frame_size: u32,
+        /// The largest MTU one frame holds.
+        max: u32,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// The driver does not offer the requested AF_XDP bind mode.
     #[error(
         "{interface} queue {queue}: the driver does not support {mode:?} AF_XDP sockets \

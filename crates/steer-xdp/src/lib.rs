@@ -65,7 +65,7 @@ mod sys;
 pub mod umem;
 
 pub use accounting::{FrameCensus, LedgerSnapshot, RingCensus};
-pub use config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach, XdpMode};
+pub use config::{ActiveModes, BindMode, MultiBuffer, PortConfig, Proto, XdpAttach, XdpMode};
 pub use error::{Result, XdpError};
 pub use frames::RawFrame;
 pub use port::XdpPort;

@@ -238,8 +238,9 @@ impl XdpObject {
                 queue: q,
                 reason,
             };
-            let (tx, rx, fq_cq) = create_socket(&umem, &iface, q, ring, bind, config.need_wakeup)
-                .map_err(|e| err(e.to_string()))?;
+            let (tx, rx, fq_cq) =
+                create_socket(&umem, &iface, q, ring, bind, config.need_wakeup, false)
+                    .map_err(|e| err(e.to_string()))?;
             let (fill, comp) =
                 fq_cq.ok_or_else(|| err("no fill/completion rings returned".into()))?;
             let pool: Vec<_> = descs.by_ref().take(per_queue).collect();

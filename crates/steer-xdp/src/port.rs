@@ -13,7 +13,9 @@ use xsk_rs::Umem;
 
 use crate::{
     accounting::{FrameCensus, Ledger, LedgerSnapshot, RingCensus},
-    config::{ActiveModes, BindMode, PortConfig, Proto, XdpAttach},
+    config::{
+        max_single_frame_mtu, ActiveModes, BindMode, MultiBuffer, PortConfig, Proto, XdpAttach,
+    },
     error::{Result, XdpError},
     program::{ProgramStats, Replaced, SteerProgram},
     socket::{create_socket, QueueSocket},
@@ -79,6 +81,7 @@ impl XdpPort {
             .map_err(|e| XdpError::Config(format!("frame_size: {e}")))?;
         let frames = NonZeroU32::new(config.frame_count)
             .ok_or_else(|| XdpError::Config("frame_count must be positive".into()))?;
+        let multi_buffer = multi_buffer_needed(&name, &config)?;
 
         let mut program = SteerProgram::attach(
             &name,
@@ -123,8 +126,30 @@ impl XdpPort {
         let mut sockets = Vec::with_capacity(queues.len());
         for &q in &queues {
             let (tx, rx, fq_cq, used) = loop {
-                match create_socket(&umem, &iface, q, ring, bind, config.need_wakeup) {
+                match create_socket(
+                    &umem,
+                    &iface,
+                    q,
+                    ring,
+                    bind,
+                    config.need_wakeup,
+                    multi_buffer,
+                ) {
                     Ok((tx, rx, fc)) => break (tx, rx, fc, bind),
+                    Err(e)
+                        if multi_buffer
+                            && bind != BindMode::Auto
+                            && e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                    {
+                        return Err(XdpError::MultiBufferUnsupported {
+                            interface: name,
+                            queue: q,
+                            mode: bind,
+                            frame_size: config.frame_size,
+                            max: max_single_frame_mtu(config.frame_size),
+                            source: e,
+                        });
+                    }
                     Err(e) if bind == BindMode::Auto => {
                         let fallback = matches!(
                             e.raw_os_error(),
@@ -186,6 +211,7 @@ impl XdpPort {
             xdp: program.mode(),
             bind,
             huge_pages,
+            multi_buffer,
         };
         info!(interface = %name, ?modes, queues = ?queues, "AF_XDP port open");
         let ledgers = sockets.iter().map(QueueSocket::ledger).collect();
@@ -277,6 +303,44 @@ impl XdpPort {
             .map(|s| s.ring_census())
             .fold(RingCensus::default(), |a, b| a + b);
         FrameCensus::new(self.total_frames, self.counters(), rings)
+    }
+}
+
+/// Whether the sockets of `name` are bound for multi-buffer packets: as
+/// `config` asks, and with [`MultiBuffer::Auto`] when the interface's MTU
+/// does not fit one frame (said in one line). An MTU that does not fit
+/// with multi-buffer off is refused.
+fn multi_buffer_needed(name: &str, config: &PortConfig) -> Result<bool> {
+    let max = max_single_frame_mtu(config.frame_size);
+    let mtu = match sys::mtu(name) {
+        Ok(mtu) => mtu,
+        Err(e) => {
+            warn!(interface = %name, error = %e, "cannot read the MTU; assuming it fits one frame");
+            0
+        }
+    };
+    let fits = mtu <= max;
+    match config.multi_buffer {
+        MultiBuffer::On => Ok(true),
+        MultiBuffer::Off if fits => Ok(false),
+        MultiBuffer::Off => Err(XdpError::MtuTooLarge {
+            interface: name.to_owned(),
+            mtu,
+            frame_size: config.frame_size,
+            max,
+        }),
+        MultiBuffer::Auto if fits => Ok(false),
+        MultiBuffer::Auto => {
+            info!(
+                interface = %name,
+                mtu,
+                frame_size = config.frame_size,
+                "MTU {mtu} does not fit one {}-byte frame (at most {max}): packets may span \
+                 several frames (multi-buffer AF_XDP, XDP_USE_SG)",
+                config.frame_size
+            );
+            Ok(true)
+        }
     }
 }
 

@@ -223,8 +223,20 @@ impl QueueSocket {
             .take_while(|f| f.umem_id() == self.mem.id())
             .count();
         let want = u32::try_from(ours.min(self.scratch.len())).unwrap_or(u32::MAX);
-        let n = self.tx.nb_free(want).min(want) as usize;
+        let mut n = self.tx.nb_free(want).min(want) as usize;
+        // A multi-buffer packet goes on the ring whole or waits: never a
+        // chain's head without its end.
+        while n > 0 && frames[n - 1].continues() {
+            n -= 1;
+        }
         if n > 0 {
+            let chains = frames[..n]
+                .windows(2)
+                .filter(|w| w[0].continues() && !w[1].continues())
+                .count();
+            if chains > 0 {
+                self.count_multi(0, chains as u64, 0);
+            }
             for (slot, f) in self.scratch.iter_mut().zip(frames.iter()).take(n) {
                 *slot = f.desc();
             }
@@ -243,6 +255,26 @@ impl QueueSocket {
             self.kick_tx_until_taken()?;
         }
         Ok(n)
+    }
+
+    /// Counts multi-buffer packets received, transmitted and refused.
+    pub(crate) fn count_multi(&self, rx: u64, tx: u64, refused: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if rx > 0 {
+            self.ledger.multi_rx.fetch_add(rx, Relaxed);
+        }
+        if tx > 0 {
+            self.ledger.multi_tx.fetch_add(tx, Relaxed);
+        }
+        if refused > 0 {
+            self.ledger.multi_refused.fetch_add(refused, Relaxed);
+        }
+    }
+
+    /// Counts a multi-buffer packet its sender refused (no frames to build
+    /// it from, or too long for one chain), in this socket's counters.
+    pub fn count_multi_refused(&self) {
+        self.count_multi(0, 0, 1);
     }
 
     /// Frames on the tx ring the kernel has not taken yet (an exact read of
@@ -514,6 +546,7 @@ pub(crate) fn create_socket(
     ring: QueueSize,
     bind: BindMode,
     need_wakeup: bool,
+    multi_buffer: bool,
 ) -> io::Result<Queues> {
     let mut flags = match bind {
         BindMode::Copy => BindFlags::XDP_COPY,
@@ -521,6 +554,9 @@ pub(crate) fn create_socket(
     };
     if need_wakeup {
         flags |= BindFlags::XDP_USE_NEED_WAKEUP;
+    }
+    if multi_buffer {
+        flags |= BindFlags::XDP_USE_SG;
     }
     let config = SocketConfig::builder()
         .rx_queue_size(ring)

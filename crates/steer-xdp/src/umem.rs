@@ -17,6 +17,7 @@
 //!   touches only frames of its own UMEM (others read as empty / `None`), so
 //!   no access leaves the one mmap'd region it checks against.
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -56,7 +57,8 @@ impl Frame {
         self.desc.addr()
     }
 
-    /// Packet length in bytes.
+    /// Packet length in bytes (of this frame's part of the packet when the
+    /// packet spans several frames).
     pub fn len(&self) -> usize {
         self.desc.lengths().data()
     }
@@ -65,7 +67,26 @@ impl Frame {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether the packet goes on in the next frame (`XDP_PKT_CONTD` on
+    /// the descriptor): a frame received on a multi-buffer socket, or one
+    /// of a chain staged for transmission.
+    #[doc(alias = "XDP_PKT_CONTD")]
+    pub fn continues(&self) -> bool {
+        self.desc.options() & XDP_PKT_CONTD != 0
+    }
+
+    /// Marks the packet as going on in the next frame on transmission (or
+    /// ending here): only the frames of a chain but its last continue.
+    pub(crate) fn set_continues(&mut self, on: bool) {
+        let options = self.desc.options() & !XDP_PKT_CONTD;
+        self.desc
+            .set_options(options | if on { XDP_PKT_CONTD } else { 0 });
+    }
 }
+
+/// `XDP_PKT_CONTD`: the descriptor's packet goes on in the next descriptor.
+pub(crate) const XDP_PKT_CONTD: u32 = 1;
 
 impl Frame {
     /// The descriptor and UMEM id, consuming the token: for
@@ -142,6 +163,45 @@ pub struct UmemView {
     /// and written only by [`crate::frames`]; shared by every view of the
     /// UMEM, so there is one state per frame, whoever asks.
     custody: Arc<[AtomicU8]>,
+    /// One slot per frame, by frame index: the contiguous copy of a
+    /// multi-buffer packet lent out as its first frame. Read and written
+    /// only by [`crate::frames`], under the custody state of the same frame.
+    gathered: Arc<[GatherSlot]>,
+}
+
+/// The slot of one frame for the contiguous copy of a multi-buffer packet
+/// whose first frame it is. Who may touch it is decided by the frame's
+/// custody state ([`crate::frames`]): the owner of the frame's `Frame`
+/// writes it before lending the frame, the holder of the loan reads it,
+/// and whoever ends the loan takes it.
+#[derive(Default)]
+pub(crate) struct GatherSlot(UnsafeCell<Option<Box<[u8]>>>);
+
+impl std::fmt::Debug for GatherSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatherSlot")
+    }
+}
+
+// SAFETY: the slot is reached only through `GatherSlot::get`, whose callers
+// (in `crate::frames`) hold the frame's exclusive or lent access as the
+// custody protocol defines it: a write happens only by the one owner of the
+// frame's `Frame` before a release store (lend) or by the one winner of the
+// compare-exchange that ends the loan (acquire); reads happen only by the
+// loan's holder in between. So no two threads touch a slot at once, and
+// each sees the other's writes.
+unsafe impl Sync for GatherSlot {}
+
+impl GatherSlot {
+    /// The slot's content.
+    ///
+    /// # Safety
+    /// The caller has the access to the slot the custody protocol in
+    /// [`crate::frames`] gives (see the `Sync` impl): shared access for the
+    /// life of the returned pointer's uses, exclusive for writes.
+    pub(crate) fn get(&self) -> *mut Option<Box<[u8]>> {
+        self.0.get()
+    }
 }
 
 impl UmemView {
@@ -156,7 +216,26 @@ impl UmemView {
                 .is_power_of_two()
                 .then(|| frame_size.trailing_zeros()),
             custody: (0..frame_count).map(|_| AtomicU8::new(0)).collect(),
+            gathered: (0..frame_count).map(|_| GatherSlot::default()).collect(),
         }
+    }
+
+    /// The gather slot of the frame holding UMEM offset `addr`, `None` past
+    /// the UMEM's end (same index as [`Self::custody_of`]).
+    #[inline]
+    pub(crate) fn gather_slot_of(&self, addr: usize) -> Option<&GatherSlot> {
+        let index = match self.frame_shift {
+            Some(shift) => addr >> shift,
+            None => addr / self.frame_size.max(1),
+        };
+        self.gathered.get(index)
+    }
+
+    /// Bytes of packet data one frame holds (the frame less the headroom
+    /// the kernel keeps in front of a packet).
+    pub fn frame_room(&self) -> usize {
+        self.frame_size
+            .saturating_sub(crate::config::XDP_PACKET_HEADROOM as usize)
     }
 
     /// The custody state of the frame holding UMEM offset `addr`, `None`

@@ -4,10 +4,14 @@
 //! the read of a lent frame through its descriptor. The argument for why
 //! this is sound is the parent module's ([`crate::frames`]).
 //!
-//! Invariants: a frame's custody state is LENT exactly while no `Frame`
-//! exists for it and no ring or pool holds it; it becomes LENT only in
-//! `lend`, which consumes the frame's `Frame`, and stops being LENT only in
-//! `reclaim`, by the one compare-exchange that makes the new `Frame`.
+//! Invariants: a frame's custody state is LENT (or GATHERED) exactly while
+//! no `Frame` exists for it and no ring or pool holds it; it becomes lent
+//! only in `lend` or `lend_gathered`, which consume the frame's `Frame`,
+//! and stops being lent only in `reclaim_packet`, by the one
+//! compare-exchange that makes the new `Frame`. A frame's gather slot holds
+//! a copy exactly while its state is GATHERED: written by `lend_gathered`
+//! before its release store, read by the loan's holder, taken by the
+//! winner of the exchange.
 
 use std::sync::atomic::Ordering;
 
@@ -19,6 +23,9 @@ use crate::umem::{Frame, RxMeta, UmemView};
 const HOME: u8 = 0;
 /// Custody state of a frame lent out as a descriptor.
 const LENT: u8 = 1;
+/// Custody state of the first frame of a multi-buffer packet lent out as a
+/// descriptor, with the packet's contiguous copy in the frame's gather slot.
+const GATHERED: u8 = 2;
 
 /// A lent frame in transit: a `Copy` descriptor for queues that move
 /// descriptors by value (steer's rings and dispatchers). Made by an
@@ -83,52 +90,113 @@ pub(super) fn lend(umem: &UmemView, frame: Frame) -> Result<RawFrame, Frame> {
     })
 }
 
+/// Lends `frame`, of `umem`'s UMEM, out as the descriptor of a packet
+/// whose bytes are `bytes` (a multi-buffer packet gathered into one copy;
+/// `frame` is its first frame). A frame of another UMEM is handed back.
+pub(super) fn lend_gathered(
+    umem: &UmemView,
+    frame: Frame,
+    bytes: Box<[u8]>,
+) -> Result<RawFrame, Frame> {
+    let (state, slot) = match (
+        umem.custody_of(frame.addr()),
+        umem.gather_slot_of(frame.addr()),
+    ) {
+        (Some(state), Some(slot)) if frame.umem_id() == umem.id() => (state, slot),
+        _ => return Err(frame),
+    };
+    // SAFETY: the caller owns the frame's `Frame`, so the frame is not lent
+    // out: nobody reads or takes its gather slot (only a holder of a loan
+    // or the winner of a loan's end does, and there is no loan). The
+    // release store below publishes the write to whoever reads it next.
+    unsafe { *slot.get() = Some(bytes) };
+    let (desc, umem_id) = frame.into_parts();
+    state.store(GATHERED, Ordering::Release);
+    Ok(RawFrame {
+        desc,
+        umem_id,
+        flow_hash: 0,
+    })
+}
+
 /// Takes the frame `raw` names back, ending its loan: `None` when it is not
 /// lent out (already taken back through another copy of `raw`, or `raw` is
-/// stale, of another UMEM, or the default descriptor).
+/// stale, of another UMEM, or the default descriptor). A multi-buffer
+/// packet's contiguous copy is dropped: see [`reclaim_packet`].
 pub(super) fn reclaim(umem: &UmemView, raw: RawFrame) -> Option<Frame> {
+    reclaim_packet(umem, raw).map(|(frame, _)| frame)
+}
+
+/// As [`reclaim`], with the contiguous copy of a multi-buffer packet lent
+/// with [`lend_gathered`] (`None` for a packet in one frame).
+pub(super) fn reclaim_packet(umem: &UmemView, raw: RawFrame) -> Option<(Frame, Option<Box<[u8]>>)> {
     if raw.umem_id != umem.id() {
         return None;
     }
     let state = umem.custody_of(raw.desc.addr())?;
-    state
-        .compare_exchange(LENT, HOME, Ordering::AcqRel, Ordering::Relaxed)
-        .ok()?;
+    let gathered = match state.compare_exchange(LENT, HOME, Ordering::AcqRel, Ordering::Relaxed) {
+        Ok(_) => None,
+        Err(GATHERED) => {
+            state
+                .compare_exchange(GATHERED, HOME, Ordering::AcqRel, Ordering::Relaxed)
+                .ok()?;
+            let slot = umem.gather_slot_of(raw.desc.addr())?;
+            // SAFETY: this call just ended the frame's one gathered loan (the
+            // exchange above, which only one caller wins), so nobody else
+            // reads or writes the slot: the holder has handed the descriptor
+            // over (the runtime contract in `crate::frames`) and the next
+            // writer needs the `Frame` returned here. Acquire: the lender's
+            // write is seen.
+            unsafe { (*slot.get()).take() }
+        }
+        Err(_) => return None,
+    };
     // SAFETY: the exchange above ended the frame's one loan, and only this
-    // call won it: while it was LENT no `Frame` existed for the frame and no
+    // call won it: while it was lent no `Frame` existed for the frame and no
     // ring or pool held it (module invariant), and the one `Frame` made here
     // is what makes it not lent. `raw.desc` names a frame of this UMEM (same
-    // id, its custody state exists) and was made by `lend` from that frame's
-    // `Frame`.
-    Some(unsafe { Frame::reclaim(raw.desc, raw.umem_id) })
+    // id, its custody state exists) and was made by `lend` or
+    // `lend_gathered` from that frame's `Frame`.
+    Some((unsafe { Frame::reclaim(raw.desc, raw.umem_id) }, gathered))
 }
 
-/// Whether the frame `raw` names is lent out now.
-fn is_lent(umem: &UmemView, raw: &RawFrame) -> bool {
-    raw.umem_id == umem.id()
-        && umem
-            .custody_of(raw.desc.addr())
-            .is_some_and(|s| s.load(Ordering::Relaxed) == LENT)
+/// The custody state of the frame `raw` names when it is lent out now
+/// (LENT or GATHERED), `None` otherwise.
+fn lent_state(umem: &UmemView, raw: &RawFrame) -> Option<u8> {
+    if raw.umem_id != umem.id() {
+        return None;
+    }
+    let state = umem.custody_of(raw.desc.addr())?.load(Ordering::Relaxed);
+    (state == LENT || state == GATHERED).then_some(state)
 }
 
 /// The packet bytes of the lent frame `raw` names, read by its holder;
-/// empty when it is not lent out (or of another UMEM).
+/// empty when it is not lent out (or of another UMEM). A multi-buffer
+/// packet reads as its contiguous copy, whole.
 pub(super) fn data<'a>(umem: &'a UmemView, raw: &RawFrame) -> &'a [u8] {
-    if !is_lent(umem, raw) {
-        return &[];
+    match lent_state(umem, raw) {
+        // SAFETY: the frame is lent out, so no `Frame` exists for it and the
+        // kernel has it on no ring: nobody writes it. Its holder is the
+        // caller (the runtime contract in `crate::frames`), so it is not
+        // reclaimed while the slice lives.
+        Some(LENT) => unsafe { umem.data_of(&raw.desc, raw.umem_id) },
+        Some(_) => match umem.gather_slot_of(raw.desc.addr()) {
+            // SAFETY: the frame is lent out gathered: its slot was written
+            // before the loan began and is taken only by whoever ends the
+            // loan, which the caller, its holder, does not do while the
+            // slice lives (the runtime contract in `crate::frames`). The
+            // relaxed load that saw GATHERED is ordered after the lender's
+            // release store by the handoff that gave the caller the loan.
+            Some(slot) => unsafe { (*slot.get()).as_deref() }.unwrap_or(&[]),
+            None => &[],
+        },
+        None => &[],
     }
-    // SAFETY: the frame is lent out, so no `Frame` exists for it and the
-    // kernel has it on no ring: nobody writes it. Its holder is the caller
-    // (the runtime contract in `crate::frames`), so it is not reclaimed
-    // while the slice lives.
-    unsafe { umem.data_of(&raw.desc, raw.umem_id) }
 }
 
 /// The metadata in front of the lent frame `raw` names, as [`data`].
 pub(super) fn meta(umem: &UmemView, raw: &RawFrame) -> Option<RxMeta> {
-    if !is_lent(umem, raw) {
-        return None;
-    }
+    lent_state(umem, raw)?;
     // SAFETY: as in `data`.
     unsafe { umem.meta_of(&raw.desc, raw.umem_id) }
 }
@@ -205,6 +273,33 @@ mod tests {
         assert_eq!(umem.data(&frame), b"hello");
         assert!(data(&umem, &raw).is_empty());
         assert_eq!(meta(&umem, &raw), None);
+    }
+
+    #[test]
+    fn a_gathered_packet_reads_whole_and_is_taken_back_once() {
+        let Some((umem, mut frames)) = test_umem(2) else {
+            return;
+        };
+        let mut frame = frames.pop().unwrap();
+        assert_eq!(umem.write(&mut frame, b"head"), Some(4));
+        let whole: Box<[u8]> = vec![9u8; 8000].into_boxed_slice();
+        let raw = lend_gathered(&umem, frame, whole).unwrap();
+        assert_eq!(
+            data(&umem, &raw).len(),
+            8000,
+            "the holder reads the whole packet"
+        );
+        let copy = raw;
+        let (frame, gathered) = reclaim_packet(&umem, raw).expect("the loan ends once");
+        assert_eq!(gathered.as_deref().map(<[u8]>::len), Some(8000));
+        assert_eq!(umem.data(&frame), b"head");
+        assert!(reclaim_packet(&umem, copy).is_none());
+        assert!(data(&umem, &copy).is_empty());
+        // Lent again as a single frame: no copy comes back with it.
+        let raw = lend(&umem, frame).unwrap();
+        assert_eq!(data(&umem, &raw), b"head");
+        let (_, gathered) = reclaim_packet(&umem, raw).unwrap();
+        assert!(gathered.is_none());
     }
 
     #[test]

@@ -52,6 +52,21 @@
 //! and then hands the descriptor on (to a ring, to the handler) has
 //! finished reading first.
 //!
+//! # Packets in several frames
+//!
+//! A multi-buffer packet (sockets bound with `XDP_USE_SG`) is lent out as
+//! its first frame, in custody state GATHERED instead of LENT, with a
+//! contiguous copy of the whole packet in that frame's gather slot (kept by
+//! the [`UmemView`] beside the custody states, one per frame); its other
+//! frames go back to the socket at once. The slot follows the frame's
+//! custody exactly as the frame's bytes do: written by the lender while it
+//! still owns the `Frame` (before the release store), read through the
+//! descriptor only by the loan's holder while the state says GATHERED, and
+//! taken by the one caller whose compare-exchange ends the loan. So the
+//! argument above covers it unchanged, and a packet in one frame pays
+//! nothing for it (the state byte it already reads says LENT). See the
+//! `chain` module for the receive and transmit sides.
+//!
 //! # Sharing frames between sockets
 //!
 //! With one UMEM shared by all sockets of a port, a frame received on one
@@ -77,6 +92,7 @@
 //! [`SparePool`]: crate::frames::SparePool
 //! [`TxPath`]: crate::frames::TxPath
 
+mod chain;
 mod custody;
 mod pool;
 mod source;
@@ -87,6 +103,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::socket::QueueSocket;
 
+pub use chain::{scatter, RxPacket, MAX_CHAIN};
 pub use custody::RawFrame;
 pub use pool::UmemPool;
 pub use source::XskSource;

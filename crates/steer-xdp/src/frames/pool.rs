@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use steer_core::dispatch::FramePool;
 
+use super::chain::RxPacket;
 use super::custody::{self, RawFrame};
 use super::spare::SparePool;
 use crate::umem::{Frame, UmemView};
@@ -53,6 +54,14 @@ impl UmemPool {
     #[inline]
     pub fn adopt(&self, desc: RawFrame) -> Option<Frame> {
         custody::reclaim(&self.umem, desc)
+    }
+
+    /// As [`UmemPool::adopt`], keeping the contiguous copy of a packet
+    /// received in several frames ([`RxPacket::gathered`]); `adopt` drops it.
+    #[inline]
+    pub fn adopt_packet(&self, desc: RawFrame) -> Option<RxPacket> {
+        custody::reclaim_packet(&self.umem, desc)
+            .map(|(frame, gathered)| RxPacket { frame, gathered })
     }
 }
 

@@ -4,13 +4,17 @@
 //!
 //! Invariant: every frame received is lent out in the same call (or, if it
 //! could not be, which cannot happen with one UMEM, given back to the
-//! socket); every descriptor given back is taken back once or refused.
+//! socket), except the frames of a multi-buffer packet whose end has not
+//! been received yet, which wait in the source's gatherer (and go back to
+//! the socket if the source is dropped); every descriptor given back is
+//! taken back once or refused.
 
 use std::sync::Arc;
 
 use steer_core::runtime::RxSource;
 use tracing::warn;
 
+use super::chain::{Gathered, Gatherer};
 use super::custody::{self, RawFrame};
 use super::spare::SparePool;
 use super::{lock, SharedSocket};
@@ -32,6 +36,8 @@ pub struct XskSource {
     high_water: usize,
     /// The socket's ring size (the most a top-up moves).
     ring_size: usize,
+    /// The frames of a multi-buffer packet received so far.
+    gatherer: Gatherer,
     warned: bool,
 }
 
@@ -48,6 +54,7 @@ impl XskSource {
             low_water: ring_size / 2,
             high_water: ring_size,
             ring_size,
+            gatherer: Gatherer::default(),
             warned: false,
         }
     }
@@ -87,7 +94,12 @@ impl RxSource<RawFrame> for XskSource {
         debug_assert!(n <= out.len());
         let mut lent = 0;
         for f in self.frames.drain(..) {
-            match custody::lend(&self.umem, f) {
+            let lent_now = match self.gatherer.push(f, &mut s, &self.umem) {
+                Gathered::Single(f) => custody::lend(&self.umem, f),
+                Gathered::Multi(head, bytes) => custody::lend_gathered(&self.umem, head, bytes),
+                Gathered::Pending | Gathered::Refused => continue,
+            };
+            match lent_now {
                 Ok(raw) if lent < out.len() => {
                     out[lent] = raw;
                     lent += 1;
@@ -118,5 +130,14 @@ impl RxSource<RawFrame> for XskSource {
 
     fn has_pending(&self) -> bool {
         lock(&self.socket).rx_ready()
+    }
+}
+
+impl Drop for XskSource {
+    /// The frames of a packet whose end never came go back to the socket.
+    fn drop(&mut self) {
+        let mut s = lock(&self.socket);
+        let strays = self.gatherer.abandon(&mut s);
+        self.spare.put_all(strays);
     }
 }

@@ -33,8 +33,10 @@ impl SparePool {
         }
     }
 
-    /// Puts a free frame in the pool.
-    pub fn put(&self, frame: Frame) {
+    /// Puts a free frame in the pool (no longer marked as continuing a
+    /// multi-buffer packet: a frame taken from the pool stands alone).
+    pub fn put(&self, mut frame: Frame) {
+        frame.set_continues(false);
         if self.frames.push(frame).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }

@@ -52,6 +52,24 @@ impl TxPath {
         self.staged.push(frame);
     }
 
+    /// Stages a reply of `bytes` that may need several frames (a
+    /// multi-buffer packet): written across `head` and frames from the
+    /// spare pool ([`scatter`](super::scatter)). Returns whether it was
+    /// staged; if not (too long for a chain, or no spare frames), every
+    /// frame is back in the spare pool and the refusal is counted.
+    pub fn stage_packet(&mut self, umem: &UmemView, head: Frame, bytes: &[u8]) -> bool {
+        match super::chain::scatter(umem, &self.spare, head, bytes) {
+            Some(chain) => {
+                self.staged.extend(chain);
+                true
+            }
+            None => {
+                lock(&self.socket).count_multi_refused();
+                false
+            }
+        }
+    }
+
     /// Sends what is staged. A full tx ring gets one completion pass and a
     /// second try; what still does not fit is recycled and counted.
     pub fn flush(&mut self) -> TxCounts {
@@ -100,6 +118,11 @@ pub fn send_or_recycle(
     }
     let dropped = frames.len();
     if dropped > 0 {
+        let chains = frames
+            .windows(2)
+            .filter(|w| w[0].continues() && !w[1].continues())
+            .count();
+        socket.count_multi(0, 0, chains as u64);
         spare.put_all(socket.recycle(frames.drain(..)));
     }
     TxCounts {

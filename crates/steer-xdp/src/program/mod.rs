@@ -371,7 +371,7 @@ impl SteerProgram {
             }
             XdpAttach::Netlink => {
                 // From here the object is closed on every path (by XdpProgram's drop).
-                let mut prog = XdpProgram::from_object(obj, "xdp")
+                let mut prog = XdpProgram::from_object(obj, "xdp.frags")
                     .map_err(program_err("creating the libxdp program"))?;
                 prog.attach(idx, attach_mode(mode))
                     .map_err(program_err("attaching"))?;

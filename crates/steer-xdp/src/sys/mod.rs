@@ -50,7 +50,7 @@ pub(crate) use cpus::possible_cpus;
 pub(crate) use flock::try_lock_exclusive;
 pub(crate) use net::{
     attach_socket_filter, ethtool_channels, ethtool_driver, ethtool_rxfh_indir, ethtool_rxnfc,
-    kick_rx, kick_tx, set_busy_poll, ETHTOOL_RXNFC_LEN,
+    kick_rx, kick_tx, mtu, set_busy_poll, ETHTOOL_RXNFC_LEN,
 };
 pub use net::{ifindex, rx_queue_count};
 pub(crate) use netdev::netdev_xdp;

@@ -158,6 +158,40 @@ unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
     Ok(())
 }
 
+/// `SIOCGIFMTU`: the MTU of interface `name` (in the calling thread's
+/// network namespace).
+#[doc(alias = "SIOCGIFMTU")]
+pub(crate) fn mtu(name: &str) -> io::Result<u32> {
+    const SIOCGIFMTU: libc::c_ulong = 0x8921;
+    if name.is_empty() || name.len() >= libc::IF_NAMESIZE {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2) call with constant arguments.
+    let fd = syscall!(socket(
+        libc::AF_INET,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        0
+    ))?;
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: `ifr` names the interface (NUL-terminated: zeroed and shorter
+    // than IF_NAMESIZE); SIOCGIFMTU writes the MTU into its union, which
+    // lives on the stack for the call.
+    syscall!(ioctl(
+        std::os::fd::AsRawFd::as_raw_fd(&sock),
+        SIOCGIFMTU,
+        &mut ifr as *mut libc::ifreq
+    ))?;
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds `ifru_mtu`.
+    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+    Ok(u32::try_from(mtu).unwrap_or(0))
+}
+
 /// Sets an integer socket option.
 pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     let len = std::mem::size_of::<i32>() as libc::socklen_t;

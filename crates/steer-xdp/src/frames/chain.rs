@@ -1,0 +1,220 @@
+//! Multi-buffer packets: a packet that spans several UMEM frames, chained
+//! by `XDP_PKT_CONTD` on its descriptors (sockets bound with `XDP_USE_SG`).
+//!
+//! - Receive ([`Gatherer`]): the frames of one packet arrive as a run of
+//!   descriptors, every one but the last marked as continuing. The run is
+//!   gathered into one contiguous copy; the packet is lent out as its first
+//!   frame with the copy in that frame's gather slot (`lend_gathered`, see
+//!   [`crate::frames`]), and its other frames go straight back to the
+//!   socket's free pool. Readers through the descriptor see the whole
+//!   packet; a packet in one frame is lent as before, without a copy.
+//! - Adoption ([`RxPacket`]): whoever takes the descriptor back gets the
+//!   first frame and the copy.
+//! - Transmit ([`scatter`]): a reply longer than one frame is written across
+//!   its first frame and frames from the spare pool, every frame but the
+//!   last marked as continuing; the socket puts a chain on its tx ring
+//!   whole or not at all.
+//!
+//! Invariants: a frame of a chain is in exactly one place like any other
+//! (gathered chains' tails are recycled in the call that gathers them;
+//! a chain that cannot be completed or built goes back whole); only frames
+//! of a chain being built for transmission carry the continuation mark
+//! outside this module's receive path (the spare pool clears it).
+
+use crate::socket::QueueSocket;
+use crate::umem::{Frame, UmemView};
+
+use super::spare::SparePool;
+
+/// The most frames one packet may span: the kernel's limit for a packet
+/// sent in copy mode (`MAX_SKB_FRAGS`), and more than a 9000-byte MTU needs
+/// with 2048-byte frames (6).
+pub const MAX_CHAIN: usize = 17;
+
+/// A received packet taken back from its descriptor: its first frame, and
+/// for a multi-buffer packet the contiguous copy of all of it (the first
+/// frame then holds only the packet's first part).
+#[derive(Debug)]
+pub struct RxPacket {
+    /// The packet's first (for a single-frame packet: only) frame.
+    pub frame: Frame,
+    /// The whole packet, for a packet that spanned several frames.
+    pub gathered: Option<Box<[u8]>>,
+}
+
+/// What [`Gatherer::push`] made of a received frame.
+#[derive(Debug)]
+pub(super) enum Gathered {
+    /// A packet in one frame: lend it as it is.
+    Single(Frame),
+    /// The last frame of a multi-buffer packet arrived: its first frame
+    /// and the contiguous copy, to lend together; the other frames are
+    /// back in the socket's free pool.
+    Multi(Frame, Box<[u8]>),
+    /// The frame continues a packet: nothing to lend yet.
+    Pending,
+    /// A packet longer than [`MAX_CHAIN`] frames was refused; its frames
+    /// are back in the socket's free pool.
+    Refused,
+}
+
+/// The frames of a packet received so far (one socket's rx side).
+#[derive(Debug, Default)]
+pub(super) struct Gatherer {
+    chain: Vec<Frame>,
+}
+
+impl Gatherer {
+    /// Takes one received frame, in ring order.
+    #[inline]
+    pub(super) fn push(
+        &mut self,
+        frame: Frame,
+        socket: &mut QueueSocket,
+        umem: &UmemView,
+    ) -> Gathered {
+        if self.chain.is_empty() && !frame.continues() {
+            return Gathered::Single(frame);
+        }
+        let ends = !frame.continues();
+        self.chain.push(frame);
+        if self.chain.len() > MAX_CHAIN {
+            // Its remaining frames start a chain of their own and are
+            // refused with it: a run never exceeds the bound kept here.
+            let strays = socket.recycle(self.chain.drain(..));
+            debug_assert!(strays.is_empty());
+            drop(strays);
+            socket.count_multi(0, 0, 1);
+            return Gathered::Refused;
+        }
+        if !ends {
+            return Gathered::Pending;
+        }
+        let total = self.chain.iter().map(Frame::len).sum();
+        let mut bytes = Vec::with_capacity(total);
+        for f in &self.chain {
+            bytes.extend_from_slice(umem.data(f));
+        }
+        let mut frames = self.chain.drain(..);
+        let Some(mut head) = frames.next() else {
+            return Gathered::Pending;
+        };
+        let strays = socket.recycle(frames);
+        debug_assert!(strays.is_empty());
+        drop(strays);
+        head.set_continues(false);
+        socket.count_multi(1, 0, 0);
+        Gathered::Multi(head, bytes.into_boxed_slice())
+    }
+
+    /// Gives the frames of an unfinished packet back to `socket` (the
+    /// source is going away).
+    pub(super) fn abandon(&mut self, socket: &mut QueueSocket) -> Vec<Frame> {
+        socket.recycle(self.chain.drain(..))
+    }
+}
+
+/// Writes `bytes` across `head` and as many frames from `spare` as it
+/// needs, each frame but the last marked as continuing: the chain to stage
+/// for transmission, in order. `None` when `bytes` needs more than
+/// [`MAX_CHAIN`] frames or the spare pool runs out: every frame (`head`
+/// too) is then back in the spare pool.
+///
+/// A packet that fits one frame makes a chain of one (`head`, unmarked).
+pub fn scatter(
+    umem: &UmemView,
+    spare: &SparePool,
+    head: Frame,
+    bytes: &[u8],
+) -> Option<Vec<Frame>> {
+    let room = umem.frame_room().max(1);
+    let parts = bytes.len().div_ceil(room).max(1);
+    if parts > MAX_CHAIN {
+        spare.put(head);
+        return None;
+    }
+    let mut chain = Vec::with_capacity(parts);
+    chain.push(head);
+    while chain.len() < parts {
+        match spare.take() {
+            Some(f) => chain.push(f),
+            None => {
+                spare.put_all(chain);
+                return None;
+            }
+        }
+    }
+    let last = parts - 1;
+    for (i, (frame, part)) in chain.iter_mut().zip(bytes.chunks(room)).enumerate() {
+        umem.set_len(frame, usize::MAX);
+        let written = umem.write(frame, part).unwrap_or(0);
+        umem.set_len(frame, written);
+        frame.set_continues(i < last);
+    }
+    if bytes.is_empty() {
+        umem.set_len(&mut chain[0], 0);
+    }
+    Some(chain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frames::tests_support::test_umem;
+
+    #[test]
+    fn a_long_packet_is_scattered_and_marked() {
+        let Some((umem, frames)) = test_umem(16) else {
+            return;
+        };
+        let spare = SparePool::new(16, 0);
+        let mut frames = frames.into_iter();
+        let head = frames.next().unwrap();
+        spare.put_all(frames);
+        let bytes: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let chain = scatter(&umem, &spare, head, &bytes).expect("frames enough");
+        let room = umem.frame_room();
+        assert_eq!(chain.len(), 5000usize.div_ceil(room));
+        let marks: Vec<bool> = chain.iter().map(Frame::continues).collect();
+        assert!(marks[..marks.len() - 1].iter().all(|&c| c));
+        assert!(!marks[marks.len() - 1]);
+        let joined: Vec<u8> = chain.iter().flat_map(|f| umem.data(f).to_vec()).collect();
+        assert_eq!(joined, bytes);
+        // Back in the spare pool, a frame loses its mark.
+        let before = spare.len();
+        spare.put_all(chain);
+        let again = std::iter::from_fn(|| spare.take()).collect::<Vec<_>>();
+        assert_eq!(again.len(), before + 5000usize.div_ceil(room));
+        assert!(again.iter().all(|f| !f.continues()));
+    }
+
+    #[test]
+    fn a_packet_without_frames_enough_goes_back_whole() {
+        let Some((umem, mut frames)) = test_umem(4) else {
+            return;
+        };
+        let spare = SparePool::new(4, 0);
+        let head = frames.pop().unwrap();
+        spare.put(frames.pop().unwrap());
+        let bytes = vec![1u8; umem.frame_room() * 3];
+        assert!(scatter(&umem, &spare, head, &bytes).is_none());
+        assert_eq!(spare.len(), 2, "the head and the one spare are back");
+        // Too many frames for any chain: refused before taking any.
+        let head = spare.take().unwrap();
+        let huge = vec![0u8; umem.frame_room() * (MAX_CHAIN + 1)];
+        assert!(scatter(&umem, &spare, head, &huge).is_none());
+        assert_eq!(spare.len(), 2);
+    }
+
+    #[test]
+    fn a_short_packet_is_one_unmarked_frame() {
+        let Some((umem, mut frames)) = test_umem(2) else {
+            return;
+        };
+        let spare = SparePool::new(2, 0);
+        let chain = scatter(&umem, &spare, frames.pop().unwrap(), b"hello").unwrap();
+        assert_eq!(chain.len(), 1);
+        assert!(!chain[0].continues());
+        assert_eq!(umem.data(&chain[0]), b"hello");
+    }
+}
