@@ -77,6 +77,17 @@ pub enum Bind {
     Zerocopy,
 }
 
+/// Multi-buffer AF_XDP (packets spanning several UMEM frames).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MultiBufferArg {
+    /// On when the interface's MTU does not fit one frame.
+    Auto,
+    /// Always on.
+    On,
+    /// Always off.
+    Off,
+}
+
 /// The flow hash the dispatchers steer by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HashKind {
@@ -170,6 +181,15 @@ pub struct EngineArgs {
     /// AF_XDP ring size.
     #[arg(long, default_value_t = 2048)]
     pub xsk_ring_size: u32,
+    /// Bytes per UMEM frame: 2048 or 4096. A packet longer than one frame
+    /// spans several (multi-buffer AF_XDP; see --multi-buffer).
+    #[arg(long, default_value_t = 2048)]
+    pub frame_size: u32,
+    /// Packets spanning several frames (jumbo frames): `auto` when the
+    /// interface's MTU does not fit one frame, `on`, or `off` (an MTU that
+    /// does not fit one frame is then refused at start).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub multi_buffer: MultiBufferArg,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
@@ -345,6 +365,12 @@ impl EngineArgs {
             .ring_capacity(self.ring_size)
             .use_rx_hash(self.rx_hash)
             .frames(self.frames, self.xsk_ring_size)
+            .frame_size(self.frame_size)
+            .multi_buffer(match self.multi_buffer {
+                MultiBufferArg::Auto => steer_xdp::MultiBuffer::Auto,
+                MultiBufferArg::On => steer_xdp::MultiBuffer::On,
+                MultiBufferArg::Off => steer_xdp::MultiBuffer::Off,
+            })
             .xdp_mode(match self.xdp_mode {
                 AttachMode::Auto => XdpMode::Auto,
                 AttachMode::Native => XdpMode::Native,

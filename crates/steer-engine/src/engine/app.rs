@@ -18,7 +18,7 @@ use std::sync::Arc;
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Handler;
 use steer_xdp::frames::{RawFrame, TxPath, TxResources, UmemPool};
-use steer_xdp::UmemView;
+use steer_xdp::{Frame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
 use super::steering::{FlowSteerError, FlowSteering};
@@ -200,14 +200,52 @@ pub(crate) struct WorkerHandler {
     pub(crate) local: WorkerCounts,
 }
 
+impl WorkerHandler {
+    /// A packet received in several frames: the handler runs on its
+    /// contiguous copy, and a reply is written back across `frame` and
+    /// spare frames (a multi-buffer reply) when it does not fit one.
+    fn handle_multi(&mut self, frame: Frame, mut gathered: Box<[u8]>, pool: &mut UmemPool) {
+        let app = &mut self.app;
+        let ctx = &self.ctx;
+        let verdict = match catch_unwind(AssertUnwindSafe(|| app.handle(&mut gathered, ctx))) {
+            Ok(v) => v,
+            Err(panic) => {
+                self.local.app_panicked += 1;
+                pool.spare().put(frame);
+                resume_unwind(panic);
+            }
+        };
+        match verdict {
+            Verdict::Transmit(len) => {
+                let reply = &gathered[..len.min(gathered.len())];
+                if !self.tx.stage_packet(&self.umem, frame, reply) {
+                    self.local.tx_dropped += 1;
+                }
+            }
+            Verdict::Consume => {
+                self.local.consumed += 1;
+                pool.spare().put(frame);
+            }
+            Verdict::Drop => {
+                self.local.app_dropped += 1;
+                pool.spare().put(frame);
+            }
+        }
+    }
+}
+
 impl Handler<RawFrame, UmemPool> for WorkerHandler {
     fn handle(&mut self, desc: RawFrame, pool: &mut UmemPool) {
         self.ctx.hash = desc.flow_hash();
         // The runtime hands each descriptor over once: adoption is refused
         // only to a copy, which names no frame of ours (nothing to do).
-        let Some(mut frame) = pool.adopt(desc) else {
+        let Some(packet) = pool.adopt_packet(desc) else {
             return;
         };
+        let mut frame = packet.frame;
+        if let Some(gathered) = packet.gathered {
+            return self.handle_multi(frame, gathered, pool);
+        }
         let app = &mut self.app;
         let ctx = &self.ctx;
         let verdict = self.umem.with_data_mut(&mut frame, |data| {

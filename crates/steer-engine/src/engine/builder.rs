@@ -369,6 +369,24 @@ impl EngineBuilder {
         self
     }
 
+    /// Bytes per UMEM frame: 2048 (default) or 4096. A packet longer than
+    /// one frame spans several (multi-buffer AF_XDP), which the engine uses
+    /// on its own when the interface's MTU does not fit one frame
+    /// ([`EngineBuilder::multi_buffer`]).
+    pub fn frame_size(mut self, bytes: u32) -> Self {
+        self.port = self.port.frame_size(bytes);
+        self
+    }
+
+    /// Whether packets may span several frames (default
+    /// [`MultiBuffer::Auto`](steer_xdp::MultiBuffer::Auto): when the
+    /// interface's MTU does not fit one frame). Handlers see such a packet
+    /// as one contiguous copy; its reply leaves as a chain of frames.
+    pub fn multi_buffer(mut self, mode: steer_xdp::MultiBuffer) -> Self {
+        self.port = self.port.multi_buffer(mode);
+        self
+    }
+
     /// Packets per poll and per ring drain (the NAPI budget).
     pub fn batch(mut self, packets: usize) -> Self {
         self.runtime.batch = packets;

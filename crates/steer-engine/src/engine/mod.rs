@@ -60,7 +60,7 @@ pub use app::{Application, EngineParts, HandlerFactory, PacketContext, PacketHan
 pub use builder::EngineBuilder;
 pub use counters::WorkerCounts;
 pub use health::WorkerLoss;
-pub use stats::{CpuRow, EngineReport, EngineStats};
+pub use stats::{CpuRow, EngineReport, EngineStats, MultiBufferStats};
 pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
@@ -258,7 +258,10 @@ impl Engine {
     }
 
     fn collect(&self, shared: &steer_core::dispatch::Shared) -> EngineStats {
-        EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed())
+        let mut stats =
+            EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed());
+        stats.multi_buffer = self.port.counters().into();
+        stats
     }
 
     /// What the stats socket and `/metrics` publish: per-CPU counters, the

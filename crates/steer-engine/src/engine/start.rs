@@ -291,6 +291,7 @@ fn build_tables(
             sockets: sockets.clone(),
             spare: Arc::clone(&spare),
             umem: umem.clone(),
+            multi_buffer: port.modes().multi_buffer,
         },
         trace: sink.clone(),
     });

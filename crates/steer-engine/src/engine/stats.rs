@@ -82,6 +82,31 @@ pub struct EngineStats {
     pub balance: BalanceStats,
     /// Since the engine started.
     pub elapsed: Duration,
+    /// Packets that spanned several UMEM frames (multi-buffer AF_XDP).
+    pub multi_buffer: MultiBufferStats,
+}
+
+/// Multi-buffer packets (spanning several UMEM frames), summed over the
+/// port's sockets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MultiBufferStats {
+    /// Received (gathered for the handler).
+    pub received: u64,
+    /// Transmitted (put on a tx ring as a chain of frames).
+    pub transmitted: u64,
+    /// Refused: longer than a chain may be, no frames to build a reply
+    /// from, or no room on the tx ring for the whole chain.
+    pub refused: u64,
+}
+
+impl From<steer_xdp::LedgerSnapshot> for MultiBufferStats {
+    fn from(l: steer_xdp::LedgerSnapshot) -> Self {
+        Self {
+            received: l.multi_rx,
+            transmitted: l.multi_tx,
+            refused: l.multi_refused,
+        }
+    }
 }
 
 impl EngineStats {
@@ -118,6 +143,7 @@ impl EngineStats {
             fast_path: shared.switches.fast_path.load(Ordering::Relaxed),
             balance: shared.balance.stats(),
             elapsed,
+            multi_buffer: MultiBufferStats::default(),
         }
     }
 

@@ -79,7 +79,7 @@ use tracing::warn;
 
 use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
 use crate::probe::LiveProbe;
-use steer_xdp::frames::{lock, send_or_recycle, TxResources};
+use steer_xdp::frames::{lock, scatter, send_or_recycle, TxResources};
 
 /// Flow-delivery counters (defined with the snapshot the observer publishes).
 pub use crate::observe::HubStats;
@@ -485,21 +485,46 @@ impl Hub {
             .umem
             .with_data_mut(&mut frame, |buf| flow.template.write(buf, payload))
             .unwrap_or(Err(reply::TooLarge));
-        let len = match written {
-            Ok(len) => len,
+        let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
+        let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
+        let socket = &tx.sockets[index % tx.sockets.len()];
+        let outgoing = match written {
+            Ok(len) => {
+                tx.umem.set_len(&mut frame, len);
+                Outgoing::One(frame)
+            }
+            Err(reply::TooLarge) if tx.multi_buffer => {
+                // Longer than one frame: the packet is built whole, then
+                // written across a chain of frames (a multi-buffer reply).
+                let mut packet = vec![0u8; flow.template.len_for(payload.len())];
+                let len = match flow.template.write(&mut packet, payload) {
+                    Ok(len) => len,
+                    Err(reply::TooLarge) => {
+                        tx.spare.put(frame);
+                        return Err(SendError::TooLarge);
+                    }
+                };
+                match scatter(&tx.umem, &tx.spare, frame, &packet[..len]) {
+                    Some(chain) => Outgoing::Chain(chain),
+                    None => {
+                        lock(socket).count_multi_refused();
+                        return Err(SendError::NoFrames);
+                    }
+                }
+            }
             Err(reply::TooLarge) => {
                 tx.spare.put(frame);
                 return Err(SendError::TooLarge);
             }
         };
-        tx.umem.set_len(&mut frame, len);
-        let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
-        let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
-        let mut socket = lock(&tx.sockets[index % tx.sockets.len()]);
+        let mut socket = lock(socket);
         // One reusable vector per thread: no allocation per reply.
         let counts = SEND_SCRATCH.with(|scratch| {
             let mut one = scratch.borrow_mut();
-            one.push(frame);
+            match outgoing {
+                Outgoing::Chain(chain) => one.extend(chain),
+                Outgoing::One(frame) => one.push(frame),
+            }
             send_or_recycle(&mut socket, &mut one, &tx.spare)
         });
         if counts.dropped > 0 {
@@ -509,6 +534,13 @@ impl Hub {
         flow.replied();
         Ok(())
     }
+}
+
+/// A reply on its way to the tx ring: one frame, or a chain of frames for a
+/// reply longer than one (multi-buffer).
+enum Outgoing {
+    One(Frame),
+    Chain(Vec<Frame>),
 }
 
 /// Builds the acceptor task of one worker CPU from its listener

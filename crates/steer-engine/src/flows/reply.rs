@@ -43,6 +43,11 @@ impl ReplyTemplate {
         })
     }
 
+    /// The length of the frame carrying a payload of `payload` bytes.
+    pub(crate) fn len_for(&self, payload: usize) -> usize {
+        self.headers.len() + payload
+    }
+
     /// Writes headers + `payload` into `buf`; returns the frame length.
     pub(crate) fn write(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, TooLarge> {
         let len = self.headers.len() + payload.len();

@@ -142,4 +142,8 @@ pub struct TxResources {
     pub spare: Arc<SparePool>,
     /// The UMEM, to write replies into frames.
     pub umem: UmemView,
+    /// Whether the sockets take multi-buffer packets (`XDP_USE_SG`): a
+    /// reply longer than one frame may then leave as a chain
+    /// ([`scatter`](super::scatter)).
+    pub multi_buffer: bool,
 }
