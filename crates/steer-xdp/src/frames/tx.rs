@@ -14,13 +14,19 @@ use super::{lock, SharedSocket};
 use crate::socket::QueueSocket;
 use crate::umem::{Frame, UmemView};
 
-/// Per-flush outcome, for the worker's counters.
+/// Per-flush outcome, for the worker's counters, in packets (a
+/// multi-buffer packet's chain of frames counts once).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TxCounts {
-    /// Frames put on the tx ring.
+    /// Packets put on the tx ring.
     pub sent: u64,
-    /// Frames that found the tx ring full and were recycled.
+    /// Packets that found the tx ring full and were recycled.
     pub dropped: u64,
+}
+
+/// Packets in `frames`: frames that end one (not continued by the next).
+fn packets(frames: &[Frame]) -> u64 {
+    frames.iter().filter(|f| !f.continues()).count() as u64
 }
 
 /// A worker's replies on their way to its socket's tx ring.
@@ -108,7 +114,7 @@ pub fn send_or_recycle(
     frames: &mut Vec<Frame>,
     spare: &SparePool,
 ) -> TxCounts {
-    let before = frames.len();
+    let before = packets(frames);
     // A failed kick (e.g. EAGAIN) still leaves the frames on the ring:
     // what left `frames` was queued, whatever `send` returned.
     let _ = socket.send(frames);
@@ -116,8 +122,8 @@ pub fn send_or_recycle(
         socket.complete();
         let _ = socket.send(frames);
     }
-    let dropped = frames.len();
-    if dropped > 0 {
+    let dropped = packets(frames);
+    if !frames.is_empty() {
         let chains = frames
             .windows(2)
             .filter(|w| w[0].continues() && !w[1].continues())
@@ -126,8 +132,8 @@ pub fn send_or_recycle(
         spare.put_all(socket.recycle(frames.drain(..)));
     }
     TxCounts {
-        sent: (before - dropped) as u64,
-        dropped: dropped as u64,
+        sent: before - dropped,
+        dropped,
     }
 }
 

@@ -1,0 +1,178 @@
+//! Jumbo frames end to end: a veth pair with MTU 9000 on both ends, where
+//! an 8000-byte datagram spans several 2048-byte UMEM frames (multi-buffer
+//! AF_XDP, turned on by the engine because the MTU does not fit one frame).
+//! The echo handler answers 8000-byte datagrams intact over IPv4 and IPv6
+//! beside small datagrams on other flows; flow delivery hands the reader the
+//! whole datagram and sends its 8000-byte reply back; the multi-buffer
+//! counters say so. With multi-buffer turned off the engine refuses the MTU
+//! at start. Needs root, as CI runs it.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use steer_core::policy::Policy;
+use steer_engine::engine::Engine;
+use steer_engine::flows::FlowOptions;
+use steer_xdp::{MultiBuffer, Proto};
+use support::net::TestNet;
+use support::{assert_accounted, echo_builder, PORT};
+
+/// A veth pair with MTU 9000 on both ends.
+fn jumbo_net() -> TestNet {
+    let net = TestNet::new();
+    let out = std::process::Command::new("ip")
+        .args(["link", "set", &net.host, "mtu", "9000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = net.ns_cmd(&["ip", "link", "set", &net.peer, "mtu", "9000"]);
+    assert!(out.status.success(), "{out:?}");
+    net
+}
+
+/// A datagram of `len` bytes whose content says which flow and which
+/// message it is (so a reply of another datagram, or a torn one, shows).
+fn datagram(flow: usize, seq: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(31) ^ (flow as u32 * 7)) as u8)
+        .collect()
+}
+
+/// Sends `rounds` rounds from the peer: on each jumbo flow (IPv4, IPv6) one
+/// 8000-byte datagram, on each small flow one 64-byte one; checks each
+/// reply is its datagram, intact. Returns (jumbo, small) replies received.
+fn drive_mixed(net: &TestNet, rounds: u32) -> (u32, u32) {
+    net.in_ns(|| {
+        let open = |local: IpAddr, remote: IpAddr| {
+            let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            (s, SocketAddr::new(remote, PORT))
+        };
+        let v4 = (IpAddr::from(net.peer_v4), IpAddr::from(net.host_v4));
+        let v6 = (IpAddr::from(net.peer_v6), IpAddr::from(net.host_v6));
+        // Flows 0, 1: jumbo (IPv4, IPv6); 2..6: small, both families.
+        let flows: Vec<((UdpSocket, SocketAddr), usize)> = vec![
+            (open(v4.0, v4.1), 8000),
+            (open(v6.0, v6.1), 8000),
+            (open(v4.0, v4.1), 64),
+            (open(v6.0, v6.1), 64),
+            (open(v4.0, v4.1), 64),
+            (open(v6.0, v6.1), 64),
+        ];
+        let (mut jumbo, mut small) = (0, 0);
+        let mut buf = vec![0u8; 65536];
+        for seq in 0..rounds {
+            for (i, ((s, to), len)) in flows.iter().enumerate() {
+                s.send_to(&datagram(i, seq, *len), to).unwrap();
+            }
+            for (i, ((s, _), len)) in flows.iter().enumerate() {
+                let n = s
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("flow {i} ({len} bytes) round {seq}: {e}"));
+                assert_eq!(n, *len, "flow {i} round {seq}: reply length");
+                assert!(
+                    buf[..n] == datagram(i, seq, *len)[..],
+                    "flow {i} round {seq}: reply differs from the datagram"
+                );
+                if *len > 1000 {
+                    jumbo += 1;
+                } else {
+                    small += 1;
+                }
+            }
+        }
+        (jumbo, small)
+    })
+}
+
+#[test]
+fn jumbo_datagrams_are_echoed_intact_beside_small_ones_over_ipv4_and_ipv6() {
+    let net = jumbo_net();
+    let engine = echo_builder(&net, Policy::LlcAffinity, true)
+        .start()
+        .expect("engine starts on a 9000-MTU veth");
+    assert!(
+        engine.modes().multi_buffer,
+        "an MTU of 9000 does not fit a 2048-byte frame: multi-buffer is on"
+    );
+    let rounds = 50;
+    let (jumbo, small) = drive_mixed(&net, rounds);
+    assert_eq!(jumbo, 2 * rounds);
+    assert_eq!(small, 4 * rounds);
+    let stats = engine.stats();
+    assert_eq!(
+        stats.multi_buffer.received,
+        u64::from(2 * rounds),
+        "{:?}",
+        stats.multi_buffer
+    );
+    assert_eq!(stats.multi_buffer.transmitted, u64::from(2 * rounds));
+    assert_eq!(stats.multi_buffer.refused, 0);
+    let report = engine.stop().unwrap();
+    assert_accounted(&report);
+}
+
+#[test]
+fn four_kilobyte_frames_carry_jumbo_datagrams_in_fewer_frames() {
+    let net = jumbo_net();
+    let engine = echo_builder(&net, Policy::LlcAffinity, false)
+        .frame_size(4096)
+        .start()
+        .expect("engine starts with 4096-byte frames");
+    assert!(engine.modes().multi_buffer);
+    let (jumbo, small) = drive_mixed(&net, 20);
+    assert_eq!((jumbo, small), (40, 80));
+    assert_eq!(engine.stats().multi_buffer.received, 40);
+    let report = engine.stop().unwrap();
+    assert_accounted(&report);
+}
+
+#[test]
+fn flow_delivery_reads_and_answers_jumbo_datagrams_whole() {
+    let net = jumbo_net();
+    let engine = Engine::builder(&net.host)
+        .own(Proto::Udp, PORT)
+        .frames(4096, 512)
+        .deliver_flows(FlowOptions::default())
+        .start()
+        .expect("engine with flow delivery starts");
+    let listener = engine.listener().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        while let Some(mut flow) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(d) = flow.recv().await {
+                    flow.send(&d).unwrap();
+                }
+            });
+        }
+    });
+    let (jumbo, small) = drive_mixed(&net, 20);
+    assert_eq!((jumbo, small), (40, 80));
+    let stats = engine.stats();
+    assert_eq!(stats.multi_buffer.received, 40, "{:?}", stats.multi_buffer);
+    assert_eq!(stats.multi_buffer.transmitted, 40);
+    drop(rt);
+    let report = engine.stop().unwrap();
+    assert!(report.census_ok(), "{:?}", report.census);
+}
+
+#[test]
+fn multi_buffer_off_refuses_an_mtu_one_frame_cannot_hold() {
+    let net = jumbo_net();
+    let err = echo_builder(&net, Policy::LlcAffinity, true)
+        .multi_buffer(MultiBuffer::Off)
+        .start()
+        .expect_err("a 9000 MTU does not fit a 2048-byte frame");
+    let line = err.to_string();
+    assert!(
+        line.contains("MTU 9000") && !line.contains('\n'),
+        "one clear line: {line}"
+    );
+}
