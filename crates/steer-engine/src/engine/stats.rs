@@ -333,6 +333,11 @@ impl EngineStats {
                 "busy": self.busy(None).iter().map(|(cpu, b)| json!({"cpu": cpu, "busy": b})).collect::<Vec<_>>(),
                 "max_over_mean": self.load_max_over_mean(None),
             },
+            "multi_buffer": {
+                "received": self.multi_buffer.received,
+                "transmitted": self.multi_buffer.transmitted,
+                "refused": self.multi_buffer.refused,
+            },
             "per_cpu": self.per_cpu.iter().map(CpuRow::json).collect::<Vec<_>>(),
             "total": self.total.json(),
         })

@@ -479,15 +479,24 @@ impl Hub {
     pub(crate) fn send(&self, flow: &FlowShared, payload: &[u8]) -> Result<(), SendError> {
         let tx = self.tx.read().unwrap_or_else(PoisonError::into_inner);
         let tx = tx.as_ref().ok_or(SendError::Stopped)?;
-        let mut frame = tx.spare.take().ok_or(SendError::NoFrames)?;
+        let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
+        let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
+        let socket = &tx.sockets[index % tx.sockets.len()];
+        // The spare pool first; when it is empty (chains of multi-buffer
+        // replies drain it faster), the socket's own free pool.
+        let mut frame = match tx.spare.take() {
+            Some(f) => f,
+            None => {
+                let mut one = Vec::with_capacity(1);
+                lock(socket).alloc(1, &mut one);
+                one.pop().ok_or(SendError::NoFrames)?
+            }
+        };
         tx.umem.set_len(&mut frame, usize::MAX);
         let written = tx
             .umem
             .with_data_mut(&mut frame, |buf| flow.template.write(buf, payload))
             .unwrap_or(Err(reply::TooLarge));
-        let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
-        let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
-        let socket = &tx.sockets[index % tx.sockets.len()];
         let outgoing = match written {
             Ok(len) => {
                 tx.umem.set_len(&mut frame, len);
@@ -504,10 +513,11 @@ impl Hub {
                         return Err(SendError::TooLarge);
                     }
                 };
-                match scatter(&tx.umem, &tx.spare, frame, &packet[..len]) {
+                let mut s = lock(socket);
+                match scatter(&tx.umem, &tx.spare, frame, &packet[..len], Some(&mut s)) {
                     Some(chain) => Outgoing::Chain(chain),
                     None => {
-                        lock(socket).count_multi_refused();
+                        s.count_multi_refused();
                         return Err(SendError::NoFrames);
                     }
                 }

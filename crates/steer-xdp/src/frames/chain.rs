@@ -115,10 +115,11 @@ impl Gatherer {
 }
 
 /// Writes `bytes` across `head` and as many frames from `spare` as it
-/// needs, each frame but the last marked as continuing: the chain to stage
-/// for transmission, in order. `None` when `bytes` needs more than
-/// [`MAX_CHAIN`] frames or the spare pool runs out: every frame (`head`
-/// too) is then back in the spare pool.
+/// needs (then from `socket`'s free pool, when given and the spare pool is
+/// empty), each frame but the last marked as continuing: the chain to
+/// stage for transmission, in order. `None` when `bytes` needs more than
+/// [`MAX_CHAIN`] frames or no frames are left: every frame (`head` too) is
+/// then back in the spare pool.
 ///
 /// A packet that fits one frame makes a chain of one (`head`, unmarked).
 pub fn scatter(
@@ -126,6 +127,7 @@ pub fn scatter(
     spare: &SparePool,
     head: Frame,
     bytes: &[u8],
+    mut socket: Option<&mut QueueSocket>,
 ) -> Option<Vec<Frame>> {
     let room = umem.frame_room().max(1);
     let parts = bytes.len().div_ceil(room).max(1);
@@ -136,12 +138,17 @@ pub fn scatter(
     let mut chain = Vec::with_capacity(parts);
     chain.push(head);
     while chain.len() < parts {
-        match spare.take() {
-            Some(f) => chain.push(f),
-            None => {
-                spare.put_all(chain);
-                return None;
-            }
+        if let Some(f) = spare.take() {
+            chain.push(f);
+            continue;
+        }
+        let want = parts - chain.len();
+        let got = socket
+            .as_deref_mut()
+            .map_or(0, |s| s.alloc(want, &mut chain));
+        if got < want {
+            spare.put_all(chain);
+            return None;
         }
     }
     let last = parts - 1;
@@ -172,7 +179,7 @@ mod tests {
         let head = frames.next().unwrap();
         spare.put_all(frames);
         let bytes: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-        let chain = scatter(&umem, &spare, head, &bytes).expect("frames enough");
+        let chain = scatter(&umem, &spare, head, &bytes, None).expect("frames enough");
         let room = umem.frame_room();
         assert_eq!(chain.len(), 5000usize.div_ceil(room));
         let marks: Vec<bool> = chain.iter().map(Frame::continues).collect();
@@ -197,12 +204,12 @@ mod tests {
         let head = frames.pop().unwrap();
         spare.put(frames.pop().unwrap());
         let bytes = vec![1u8; umem.frame_room() * 3];
-        assert!(scatter(&umem, &spare, head, &bytes).is_none());
+        assert!(scatter(&umem, &spare, head, &bytes, None).is_none());
         assert_eq!(spare.len(), 2, "the head and the one spare are back");
         // Too many frames for any chain: refused before taking any.
         let head = spare.take().unwrap();
         let huge = vec![0u8; umem.frame_room() * (MAX_CHAIN + 1)];
-        assert!(scatter(&umem, &spare, head, &huge).is_none());
+        assert!(scatter(&umem, &spare, head, &huge, None).is_none());
         assert_eq!(spare.len(), 2);
     }
 
@@ -212,7 +219,7 @@ mod tests {
             return;
         };
         let spare = SparePool::new(2, 0);
-        let chain = scatter(&umem, &spare, frames.pop().unwrap(), b"hello").unwrap();
+        let chain = scatter(&umem, &spare, frames.pop().unwrap(), b"hello", None).unwrap();
         assert_eq!(chain.len(), 1);
         assert!(!chain[0].continues());
         assert_eq!(umem.data(&chain[0]), b"hello");

@@ -60,17 +60,19 @@ impl TxPath {
 
     /// Stages a reply of `bytes` that may need several frames (a
     /// multi-buffer packet): written across `head` and frames from the
-    /// spare pool ([`scatter`](super::scatter)). Returns whether it was
-    /// staged; if not (too long for a chain, or no spare frames), every
-    /// frame is back in the spare pool and the refusal is counted.
+    /// spare pool, or the socket's free pool when the spare pool is empty
+    /// ([`scatter`](super::scatter)). Returns whether it was staged; if not
+    /// (too long for a chain, or no free frames), every frame is back in
+    /// the spare pool and the refusal is counted.
     pub fn stage_packet(&mut self, umem: &UmemView, head: Frame, bytes: &[u8]) -> bool {
-        match super::chain::scatter(umem, &self.spare, head, bytes) {
+        let mut s = lock(&self.socket);
+        match super::chain::scatter(umem, &self.spare, head, bytes, Some(&mut s)) {
             Some(chain) => {
                 self.staged.extend(chain);
                 true
             }
             None => {
-                lock(&self.socket).count_multi_refused();
+                s.count_multi_refused();
                 false
             }
         }

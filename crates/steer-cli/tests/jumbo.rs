@@ -1,0 +1,178 @@
+//! `steer echo` and `steer proxy` on a jumbo network: a veth pair with MTU
+//! 9000 on both ends, 8000-byte datagrams (several 2048-byte UMEM frames
+//! each: multi-buffer AF_XDP, on by itself for this MTU) beside small ones,
+//! over IPv4 and IPv6. The echo answers each intact; the proxy forwards each
+//! to a kernel UDP backend and its 8000-byte reply back intact, and its
+//! report counts the multi-buffer packets. Needs root, as CI runs it.
+
+#[path = "../../steer-engine/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::net::TestNet;
+use support::PORT;
+
+/// A veth pair with MTU 9000 on both ends.
+fn jumbo_net() -> TestNet {
+    let net = TestNet::new();
+    let out = Command::new("ip")
+        .args(["link", "set", &net.host, "mtu", "9000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = net.ns_cmd(&["ip", "link", "set", &net.peer, "mtu", "9000"]);
+    assert!(out.status.success(), "{out:?}");
+    net
+}
+
+/// A datagram whose bytes say which flow and message it is.
+fn datagram(flow: usize, seq: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(31) ^ (flow as u32 * 7)) as u8)
+        .collect()
+}
+
+/// `rounds` rounds of one 8000-byte datagram on an IPv4 and an IPv6 flow
+/// and one 64-byte datagram on two small flows; every reply must be its
+/// datagram, whole.
+fn drive_mixed(net: &TestNet, rounds: u32) {
+    net.in_ns(|| {
+        let open = |local: IpAddr, remote: IpAddr| {
+            let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            (s, SocketAddr::new(remote, PORT))
+        };
+        let v4 = (IpAddr::from(net.peer_v4), IpAddr::from(net.host_v4));
+        let v6 = (IpAddr::from(net.peer_v6), IpAddr::from(net.host_v6));
+        let flows = [
+            (open(v4.0, v4.1), 8000),
+            (open(v6.0, v6.1), 8000),
+            (open(v4.0, v4.1), 64),
+            (open(v6.0, v6.1), 64),
+        ];
+        let mut buf = vec![0u8; 65536];
+        for seq in 0..rounds {
+            for (i, ((s, to), len)) in flows.iter().enumerate() {
+                s.send_to(&datagram(i, seq, *len), to).unwrap();
+            }
+            for (i, ((s, _), len)) in flows.iter().enumerate() {
+                let n = s
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("flow {i} ({len} bytes) round {seq}: {e}"));
+                assert_eq!(n, *len, "flow {i} round {seq}: reply length");
+                assert!(
+                    buf[..n] == datagram(i, seq, *len)[..],
+                    "flow {i} round {seq}: reply differs from the datagram"
+                );
+            }
+        }
+    });
+}
+
+/// A running `steer`, killed if the test fails before it stops it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A failed test must not leave steer (and its XDP program) behind.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `steer <args>` and waits for its "ready" line.
+fn start(args: &[&str]) -> (Running, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("steer starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("steer printed ready");
+        if line.contains("ready") {
+            break;
+        }
+    }
+    (Running(child), lines)
+}
+
+/// The value at `key` anywhere in `v`.
+fn find<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.get(key).or_else(|| m.values().find_map(|x| find(x, key)))
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+        _ => None,
+    }
+}
+
+#[test]
+fn steer_echo_answers_jumbo_datagrams_intact() {
+    let net = jumbo_net();
+    let (mut child, _lines) = start(&[
+        "echo",
+        "--interface",
+        &net.host,
+        "--port",
+        &PORT.to_string(),
+        "--frame-size",
+        "2048",
+    ]);
+    drive_mixed(&net, 30);
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGINT) }, 0);
+    assert!(child.0.wait().unwrap().success());
+}
+
+#[test]
+fn steer_proxy_forwards_jumbo_datagrams_to_a_kernel_backend_and_back() {
+    let net = jumbo_net();
+    // A kernel UDP echo on loopback (MTU 65536) with room for jumbo datagrams.
+    let backend = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = backend.recv_from(&mut buf) {
+            let _ = backend.send_to(&buf[..n], from);
+        }
+    });
+    let json = std::env::temp_dir().join(format!("steer-proxy-jumbo-{}.json", std::process::id()));
+    let (mut child, _lines) = start(&[
+        "proxy",
+        "--interface",
+        &net.host,
+        "--port",
+        &PORT.to_string(),
+        "--backend",
+        &format!("127.0.0.1:{backend_port}"),
+        "--frame-size",
+        "2048",
+        "--stats-json",
+        json.to_str().unwrap(),
+    ]);
+    drive_mixed(&net, 30);
+    writeln!(child.0.stdin.as_mut().unwrap(), "quit").unwrap();
+    assert!(child.0.wait().unwrap().success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let multi = find(&report, "multi_buffer").expect("the report counts multi-buffer packets");
+    assert_eq!(multi["received"], 60, "{multi}");
+    assert_eq!(multi["transmitted"], 60, "{multi}");
+    assert_eq!(multi["refused"], 0, "{multi}");
+}
