@@ -6,7 +6,10 @@
 //! [`QueueSocket`] per rx queue. Received packets come out as [`Frame`]s the
 //! application owns until it sends or recycles them; [`FrameCensus`] checks
 //! that every frame is in exactly one place. Everything else (ARP, ICMP,
-//! ports steer does not own) is passed to the kernel.
+//! ports steer does not own) is passed to the kernel. On an interface whose
+//! MTU one frame cannot hold, packets span several frames (multi-buffer
+//! AF_XDP, [`MultiBuffer`]): [`frames`] gathers them for readers and
+//! scatters long replies.
 //!
 //! [`rfs::RfsProgram`] is the other program: RFS in XDP for kernel sockets,
 //! steering tracked TCP and UDP flows to the stack of a chosen CPU through a
