@@ -110,6 +110,10 @@ fn jumbo_datagrams_are_echoed_intact_beside_small_ones_over_ipv4_and_ipv6() {
     );
     assert_eq!(stats.multi_buffer.transmitted, u64::from(2 * rounds));
     assert_eq!(stats.multi_buffer.refused, 0);
+    // The same per socket, as the stats socket and /metrics publish them.
+    let live = engine.live_stats();
+    let per_socket: u64 = live.sockets.iter().map(|s| s.multi_rx_packets).sum();
+    assert_eq!(per_socket, u64::from(2 * rounds));
     let report = engine.stop().unwrap();
     assert_accounted(&report);
 }

@@ -206,6 +206,12 @@ pub struct SocketCounters {
     pub tx_packets: u64,
     /// Wakeup system calls (tx kicks, fill-ring wakeups).
     pub wakeups: u64,
+    /// Multi-buffer packets received (spanning several frames).
+    pub multi_rx_packets: u64,
+    /// Multi-buffer packets put on the tx ring.
+    pub multi_tx_packets: u64,
+    /// Multi-buffer packets refused.
+    pub multi_refused: u64,
     /// `XDP_STATISTICS.rx_dropped`: dropped for reasons other than invalid
     /// descriptors (e.g. a frame larger than the UMEM frame).
     pub rx_dropped: u64,

@@ -201,6 +201,21 @@ const PER_SOCKET: &[SocketCounter] = &[
         |s| s.wakeups,
     ),
     (
+        "steer_xsk_multi_rx_packets_total",
+        "Multi-buffer packets (spanning several UMEM frames) received on this queue's AF_XDP socket.",
+        |s| s.multi_rx_packets,
+    ),
+    (
+        "steer_xsk_multi_tx_packets_total",
+        "Multi-buffer packets put on this queue's AF_XDP tx ring as chains of frames.",
+        |s| s.multi_tx_packets,
+    ),
+    (
+        "steer_xsk_multi_refused_total",
+        "Multi-buffer packets refused on this queue (too many frames, no frames for a reply, no tx ring room for the chain).",
+        |s| s.multi_refused,
+    ),
+    (
         "steer_xsk_rx_dropped_total",
         "XDP_STATISTICS rx_dropped: frames the kernel dropped for reasons other than invalid descriptors.",
         |s| s.rx_dropped,
