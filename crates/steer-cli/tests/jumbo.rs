@@ -5,7 +5,6 @@
 //! to a kernel UDP backend and its 8000-byte reply back intact, and its
 //! report counts the multi-buffer packets. Needs root, as CI runs it.
 
-#[path = "../../steer-engine/tests/support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -13,7 +12,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::net::TestNet;
+use steer_testbed::TestNet;
 use support::PORT;
 
 /// A veth pair with MTU 9000 on both ends.

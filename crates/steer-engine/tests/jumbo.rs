@@ -15,8 +15,8 @@ use std::time::Duration;
 use steer_core::policy::Policy;
 use steer_engine::engine::Engine;
 use steer_engine::flows::FlowOptions;
+use steer_testbed::TestNet;
 use steer_xdp::{MultiBuffer, Proto};
-use support::net::TestNet;
 use support::{assert_accounted, echo_builder, PORT};
 
 /// A veth pair with MTU 9000 on both ends.
