@@ -51,7 +51,8 @@ pub(super) enum Gathered {
     /// and the contiguous copy, to lend together; the other frames are
     /// back in the socket's free pool.
     Multi(Frame, Box<[u8]>),
-    /// The frame continues a packet: nothing to lend yet.
+    /// The frame continues a packet, or is the rest of a refused one:
+    /// nothing to lend yet.
     Pending,
     /// A packet longer than [`MAX_CHAIN`] frames was refused; its frames
     /// are back in the socket's free pool.
@@ -62,6 +63,9 @@ pub(super) enum Gathered {
 #[derive(Debug, Default)]
 pub(super) struct Gatherer {
     chain: Vec<Frame>,
+    /// The rest of a refused packet is still to come: its frames are
+    /// recycled as they arrive, up to and with the one that ends it.
+    discarding: bool,
 }
 
 impl Gatherer {
@@ -73,14 +77,22 @@ impl Gatherer {
         socket: &mut QueueSocket,
         umem: &UmemView,
     ) -> Gathered {
-        if self.chain.is_empty() && !frame.continues() {
+        if !self.discarding && self.chain.is_empty() && !frame.continues() {
             return Gathered::Single(frame);
         }
         let ends = !frame.continues();
+        if self.discarding {
+            self.discarding = !ends;
+            let strays = socket.recycle([frame]);
+            debug_assert!(strays.is_empty());
+            drop(strays);
+            return Gathered::Pending;
+        }
         self.chain.push(frame);
         if self.chain.len() > MAX_CHAIN {
-            // Its remaining frames start a chain of their own and are
-            // refused with it: a run never exceeds the bound kept here.
+            // Refused whole: the frames still to come of this packet are
+            // recycled as they arrive, never lent as a packet of their own.
+            self.discarding = !ends;
             let strays = socket.recycle(self.chain.drain(..));
             debug_assert!(strays.is_empty());
             drop(strays);
