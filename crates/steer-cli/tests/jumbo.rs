@@ -175,3 +175,32 @@ fn steer_proxy_forwards_jumbo_datagrams_to_a_kernel_backend_and_back() {
     assert_eq!(multi["transmitted"], 60, "{multi}");
     assert_eq!(multi["refused"], 0, "{multi}");
 }
+
+#[test]
+fn multi_buffer_off_is_refused_in_one_line_on_a_jumbo_mtu() {
+    let net = jumbo_net();
+    let out = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args([
+            "echo",
+            "--interface",
+            &net.host,
+            "--port",
+            &PORT.to_string(),
+        ])
+        .args(["--multi-buffer", "off"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("steer echo:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line: {stderr}");
+    assert!(
+        lines[0].contains("MTU 9000") && lines[0].contains("multi-buffer is off"),
+        "{}",
+        lines[0]
+    );
+    assert!(!net.link_show().contains("xdp"), "nothing left attached");
+}
