@@ -39,6 +39,7 @@ mod tcp_echo;
 mod tcp_load;
 mod top;
 mod topology;
+mod view;
 
 use std::process::ExitCode;
 

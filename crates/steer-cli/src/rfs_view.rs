@@ -14,7 +14,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, Paragraph, Row, Table, Widget};
 
 use crate::rfs_live::{RfsCpu, RfsLive};
-use crate::top::right;
+use crate::view::right;
 
 /// Rates of `now` against `before` (same process, earlier), or since
 /// start.
@@ -71,7 +71,7 @@ pub fn headline(live: &RfsLive) -> String {
         "steer rfs on {} (pid {}), up {}, policy {}, xdp {}, tcp ports {:?}, udp ports {:?}, CPUs {}",
         live.interface,
         live.pid,
-        crate::stats::uptime(live.uptime_s),
+        crate::view::uptime(live.uptime_s),
         live.policy,
         live.xdp_mode,
         live.tcp_ports,
@@ -206,7 +206,7 @@ impl RfsTopView {
 
     /// The screen as plain text, `width` columns wide.
     pub fn to_text(&self, width: u16) -> String {
-        crate::top::screen_text(width, self.height(), |area, buf| self.render(area, buf))
+        crate::view::screen_text(width, self.height(), |area, buf| self.render(area, buf))
     }
 
     /// Draws the screen into `area` of `buf`.

@@ -15,6 +15,7 @@ use steer_engine::observe::{
 };
 
 use crate::rfs_live::RfsLive;
+use crate::view::uptime;
 
 /// Where a running engine is found (shared with `steer top`).
 #[derive(Debug, Clone, Args)]
@@ -360,18 +361,6 @@ pub fn frames_line(live: &LiveStats) -> String {
     )
 }
 
-/// `1h02m`, `3m05s`, `12.3s`.
-pub fn uptime(s: f64) -> String {
-    let whole = s as u64;
-    if whole >= 3600 {
-        format!("{}h{:02}m", whole / 3600, (whole % 3600) / 60)
-    } else if whole >= 60 {
-        format!("{}m{:02}s", whole / 60, whole % 60)
-    } else {
-        format!("{s:.1}s")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use steer_engine::observe::SocketCounters;
@@ -462,12 +451,5 @@ mod tests {
             .split_whitespace()
             .collect();
         assert_eq!(queue0[4], "4", "rx_ring_full of queue 0 in\n{text}");
-    }
-
-    #[test]
-    fn uptime_reads_well() {
-        assert_eq!(uptime(12.34), "12.3s");
-        assert_eq!(uptime(185.0), "3m05s");
-        assert_eq!(uptime(3720.0), "1h02m");
     }
 }

@@ -21,12 +21,12 @@ use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::text::Line;
-use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Widget};
+use ratatui::widgets::{Block, Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
 use crate::rfs_view::RfsTopView;
 use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef, Running};
+use crate::view::{right, screen_text};
 
 /// `steer top` arguments.
 #[derive(Debug, Args)]
@@ -345,29 +345,6 @@ impl TopView {
     pub fn to_text(&self, width: u16) -> String {
         screen_text(width, self.height(), |area, buf| self.render(area, buf))
     }
-}
-
-/// A screen of `height` lines drawn by `render`, as plain text `width`
-/// columns wide (at least 40).
-pub fn screen_text(width: u16, height: u16, render: impl Fn(Rect, &mut Buffer)) -> String {
-    let area = Rect::new(0, 0, width.max(40), height);
-    let mut buf = Buffer::empty(area);
-    render(area, &mut buf);
-    let mut out = String::new();
-    for row in buf.content().chunks(area.width as usize) {
-        let line: String = row.iter().map(|c| c.symbol()).collect();
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// Right-aligned cells.
-pub fn right<const N: usize>(texts: [String; N]) -> Vec<Cell<'static>> {
-    texts
-        .into_iter()
-        .map(|t| Cell::from(Line::from(t).right_aligned()))
-        .collect()
 }
 
 #[cfg(test)]

@@ -249,33 +249,3 @@ impl PortConfig {
         self
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::XdpError;
-
-    #[test]
-    fn jumbo_refusals_are_one_line_that_say_what_to_do() {
-        let too_large = XdpError::MtuTooLarge {
-            interface: "eth1".into(),
-            mtu: 9000,
-            frame_size: 2048,
-            max: max_single_frame_mtu(2048),
-        }
-        .to_string();
-        assert!(!too_large.contains('\n'), "{too_large}");
-        assert!(too_large.contains("MTU 9000") && too_large.contains("at most MTU 1774"));
-        let unsupported = XdpError::MultiBufferUnsupported {
-            interface: "eth1".into(),
-            queue: 0,
-            mode: BindMode::ZeroCopy,
-            frame_size: 4096,
-            max: max_single_frame_mtu(4096),
-            source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-        }
-        .to_string();
-        assert!(!unsupported.contains('\n'), "{unsupported}");
-        assert!(unsupported.contains("XDP_USE_SG") && unsupported.contains("3822"));
-    }
-}
