@@ -11,10 +11,10 @@ use std::fmt::Write as _;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::widgets::{Block, Paragraph, Row, Table, Widget};
+use ratatui::widgets::{Paragraph, Row, Widget};
 
 use crate::rfs_live::{RfsCpu, RfsLive};
-use crate::view::right;
+use crate::view::{bold_if, framed_table, right};
 
 /// Rates of `now` against `before` (same process, earlier), or since
 /// start.
@@ -234,23 +234,18 @@ impl RfsTopView {
         Paragraph::new(vec![line.into(), drops.into()]).render(program, buf);
         let rows = cpu_rows(r).into_iter().map(|cells| {
             let total = cells[0] == "all";
-            let row = Row::new(right(cells));
-            if total {
-                row.style(Style::new().add_modifier(Modifier::BOLD))
-            } else {
-                row
-            }
+            bold_if(Row::new(right(cells)), total)
         });
         let mut widths = vec![Constraint::Length(4)];
         widths.extend([Constraint::Length(10); 2]);
         widths.extend([Constraint::Length(12); 2]);
-        Table::new(rows, widths)
-            .header(
-                Row::new(right(CPU_HEADER.map(String::from)))
-                    .style(Style::new().add_modifier(Modifier::BOLD)),
-            )
-            .block(Block::bordered().title(" per CPU: where steered frames land "))
-            .render(cpu_area, buf);
+        framed_table(
+            rows,
+            widths,
+            &CPU_HEADER,
+            " per CPU: where steered frames land ",
+        )
+        .render(cpu_area, buf);
         match &self.status {
             Some(e) => Paragraph::new(format!("not refreshed: {e}"))
                 .style(Style::new().fg(Color::Red))

@@ -21,12 +21,12 @@ use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::widgets::{Block, Paragraph, Row, Table, Widget};
+use ratatui::widgets::{Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
 use crate::rfs_view::RfsTopView;
 use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef, Running};
-use crate::view::{right, screen_text};
+use crate::view::{bold_if, framed_table, right, screen_text};
 
 /// `steer top` arguments.
 #[derive(Debug, Args)]
@@ -281,21 +281,12 @@ impl TopView {
                     r.core.hook_calls.to_string(),
                     r.core.time_squeeze.to_string(),
                 ]));
-                if cpu.is_none() {
-                    row.style(Style::new().add_modifier(Modifier::BOLD))
-                } else {
-                    row
-                }
+                bold_if(row, cpu.is_none())
             });
         let mut widths = vec![Constraint::Length(4)];
         widths.extend([Constraint::Length(9); 2]);
         widths.extend([Constraint::Length(10); 9]);
-        Table::new(rows, widths)
-            .header(
-                Row::new(right(header.map(String::from)))
-                    .style(Style::new().add_modifier(Modifier::BOLD)),
-            )
-            .block(Block::bordered().title(" per CPU "))
+        framed_table(rows, widths, &header, " per CPU ")
     }
 
     fn socket_table(&self) -> Table<'static> {
@@ -331,14 +322,12 @@ impl TopView {
         let mut widths = vec![Constraint::Length(5), Constraint::Length(9)];
         widths.extend([Constraint::Length(13); 5]);
         widths.extend([Constraint::Length(10); 4]);
-        Table::new(rows, widths)
-            .header(
-                Row::new(right(header.map(String::from)))
-                    .style(Style::new().add_modifier(Modifier::BOLD)),
-            )
-            .block(
-                Block::bordered().title(" AF_XDP sockets (kernel XDP_STATISTICS, ring occupancy) "),
-            )
+        framed_table(
+            rows,
+            widths,
+            &header,
+            " AF_XDP sockets (kernel XDP_STATISTICS, ring occupancy) ",
+        )
     }
 
     /// The screen as plain text, `width` columns wide.

@@ -4,9 +4,10 @@
 //! none of them.
 
 use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::Cell;
+use ratatui::widgets::{Block, Cell, Row, Table};
 
 /// A screen of `height` lines drawn by `render`, as plain text `width`
 /// columns wide (at least 40).
@@ -40,6 +41,32 @@ pub fn uptime(s: f64) -> String {
         format!("{}m{:02}s", whole / 60, whole % 60)
     } else {
         format!("{s:.1}s")
+    }
+}
+
+/// A table of `rows` under a bold header of right-aligned `header` cells,
+/// in a frame titled `title`.
+pub fn framed_table<'a>(
+    rows: impl IntoIterator<Item = Row<'a>>,
+    widths: Vec<Constraint>,
+    header: &[&str],
+    title: &'a str,
+) -> Table<'a> {
+    let header: Vec<Cell> = header
+        .iter()
+        .map(|t| Cell::from(Line::from(t.to_string()).right_aligned()))
+        .collect();
+    Table::new(rows, widths)
+        .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
+        .block(Block::bordered().title(title))
+}
+
+/// `row`, in bold when it is a total.
+pub fn bold_if(row: Row<'_>, total: bool) -> Row<'_> {
+    if total {
+        row.style(Style::new().add_modifier(Modifier::BOLD))
+    } else {
+        row
     }
 }
 

@@ -8,68 +8,26 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use steer_testbed::traffic::drive_sized;
 use steer_testbed::TestNet;
 use support::PORT;
 
 /// A veth pair with MTU 9000 on both ends.
 fn jumbo_net() -> TestNet {
     let net = TestNet::new();
-    let out = Command::new("ip")
-        .args(["link", "set", &net.host, "mtu", "9000"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let out = net.ns_cmd(&["ip", "link", "set", &net.peer, "mtu", "9000"]);
-    assert!(out.status.success(), "{out:?}");
+    net.set_mtu(9000);
     net
-}
-
-/// A datagram whose bytes say which flow and message it is.
-fn datagram(flow: usize, seq: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32 ^ seq.wrapping_mul(31) ^ (flow as u32 * 7)) as u8)
-        .collect()
 }
 
 /// `rounds` rounds of one 8000-byte datagram on an IPv4 and an IPv6 flow
 /// and one 64-byte datagram on two small flows; every reply must be its
 /// datagram, whole.
 fn drive_mixed(net: &TestNet, rounds: u32) {
-    net.in_ns(|| {
-        let open = |local: IpAddr, remote: IpAddr| {
-            let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            (s, SocketAddr::new(remote, PORT))
-        };
-        let v4 = (IpAddr::from(net.peer_v4), IpAddr::from(net.host_v4));
-        let v6 = (IpAddr::from(net.peer_v6), IpAddr::from(net.host_v6));
-        let flows = [
-            (open(v4.0, v4.1), 8000),
-            (open(v6.0, v6.1), 8000),
-            (open(v4.0, v4.1), 64),
-            (open(v6.0, v6.1), 64),
-        ];
-        let mut buf = vec![0u8; 65536];
-        for seq in 0..rounds {
-            for (i, ((s, to), len)) in flows.iter().enumerate() {
-                s.send_to(&datagram(i, seq, *len), to).unwrap();
-            }
-            for (i, ((s, _), len)) in flows.iter().enumerate() {
-                let n = s
-                    .recv(&mut buf)
-                    .unwrap_or_else(|e| panic!("flow {i} ({len} bytes) round {seq}: {e}"));
-                assert_eq!(n, *len, "flow {i} round {seq}: reply length");
-                assert!(
-                    buf[..n] == datagram(i, seq, *len)[..],
-                    "flow {i} round {seq}: reply differs from the datagram"
-                );
-            }
-        }
-    });
+    drive_sized(net, PORT, &[8000, 8000, 64, 64], rounds);
 }
 
 /// A running `steer`, killed if the test fails before it stops it.

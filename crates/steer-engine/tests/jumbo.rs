@@ -9,12 +9,10 @@
 
 mod support;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::time::Duration;
-
 use steer_core::policy::Policy;
 use steer_engine::engine::Engine;
 use steer_engine::flows::FlowOptions;
+use steer_testbed::traffic::drive_sized;
 use steer_testbed::TestNet;
 use steer_xdp::{MultiBuffer, Proto};
 use support::{assert_accounted, echo_builder, PORT};
@@ -22,69 +20,16 @@ use support::{assert_accounted, echo_builder, PORT};
 /// A veth pair with MTU 9000 on both ends.
 fn jumbo_net() -> TestNet {
     let net = TestNet::new();
-    let out = std::process::Command::new("ip")
-        .args(["link", "set", &net.host, "mtu", "9000"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let out = net.ns_cmd(&["ip", "link", "set", &net.peer, "mtu", "9000"]);
-    assert!(out.status.success(), "{out:?}");
+    net.set_mtu(9000);
     net
 }
 
-/// A datagram of `len` bytes whose content says which flow and which
-/// message it is (so a reply of another datagram, or a torn one, shows).
-fn datagram(flow: usize, seq: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32 ^ seq.wrapping_mul(31) ^ (flow as u32 * 7)) as u8)
-        .collect()
-}
-
-/// Sends `rounds` rounds from the peer: on each jumbo flow (IPv4, IPv6) one
-/// 8000-byte datagram, on each small flow one 64-byte one; checks each
-/// reply is its datagram, intact. Returns (jumbo, small) replies received.
+/// `rounds` rounds: on each of two jumbo flows (IPv4, IPv6) one
+/// 8000-byte datagram, on each of four small flows one 64-byte one; every
+/// reply must be its datagram, intact. Returns (jumbo, small) replies.
 fn drive_mixed(net: &TestNet, rounds: u32) -> (u32, u32) {
-    net.in_ns(|| {
-        let open = |local: IpAddr, remote: IpAddr| {
-            let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            (s, SocketAddr::new(remote, PORT))
-        };
-        let v4 = (IpAddr::from(net.peer_v4), IpAddr::from(net.host_v4));
-        let v6 = (IpAddr::from(net.peer_v6), IpAddr::from(net.host_v6));
-        // Flows 0, 1: jumbo (IPv4, IPv6); 2..6: small, both families.
-        let flows: Vec<((UdpSocket, SocketAddr), usize)> = vec![
-            (open(v4.0, v4.1), 8000),
-            (open(v6.0, v6.1), 8000),
-            (open(v4.0, v4.1), 64),
-            (open(v6.0, v6.1), 64),
-            (open(v4.0, v4.1), 64),
-            (open(v6.0, v6.1), 64),
-        ];
-        let (mut jumbo, mut small) = (0, 0);
-        let mut buf = vec![0u8; 65536];
-        for seq in 0..rounds {
-            for (i, ((s, to), len)) in flows.iter().enumerate() {
-                s.send_to(&datagram(i, seq, *len), to).unwrap();
-            }
-            for (i, ((s, _), len)) in flows.iter().enumerate() {
-                let n = s
-                    .recv(&mut buf)
-                    .unwrap_or_else(|e| panic!("flow {i} ({len} bytes) round {seq}: {e}"));
-                assert_eq!(n, *len, "flow {i} round {seq}: reply length");
-                assert!(
-                    buf[..n] == datagram(i, seq, *len)[..],
-                    "flow {i} round {seq}: reply differs from the datagram"
-                );
-                if *len > 1000 {
-                    jumbo += 1;
-                } else {
-                    small += 1;
-                }
-            }
-        }
-        (jumbo, small)
-    })
+    let got = drive_sized(net, PORT, &[8000, 8000, 64, 64, 64, 64], rounds);
+    (got[..2].iter().sum(), got[2..].iter().sum())
 }
 
 #[test]

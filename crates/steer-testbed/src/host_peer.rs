@@ -129,6 +129,14 @@ impl TestNet {
         Netns::exec(&self.ns, cmd)
     }
 
+    /// Sets the MTU of both ends (a jumbo network: 9000).
+    pub fn set_mtu(&self, mtu: u32) {
+        let mtu = mtu.to_string();
+        crate::cmd::ip(&["link", "set", &self.host, "mtu", &mtu]).unwrap();
+        let out = self.ns_cmd(&["ip", "link", "set", &self.peer, "mtu", &mtu]);
+        assert!(out.status.success(), "peer mtu {mtu}: {out:?}");
+    }
+
     /// `ip link show` of the host side.
     pub fn link_show(&self) -> String {
         self.ends().0.link_show()

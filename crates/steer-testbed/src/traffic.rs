@@ -62,3 +62,53 @@ pub fn drive_flows(
         got
     })
 }
+
+/// A datagram of `len` bytes whose content says which flow and which
+/// message it is, so a reply of another datagram, or a torn one, shows.
+pub fn patterned(flow: usize, seq: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(31) ^ (flow as u32 * 7)) as u8)
+        .collect()
+}
+
+/// `rounds` rounds of one [`patterned`] datagram of `sizes[i]` bytes on
+/// each flow `i` (IPv4 for even `i`, IPv6 for odd) to `port` of the host
+/// end; every reply must be its datagram, whole, within 3 s. Returns the
+/// replies each flow got.
+pub fn drive_sized(net: &TestNet, port: u16, sizes: &[usize], rounds: u32) -> Vec<u32> {
+    net.in_ns(|| {
+        let flows: Vec<(UdpSocket, SocketAddr, usize)> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let (local, remote): (IpAddr, IpAddr) = if i % 2 == 0 {
+                    (net.peer_v4.into(), net.host_v4.into())
+                } else {
+                    (net.peer_v6.into(), net.host_v6.into())
+                };
+                let s = UdpSocket::bind(SocketAddr::new(local, 0)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                (s, SocketAddr::new(remote, port), len)
+            })
+            .collect();
+        let mut got = vec![0; flows.len()];
+        let mut buf = vec![0u8; 65536];
+        for seq in 0..rounds {
+            for (i, (s, to, len)) in flows.iter().enumerate() {
+                s.send_to(&patterned(i, seq, *len), to).unwrap();
+            }
+            for (i, (s, _, len)) in flows.iter().enumerate() {
+                let n = s
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("flow {i} ({len} bytes) round {seq}: {e}"));
+                assert_eq!(n, *len, "flow {i} round {seq}: reply length");
+                assert!(
+                    buf[..n] == patterned(i, seq, *len)[..],
+                    "flow {i} round {seq}: reply differs from the datagram"
+                );
+                got[i] += 1;
+            }
+        }
+        got
+    })
+}
