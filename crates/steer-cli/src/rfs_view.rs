@@ -14,7 +14,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Paragraph, Row, Widget};
 
 use crate::rfs_live::{RfsCpu, RfsLive};
-use crate::view::{bold_if, framed_table, right};
+use crate::view::{bold_if, framed_table, right, Samples};
 
 /// Rates of `now` against `before` (same process, earlier), or since
 /// start.
@@ -164,34 +164,11 @@ pub fn report(live: &RfsLive) -> String {
     out
 }
 
-/// `steer top`'s screen for a running `steer rfs`: the latest snapshot,
-/// the one before (for rates) and why the latest refresh failed, if it
-/// did.
-#[derive(Debug)]
-pub struct RfsTopView {
-    now: RfsLive,
-    before: Option<RfsLive>,
-    pub status: Option<String>,
-}
+/// `steer top`'s screen for a running `steer rfs` (the drawing is below;
+/// the samples are [`Samples`]).
+pub type RfsTopView = Samples<RfsLive>;
 
 impl RfsTopView {
-    pub fn new(first: RfsLive) -> Self {
-        Self {
-            now: first,
-            before: None,
-            status: None,
-        }
-    }
-
-    /// A new snapshot; rates are taken against the previous one when it
-    /// came from the same process.
-    pub fn update(&mut self, live: RfsLive) {
-        let previous = std::mem::replace(&mut self.now, live);
-        self.before = (previous.pid == self.now.pid && previous.uptime_s < self.now.uptime_s)
-            .then_some(previous);
-        self.status = None;
-    }
-
     fn rates(&self) -> Option<Rates<'_>> {
         self.before.as_ref().map(|b| Rates {
             now: &self.now,
@@ -369,16 +346,20 @@ mod tests {
 
     #[test]
     fn another_process_or_a_failed_refresh_shows_no_false_rates() {
+        // Which snapshots rates are taken against is Samples' (view.rs);
+        // here, that this view asks it and shows a failed refresh.
         let mut view = RfsTopView::new(sample(5.0, 100));
-        let mut other = sample(1.0, 10);
-        other.pid += 1;
-        view.update(other);
-        assert!(view.rates().is_none());
-        view.status = Some("the steer engine on veth9 is gone".into());
+        view.status = Some("the steer rfs on veth9 is gone".into());
         let text = view.to_text(132);
         assert!(
-            text.contains("not refreshed: the steer engine on veth9 is gone"),
+            text.contains("not refreshed: the steer rfs on veth9 is gone"),
             "{text}"
         );
+        let other = RfsLive {
+            pid: view.now.pid + 1,
+            ..sample(1.0, 10)
+        };
+        view.update(other);
+        assert!(view.rates().is_none() && view.status.is_none());
     }
 }

@@ -26,7 +26,7 @@ use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
 use crate::rfs_view::RfsTopView;
 use crate::stats::{flows_line, frames_line, headline, steering_line, EngineRef, Running};
-use crate::view::{bold_if, framed_table, right, screen_text};
+use crate::view::{bold_if, framed_table, right, screen_text, Samples};
 
 /// `steer top` arguments.
 #[derive(Debug, Args)]
@@ -143,33 +143,11 @@ impl Screen {
     }
 }
 
-/// What the screen shows: the latest sample, the one before (for rates)
-/// and why the latest refresh failed, if it did.
-#[derive(Debug)]
-pub struct TopView {
-    now: LiveStats,
-    before: Option<LiveStats>,
-    status: Option<String>,
-}
+/// The engine's screen (the drawing is below; the samples are
+/// [`Samples`]).
+pub type TopView = Samples<LiveStats>;
 
 impl TopView {
-    pub fn new(first: LiveStats) -> Self {
-        Self {
-            now: first,
-            before: None,
-            status: None,
-        }
-    }
-
-    /// A new sample; rates are taken against the previous one when it came
-    /// from the same engine.
-    pub fn update(&mut self, live: LiveStats) {
-        let previous = std::mem::replace(&mut self.now, live);
-        self.before = (previous.pid == self.now.pid && previous.uptime_s < self.now.uptime_s)
-            .then_some(previous);
-        self.status = None;
-    }
-
     /// Seconds between the two samples.
     fn dt(&self) -> Option<f64> {
         self.before.as_ref().map(|b| self.now.uptime_s - b.uptime_s)

@@ -70,9 +70,93 @@ pub fn bold_if(row: Row<'_>, total: bool) -> Row<'_> {
     }
 }
 
+/// A status snapshot that knows which process made it and when.
+pub trait Sampled {
+    /// The process that answered.
+    fn pid(&self) -> u32;
+    /// Its uptime when it answered, in seconds.
+    fn uptime_s(&self) -> f64;
+}
+
+impl Sampled for steer_engine::observe::LiveStats {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn uptime_s(&self) -> f64 {
+        self.uptime_s
+    }
+}
+
+impl Sampled for crate::rfs_live::RfsLive {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn uptime_s(&self) -> f64 {
+        self.uptime_s
+    }
+}
+
+/// What a `steer top` screen shows: the latest snapshot, the one before
+/// (for rates, kept only when it came from the same process) and why the
+/// latest refresh failed, if it did. Each kind of snapshot draws itself
+/// in its own module (`impl Samples<LiveStats>`, `impl Samples<RfsLive>`).
+#[derive(Debug)]
+pub struct Samples<T> {
+    pub(crate) now: T,
+    pub(crate) before: Option<T>,
+    pub(crate) status: Option<String>,
+}
+
+impl<T: Sampled> Samples<T> {
+    /// The first snapshot; no rates yet.
+    pub fn new(first: T) -> Self {
+        Self {
+            now: first,
+            before: None,
+            status: None,
+        }
+    }
+
+    /// A new snapshot; rates are taken against the previous one when it
+    /// came from the same process.
+    pub fn update(&mut self, next: T) {
+        let previous = std::mem::replace(&mut self.now, next);
+        self.before = (previous.pid() == self.now.pid()
+            && previous.uptime_s() < self.now.uptime_s())
+        .then_some(previous);
+        self.status = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Snap(u32, f64);
+
+    impl Sampled for Snap {
+        fn pid(&self) -> u32 {
+            self.0
+        }
+        fn uptime_s(&self) -> f64 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn rates_are_taken_only_against_the_same_process_earlier() {
+        let mut s = Samples::new(Snap(1, 5.0));
+        assert!(s.before.is_none(), "no rates from one snapshot");
+        s.update(Snap(1, 6.0));
+        assert_eq!(s.before.as_ref().map(|b| b.1), Some(5.0));
+        s.status = Some("refresh failed".into());
+        s.update(Snap(2, 1.0));
+        assert!(s.before.is_none(), "another process");
+        assert!(s.status.is_none(), "a refresh clears the failure");
+        s.update(Snap(2, 0.5));
+        assert!(s.before.is_none(), "the same pid, restarted");
+    }
 
     #[test]
     fn uptime_reads_well() {
