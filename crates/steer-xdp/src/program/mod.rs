@@ -44,7 +44,10 @@ use crate::{
     config::{Proto, XdpAttach, XdpMode},
     error::{Result, XdpError},
     owner_lock::InterfaceLock,
-    sys::libxdp::{detach_netlink, program_id, AttachMode, BpfObject, Map, XdpLink, XdpProgram},
+    sys::libxdp::{
+        detach_netlink, detach_netlink_by_id, program_id, AttachMode, BpfObject, Map, XdpLink,
+        XdpProgram,
+    },
 };
 
 pub(crate) use attached::detach_stale;
@@ -616,7 +619,12 @@ impl Drop for SteerProgram {
         let detached = if *dispatched {
             prog.detach(idx, mode)
         } else {
-            detach_netlink(idx, mode, prog.fd())
+            detach_netlink(idx, mode, prog.fd()).or_else(|e| match e.raw_os_error() {
+                // The kernel would not match the program by its fd (seen
+                // with xdp.frags, device-bound): by its id, if still ours.
+                Some(libc::EINVAL) => detach_netlink_by_id(idx, mode, prog.id()),
+                _ => Err(e),
+            })
         };
         match detached {
             Err(e) => {

@@ -253,6 +253,31 @@ pub(crate) fn detach_netlink(ifindex: i32, mode: AttachMode, prog_fd: RawFd) -> 
     check_rc(unsafe { xdp::bpf_xdp_detach(ifindex, flags, &opts) })
 }
 
+/// Detaches whatever program is attached through netlink to `ifindex` in
+/// `mode`, if its id is `prog_id` (asked first with `bpf_xdp_query_id`;
+/// CAP_NET_ADMIN alone). For when the kernel refuses to match the program
+/// by its fd ([`detach_netlink`]'s EINVAL for a multi-buffer,
+/// device-bound program); the check and the detach are two calls, which is
+/// safe while the interface's owner lock keeps other steer processes out.
+pub(crate) fn detach_netlink_by_id(ifindex: i32, mode: AttachMode, prog_id: u32) -> io::Result<()> {
+    let flags = if mode == AttachMode::SKB {
+        XDP_FLAGS_SKB_MODE
+    } else {
+        XDP_FLAGS_DRV_MODE
+    };
+    let mut attached = 0u32;
+    // SAFETY: `attached` is a valid out-pointer for the call.
+    check_rc(unsafe { xdp::bpf_xdp_query_id(ifindex, flags as i32, &mut attached) })?;
+    if attached != prog_id {
+        return Err(io::Error::other(format!(
+            "another program (id {attached}) is attached in its place"
+        )));
+    }
+    // SAFETY: null options are libbpf's "none": detach what is attached in
+    // this mode.
+    check_rc(unsafe { xdp::bpf_xdp_detach(ifindex, flags, ptr::null()) })
+}
+
 /// An fd returned by a libbpf `*_get_fd_by_id` call, owned.
 fn owned_fd(rc: c_int) -> io::Result<OwnedFd> {
     if rc < 0 {
