@@ -9,6 +9,8 @@
 mod running;
 mod support;
 
+use support::row;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -73,18 +75,6 @@ fn landed(v: &serde_json::Value, cpu: u64) -> u64 {
         .iter()
         .find(|r| r["cpu"] == cpu)
         .map_or(0, |r| r["landed"].as_u64().unwrap())
-}
-
-/// The cells of the row of `text` whose first cell is `label` (table
-/// borders dropped).
-fn row(text: &str, label: &str) -> Vec<String> {
-    text.lines()
-        .map(|l| l.trim_matches(|c: char| c == '│' || c.is_whitespace()))
-        .find(|l| l.split_whitespace().next() == Some(label))
-        .unwrap_or_else(|| panic!("no row {label:?} in\n{text}"))
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
 }
 
 #[test]

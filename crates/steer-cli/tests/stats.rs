@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use running::{one_line_error, stats_json, steer, Echo};
 use steer_testbed::TestNet;
-use support::drive_flows;
+use support::{drive_flows, row};
 
 /// The sum of `field` over the per-CPU rows.
 fn total(v: &serde_json::Value, field: &str) -> u64 {
@@ -35,18 +35,6 @@ fn settled(interface: &str, sent: u64) -> serde_json::Value {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The cells of the first row of `text` whose first cell is `label`
-/// (table borders dropped).
-fn row(text: &str, label: &str) -> Vec<String> {
-    text.lines()
-        .map(|l| l.trim_matches(|c: char| c == '│' || c.is_whitespace()))
-        .find(|l| l.split_whitespace().next() == Some(label))
-        .unwrap_or_else(|| panic!("no row {label:?} in\n{text}"))
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
 }
 
 #[test]

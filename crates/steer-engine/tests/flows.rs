@@ -19,7 +19,7 @@ use steer_engine::engine::{Engine, EngineBuilder, EngineStats};
 use steer_engine::flows::{AcceptMode, FlowListener, FlowOptions, MioNotifier};
 use steer_testbed::TestNet;
 use steer_xdp::Proto;
-use support::{drive_flows, processed_on, PORT};
+use support::{drive_flows, echo_flows_on_multi_thread, processed_on, PORT};
 
 fn flow_engine(net: &TestNet, policy: Policy, accept: AcceptMode) -> Engine {
     Engine::builder(&net.host)
@@ -76,26 +76,6 @@ fn single_listener(policy: Policy) -> (TestNet, Engine, FlowListener) {
     let engine = flow_engine(&net, policy, AcceptMode::Single);
     let listener = engine.listener().unwrap();
     (net, engine, listener)
-}
-
-/// A tokio multi-thread runtime with `threads` workers that accepts every
-/// flow of `listener` and echoes it from a task of its own.
-fn echo_flows_on_multi_thread(listener: FlowListener, threads: usize) -> tokio::runtime::Runtime {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.spawn(async move {
-        while let Some(mut flow) = listener.accept().await {
-            tokio::spawn(async move {
-                while let Some(d) = flow.recv().await {
-                    flow.send(&d).unwrap();
-                }
-            });
-        }
-    });
-    rt
 }
 
 fn current_thread() -> tokio::runtime::Runtime {

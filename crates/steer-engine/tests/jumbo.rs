@@ -15,7 +15,7 @@ use steer_engine::flows::FlowOptions;
 use steer_testbed::traffic::drive_sized;
 use steer_testbed::TestNet;
 use steer_xdp::{MultiBuffer, Proto};
-use support::{assert_accounted, echo_builder, PORT};
+use support::{assert_accounted, echo_builder, echo_flows_on_multi_thread, PORT};
 
 /// A veth pair with MTU 9000 on both ends.
 fn jumbo_net() -> TestNet {
@@ -88,20 +88,7 @@ fn flow_delivery_reads_and_answers_jumbo_datagrams_whole() {
         .start()
         .expect("engine with flow delivery starts");
     let listener = engine.listener().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.spawn(async move {
-        while let Some(mut flow) = listener.accept().await {
-            tokio::spawn(async move {
-                while let Some(d) = flow.recv().await {
-                    flow.send(&d).unwrap();
-                }
-            });
-        }
-    });
+    let rt = echo_flows_on_multi_thread(listener, 2);
     let (jumbo, small) = drive_mixed(&net, 20);
     assert_eq!((jumbo, small), (40, 80));
     let stats = engine.stats();

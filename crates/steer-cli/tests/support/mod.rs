@@ -101,3 +101,15 @@ pub fn stop_rfs(rfs: Child, net: &TestNet, json: &Path) -> serde_json::Value {
     let _ = std::fs::remove_file(json);
     serde_json::from_str(&text).unwrap()
 }
+
+/// The cells of the first row of `text` whose first cell is `label`
+/// (table borders dropped): a row of `steer stats` or `steer top --once`.
+pub fn row(text: &str, label: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.trim_matches(|c: char| c == '│' || c.is_whitespace()))
+        .find(|l| l.split_whitespace().next() == Some(label))
+        .unwrap_or_else(|| panic!("no row {label:?} in\n{text}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}

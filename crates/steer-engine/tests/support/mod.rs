@@ -200,3 +200,26 @@ pub fn send_raw(net: &TestNet, frames: &[Vec<u8>]) {
         }
     });
 }
+
+/// A tokio multi-thread runtime with `threads` workers that accepts every
+/// flow of `listener` and echoes it from a task of its own.
+pub fn echo_flows_on_multi_thread(
+    listener: steer_engine::flows::FlowListener,
+    threads: usize,
+) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.spawn(async move {
+        while let Some(mut flow) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(d) = flow.recv().await {
+                    flow.send(&d).unwrap();
+                }
+            });
+        }
+    });
+    rt
+}
