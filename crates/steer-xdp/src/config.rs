@@ -16,6 +16,17 @@ pub enum XdpMode {
     Generic,
 }
 
+impl XdpMode {
+    /// The modes to try, in order, to attach in this one.
+    pub fn attempts(self) -> &'static [XdpMode] {
+        match self {
+            XdpMode::Auto => &[XdpMode::Native, XdpMode::Generic],
+            XdpMode::Native => &[XdpMode::Native],
+            XdpMode::Generic => &[XdpMode::Generic],
+        }
+    }
+}
+
 /// How the XDP program is held on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[doc(alias = "bpf_link")]

@@ -69,11 +69,7 @@ impl XdpObject {
     ) -> Result<Self> {
         sys::check_privileges()?;
         let ifindex = sys::ifindex(interface)?;
-        let modes: &[XdpMode] = match mode {
-            XdpMode::Auto => &[XdpMode::Native, XdpMode::Generic],
-            XdpMode::Native => &[XdpMode::Native],
-            XdpMode::Generic => &[XdpMode::Generic],
-        };
+        let modes = mode.attempts();
         let mut last = None;
         for &m in modes {
             match Self::try_attach(object, program, interface, ifindex, m) {

@@ -35,6 +35,30 @@ pub struct Frame {
     umem_id: u32,
 }
 
+/// Where a frame's packet is and how long it is: the accessors a [`Frame`]
+/// and its lent descriptor ([`RawFrame`](crate::RawFrame)) share, over
+/// their `desc` field.
+macro_rules! packet_extent {
+    () => {
+        /// Offset of the packet data in the UMEM (unique per frame held).
+        pub fn addr(&self) -> usize {
+            self.desc.addr()
+        }
+
+        /// Packet length in bytes (of this frame's part of the packet when
+        /// the packet spans several frames).
+        pub fn len(&self) -> usize {
+            self.desc.lengths().data()
+        }
+
+        /// Whether the packet is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    };
+}
+pub(crate) use packet_extent;
+
 impl Frame {
     /// The token for a descriptor the socket module took off the rx or
     /// completion ring or out of a free pool, of the UMEM with id `umem_id`.
@@ -52,21 +76,7 @@ impl Frame {
         self.umem_id
     }
 
-    /// Offset of the packet data in the UMEM (unique per frame held).
-    pub fn addr(&self) -> usize {
-        self.desc.addr()
-    }
-
-    /// Packet length in bytes (of this frame's part of the packet when the
-    /// packet spans several frames).
-    pub fn len(&self) -> usize {
-        self.desc.lengths().data()
-    }
-
-    /// Whether the packet is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    packet_extent!();
 
     /// Whether the packet goes on in the next frame (`XDP_PKT_CONTD` on
     /// the descriptor): a frame received on a multi-buffer socket, or one

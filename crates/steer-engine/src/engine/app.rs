@@ -201,6 +201,17 @@ pub(crate) struct WorkerHandler {
 }
 
 impl WorkerHandler {
+    /// A frame the application answered no reply for: counted as consumed
+    /// or dropped, and back to the spare pool.
+    fn give_back(&mut self, verdict: Verdict, frame: Frame, pool: &mut UmemPool) {
+        if matches!(verdict, Verdict::Consume) {
+            self.local.consumed += 1;
+        } else {
+            self.local.app_dropped += 1;
+        }
+        pool.spare().put(frame);
+    }
+
     /// A packet received in several frames: the handler runs on its
     /// contiguous copy, and a reply is written back across `frame` and
     /// spare frames (a multi-buffer reply) when it does not fit one.
@@ -222,14 +233,7 @@ impl WorkerHandler {
                     self.local.tx_dropped += 1;
                 }
             }
-            Verdict::Consume => {
-                self.local.consumed += 1;
-                pool.spare().put(frame);
-            }
-            Verdict::Drop => {
-                self.local.app_dropped += 1;
-                pool.spare().put(frame);
-            }
+            kept @ (Verdict::Consume | Verdict::Drop) => self.give_back(kept, frame, pool),
         }
     }
 }
@@ -267,14 +271,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
                 self.umem.set_len(&mut frame, len);
                 self.tx.stage(frame);
             }
-            Verdict::Consume => {
-                self.local.consumed += 1;
-                pool.spare().put(frame);
-            }
-            Verdict::Drop => {
-                self.local.app_dropped += 1;
-                pool.spare().put(frame);
-            }
+            kept @ (Verdict::Consume | Verdict::Drop) => self.give_back(kept, frame, pool),
         }
     }
 

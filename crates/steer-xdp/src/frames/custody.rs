@@ -56,20 +56,7 @@ impl RawFrame {
         self.flow_hash = hash;
     }
 
-    /// Offset of the packet data in the UMEM.
-    pub fn addr(&self) -> usize {
-        self.desc.addr()
-    }
-
-    /// Packet length in bytes.
-    pub fn len(&self) -> usize {
-        self.desc.lengths().data()
-    }
-
-    /// Whether the packet is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    crate::umem::packet_extent!();
 }
 
 /// Lends `frame`, of `umem`'s UMEM, out as a descriptor. A frame of

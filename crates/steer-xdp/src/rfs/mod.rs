@@ -192,11 +192,7 @@ impl RfsProgram {
                 });
             }
         }
-        let modes: &[XdpMode] = match mode {
-            XdpMode::Auto => &[XdpMode::Native, XdpMode::Generic],
-            XdpMode::Native => &[XdpMode::Native],
-            XdpMode::Generic => &[XdpMode::Generic],
-        };
+        let modes = mode.attempts();
         let mut last = None;
         for &m in modes {
             match Self::try_attach(interface, ifindex, m, lock.clone()) {

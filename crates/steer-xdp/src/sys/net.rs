@@ -122,14 +122,10 @@ pub(crate) fn ethtool_rxnfc(name: &str, nfc: &mut [u8; ETHTOOL_RXNFC_LEN]) -> io
     unsafe { ethtool(name, nfc.as_mut_ptr().cast()) }
 }
 
-/// A `SIOCETHTOOL` ioctl on `name` with the command structure at `data`.
-///
-/// # Safety
-/// `data` must point to a command structure (its first u32 the command)
-/// valid for reads and writes of as many bytes as the kernel's handler of
-/// that command copies in and out, and live for the call.
-unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+/// A socket for interface ioctls and an `ifreq` naming `name` (zeroed
+/// otherwise, so the name is NUL-terminated); ENODEV for a name too long
+/// to be an interface's.
+fn ifreq_for(name: &str) -> io::Result<(std::os::fd::OwnedFd, libc::ifreq)> {
     if name.len() >= libc::IF_NAMESIZE {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
@@ -146,6 +142,18 @@ unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
     for (d, s) in ifr.ifr_name.iter_mut().zip(name.as_bytes()) {
         *d = *s as libc::c_char;
     }
+    Ok((sock, ifr))
+}
+
+/// A `SIOCETHTOOL` ioctl on `name` with the command structure at `data`.
+///
+/// # Safety
+/// `data` must point to a command structure (its first u32 the command)
+/// valid for reads and writes of as many bytes as the kernel's handler of
+/// that command copies in and out, and live for the call.
+unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    let (sock, mut ifr) = ifreq_for(name)?;
     ifr.ifr_ifru.ifru_data = data.cast();
     // SAFETY: `ifr` names the interface (NUL-terminated: zeroed and shorter
     // than IF_NAMESIZE) and points at the caller's ethtool command structure,
@@ -163,22 +171,10 @@ unsafe fn ethtool(name: &str, data: *mut libc::c_void) -> io::Result<()> {
 #[doc(alias = "SIOCGIFMTU")]
 pub(crate) fn mtu(name: &str) -> io::Result<u32> {
     const SIOCGIFMTU: libc::c_ulong = 0x8921;
-    if name.is_empty() || name.len() >= libc::IF_NAMESIZE {
+    if name.is_empty() {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
-    // SAFETY: plain socket(2) call with constant arguments.
-    let fd = syscall!(socket(
-        libc::AF_INET,
-        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-        0
-    ))?;
-    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
+    let (sock, mut ifr) = ifreq_for(name)?;
     // SAFETY: `ifr` names the interface (NUL-terminated: zeroed and shorter
     // than IF_NAMESIZE); SIOCGIFMTU writes the MTU into its union, which
     // lives on the stack for the call.
