@@ -132,8 +132,9 @@ pub struct ProxyArgs {
     pub new_flows_per_source: Option<u32>,
     /// Open flows replaced by new ones per second, at most, once the
     /// budget is full; past it new flows are refused, so a spray cannot
-    /// spend the CPU on replacing flows; 0: no limit (default: a quarter
-    /// of --max-flows, at least 100).
+    /// spend the CPU on replacing flows; a flow's first datagram gets a
+    /// fifth of it, a client retrying a refused flow the whole; 0: no
+    /// limit (default: a quarter of --max-flows, at least 100).
     #[arg(long, value_name = "PER_SECOND")]
     pub evictions_per_second: Option<u32>,
     /// New flows a worker may have waiting for their task's first read (a

@@ -76,7 +76,9 @@ pub struct FlowBudget {
     /// a spray that replaces the table's flows as fast as it sends would
     /// spend the CPU the established flows need. 0: a quarter of
     /// `max_flows` per second (the table turns over in four seconds at
-    /// most), at least 100; `u32::MAX`: no limit.
+    /// most), at least 100; `u32::MAX`: no limit. A flow's first datagram
+    /// draws on a fifth of it ([`FlowLimits::first_try_evictions_per_second`]),
+    /// a flow refused a moment ago that sends again on the whole.
     pub evictions_per_second: u32,
 }
 
@@ -106,6 +108,12 @@ pub struct FlowLimits {
     /// Evictions for room per second (`f64::INFINITY`: no limit); the
     /// bucket holds a second's worth.
     pub evictions_per_second: f64,
+    /// Of those, the evictions per second for a flow's first datagram; a
+    /// flow refused a moment ago that sends again (a client retrying)
+    /// takes from the whole pace: a fifth of `evictions_per_second`, at
+    /// least 20 (a spray of one-datagram flows replaces at most that many
+    /// flows a second).
+    pub first_try_evictions_per_second: f64,
 }
 
 /// What the host gives this process, as the budget reads it.
@@ -242,6 +250,9 @@ impl FlowBudget {
             new_flows_per_source: rate,
             source_burst: (2.0 * rate).max(1.0),
             evictions_per_second,
+            first_try_evictions_per_second: (evictions_per_second / 5.0)
+                .max(20.0)
+                .min(evictions_per_second),
         }
     }
 }

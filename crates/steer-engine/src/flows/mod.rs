@@ -61,6 +61,7 @@ mod listener;
 mod notify;
 mod overload;
 mod reply;
+mod retries;
 mod table;
 
 use std::cell::RefCell;

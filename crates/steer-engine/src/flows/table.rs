@@ -16,7 +16,12 @@
 //! Evictions are paced ([`FlowLimits::evictions_per_second`]): once the
 //! bucket is empty, new flows are refused (`refused`) rather than
 //! replacing open ones, so a spray costs the application at most that many
-//! flow replacements a second, however fast it sends.
+//! flow replacements a second, however fast it sends. A flow's first
+//! datagram draws on a slower pace of its own
+//! ([`FlowLimits::first_try_evictions_per_second`]); a flow refused a
+//! moment ago that sends again ([`Refused`]: a client retrying, which a
+//! spray of one-datagram flows never does) draws on the whole pace, so
+//! under a spray the replacements go to retrying clients first.
 //!
 //! Invariants:
 //! - `open` (total and per worker) counts exactly the flows in the map, and
@@ -39,6 +44,7 @@ use steer_core::flow::{FlowAddrs, FlowKey};
 
 use super::budget::{FlowLimits, SourceLimiter, Tokens};
 use super::flow::FlowShared;
+use super::retries::Refused;
 
 /// The flow map is allocated for at most this many flows at start (more
 /// grow it as they come).
@@ -122,6 +128,8 @@ pub(crate) struct TableCounts {
     pub(crate) rate_limited: u64,
     pub(crate) evicted_unassured: u64,
     pub(crate) evicted_idle: u64,
+    /// Flows admitted at the budget as the retry of a refused one.
+    pub(crate) retries_admitted: u64,
 }
 
 /// The open flows of an engine and their budget.
@@ -135,6 +143,11 @@ pub(crate) struct FlowTable {
     /// The eviction pace's bucket (rate `limits.evictions_per_second`, a
     /// second's worth deep).
     evictions: Tokens,
+    /// First tries' share of it (rate
+    /// `limits.first_try_evictions_per_second`, a second's worth deep).
+    first_tries: Tokens,
+    /// Flows refused a moment ago, to tell a retry.
+    refused: Refused,
     pub(crate) counts: TableCounts,
 }
 
@@ -158,6 +171,8 @@ impl FlowTable {
             open: 0,
             sources: SourceLimiter::new(&limits),
             evictions: Tokens::full(limits.evictions_per_second.max(1.0), 0),
+            first_tries: Tokens::full(limits.first_try_evictions_per_second.max(1.0), 0),
+            refused: Refused::default(),
             limits,
             counts: TableCounts::default(),
         }
@@ -188,10 +203,22 @@ impl FlowTable {
         let at_budget = |t: &Self| {
             t.homes[home].open >= t.limits.max_flows_per_worker || t.open >= t.limits.max_flows
         };
-        let rate = self.limits.evictions_per_second;
-        if at_budget(self) && !self.evictions.ready(rate, rate.max(1.0), now_ns) {
-            self.counts.refused += 1;
-            return Err(Refusal::Full);
+        let mut first_try = false;
+        if at_budget(self) {
+            let rate = self.limits.evictions_per_second;
+            let first = self.limits.first_try_evictions_per_second;
+            let retry = self.refused.take(key);
+            first_try = !retry;
+            let paced = self.evictions.ready(rate, rate.max(1.0), now_ns)
+                && (retry || self.first_tries.ready(first, first.max(1.0), now_ns));
+            if !paced {
+                self.refused.remember(key);
+                self.counts.refused += 1;
+                return Err(Refusal::Full);
+            }
+            if retry {
+                self.counts.retries_admitted += 1;
+            }
         }
         while at_budget(self) {
             // Room is made among the flows of the receiving worker; when it
@@ -204,10 +231,14 @@ impl FlowTable {
                     .unwrap_or(home)
             };
             let Some((victim, why)) = self.homes[from].victim() else {
+                self.refused.remember(key);
                 self.counts.refused += 1;
                 return Err(Refusal::Full);
             };
             self.evictions.take();
+            if first_try {
+                self.first_tries.take();
+            }
             self.remove(&victim);
             victim.evict();
             match why {
@@ -359,6 +390,48 @@ mod tests {
             let _ = open_at(&mut t, "198.18.0.1", i, 0, 500_000_000);
         }
         assert_eq!(t.counts.evicted_unassured, 15);
+        assert_eq!(t.open(), 8);
+    }
+
+    #[test]
+    fn a_retry_gets_the_room_a_spray_of_first_tries_cannot_take() {
+        let limits = FlowBudget {
+            max_flows: 8,
+            new_flows_per_source: u32::MAX,
+            evictions_per_second: 100,
+            ..FlowBudget::default()
+        }
+        .resolve(1, &HOST);
+        assert_eq!(limits.first_try_evictions_per_second, 20.0);
+        let mut t = FlowTable::new(limits, 1);
+        // The table full, then the client's first datagram: refused, the
+        // spray has taken the first tries' share.
+        let mut admitted = 0;
+        for i in 0..100u16 {
+            admitted += usize::from(open_at(&mut t, "198.18.0.1", i, 0, 0).is_some());
+        }
+        assert_eq!(
+            admitted,
+            8 + 20,
+            "the fill and a second's worth of first tries"
+        );
+        assert!(open_at(&mut t, "198.51.100.7", 5000, 0, 0).is_none());
+        assert!(
+            open_at(&mut t, "198.18.0.2", 7, 0, 0).is_none(),
+            "a new first try"
+        );
+        // Its retry is admitted from the rest of the pace.
+        let client = open_at(&mut t, "198.51.100.7", 5000, 0, 0);
+        assert!(client.is_some_and(|c| !c.is_closed()));
+        assert_eq!(t.counts.retries_admitted, 1);
+        let mut retried = 0;
+        for i in 0..100u16 {
+            retried += usize::from(open_at(&mut t, "198.18.0.1", i, 0, 0).is_some());
+        }
+        // The 72 refused spray flows come back in (79 of the pace's 100
+        // left); the 28 admitted before are first tries now, refused.
+        assert_eq!(retried, 72);
+        assert_eq!(t.counts.retries_admitted, 73);
         assert_eq!(t.open(), 8);
     }
 
