@@ -98,6 +98,17 @@ pub struct ClientPhase {
     pub rtt_us: Vec<f64>,
 }
 
+impl ClientPhase {
+    /// `answered/sent, first at #k`: how soon a new client got in (#0: its
+    /// first request was answered; each miss cost it [`ANSWER_WAIT`]).
+    pub fn summary(&self) -> String {
+        match self.rtt_us.iter().position(|&r| r >= 0.0) {
+            Some(k) => format!("{}/{}, first at #{k}", self.answered, self.sent),
+            None => format!("0/{}", self.sent),
+        }
+    }
+}
+
 /// The proxy at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
@@ -126,6 +137,8 @@ pub struct HostileResult {
     pub baseline: ClientPhase,
     /// The client during the spray.
     pub spray: ClientPhase,
+    /// A new client that starts half-way through the spray.
+    pub late: ClientPhase,
     /// The proxy over the spray.
     pub samples: Vec<Sample>,
     /// The most descriptors seen.
@@ -194,9 +207,25 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 /// The well-behaved client: `n` numbered requests from one socket, evenly
 /// over `secs`, each waited for up to [`ANSWER_WAIT`].
 fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
+    start_client(bed, n, secs, Duration::ZERO)
+        .join()
+        .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
+}
+
+/// [`client`] on a thread of its own, from a new socket opened `after`
+/// from now (a client that comes once the spray has filled the budget:
+/// an unanswered request is sent again, as the next one, after
+/// [`ANSWER_WAIT`]).
+fn start_client(
+    bed: &TestBed,
+    n: u32,
+    secs: f64,
+    after: Duration,
+) -> std::thread::JoinHandle<Result<ClientPhase>> {
     let enter = TestBed::enter_fn(&bed.ns);
     let (local, remote) = (bed.peer_v4, bed.host_v4);
     std::thread::spawn(move || -> Result<ClientPhase> {
+        std::thread::sleep(after);
         enter()?;
         let s = UdpSocket::bind((local, 0))?;
         s.connect((remote, PORT))?;
@@ -242,8 +271,6 @@ fn client(bed: &TestBed, n: u32, secs: f64) -> Result<ClientPhase> {
             rtt_us: series,
         })
     })
-    .join()
-    .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
 }
 
 /// The sprayer: `rate` new flows a second for `secs`, one datagram each,
@@ -440,7 +467,18 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
                 out
             })
         };
+        // A new client half-way through the spray, when the budget is
+        // full: a tenth of the requests over a quarter of the time.
+        let late = start_client(
+            &bed,
+            (cfg.requests / 10).max(5),
+            cfg.secs / 4.0,
+            Duration::from_secs_f64(cfg.secs / 2.0),
+        );
         let under_spray = client(&bed, cfg.requests, cfg.secs)?;
+        let late = late
+            .join()
+            .map_err(|_| anyhow::anyhow!("the late client thread panicked"))??;
         let sprayed = sprayer
             .join()
             .map_err(|_| anyhow::anyhow!("the sprayer panicked"))??;
@@ -464,6 +502,7 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
             secs: cfg.secs,
             baseline,
             spray: under_spray,
+            late,
             max_fds: samples.iter().map(|s| s.fds).max().unwrap_or(0),
             max_rss_mib: samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max),
             samples,
@@ -487,6 +526,7 @@ pub fn table(results: &[HostileResult]) -> String {
         "answered in spray",
         "p99 alone",
         "p99 in spray",
+        "new client mid-spray",
         "max fds",
         "max RSS",
         "open at end",
@@ -505,6 +545,7 @@ pub fn table(results: &[HostileResult]) -> String {
             format!("{}/{}", r.spray.answered, r.spray.sent),
             format!("{} us", f0(Some(r.baseline.p99_us))),
             format!("{} us", f0(Some(r.spray.p99_us))),
+            r.late.summary(),
             r.max_fds.to_string(),
             format!("{} MiB", f0(Some(r.max_rss_mib))),
             dash(r.flows("open")),
@@ -552,6 +593,13 @@ mod tests {
             secs: 2.0,
             baseline: phase(50),
             spray: phase(48),
+            late: ClientPhase {
+                sent: 5,
+                answered: 4,
+                p50_us: 40.0,
+                p99_us: 80.0,
+                rtt_us: vec![-1.0, 40.0, 41.0, 80.0, 39.0],
+            },
             samples: Vec::new(),
             max_fds: 200,
             max_rss_mib: 12.6,
@@ -578,11 +626,17 @@ mod tests {
         assert!(rows[0].starts_with("| proxy | ulimit -n |"), "{t}");
         assert_eq!(
             rows[2],
-            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 200 | 13 MiB | 3 | 12 | 13 | yes |"
+            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 13 | yes |"
         );
         assert!(
             rows[3].ends_with("| 200 | 13 MiB | - | - | - | yes |"),
             "{t}"
         );
+        let never = ClientPhase {
+            answered: 0,
+            rtt_us: vec![-1.0; 5],
+            ..result(ProxyKind::Steer, None).late
+        };
+        assert_eq!(never.summary(), "0/5");
     }
 }

@@ -338,8 +338,13 @@ impl Hub {
         let now = mono_ns();
         let listener = self.accept_index(cpu);
         let queue = &self.accept[listener];
-        // Checked first: a refusal here costs no table work.
-        if queue.is_starting_full() || !self.overload.admit(now) {
+        // Checked first: a refusal here costs no table work. A retry of a
+        // refused flow (a client whose request went unanswered) is spared
+        // the admission delay's verdict, not the start bound; the table
+        // then paces it with the retries.
+        let retry = admissions.table.refused_before(&key);
+        if queue.is_starting_full() || (!retry && !self.overload.admit(now)) {
+            admissions.table.remember_refused(&key);
             self.overload_refused.fetch_add(1, Ordering::Relaxed);
             Self::log_refusals(admissions, "overload", now);
             return None;

@@ -59,6 +59,12 @@ impl Refused {
         self.slots[slot] = print;
     }
 
+    /// Whether a flow of `key` was refused a moment ago (kept).
+    pub(crate) fn contains(&self, key: &FlowKey) -> bool {
+        let (slot, print) = self.place(key);
+        self.slots[slot] == print
+    }
+
     /// Whether a flow of `key` was refused a moment ago (and forgets it:
     /// one retry is one retry).
     pub(crate) fn take(&mut self, key: &FlowKey) -> bool {
@@ -96,6 +102,7 @@ mod tests {
         assert!(!r.take(&key(1000)), "never refused");
         r.remember(&key(1000));
         assert!(!r.take(&key(1001)), "another port is another flow");
+        assert!(r.contains(&key(1000)) && r.contains(&key(1000)), "kept");
         assert!(r.take(&key(1000)), "its retry");
         assert!(!r.take(&key(1000)), "one retry is one retry");
     }

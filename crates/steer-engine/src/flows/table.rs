@@ -249,6 +249,18 @@ impl FlowTable {
         Ok(())
     }
 
+    /// Whether a flow of `key` was refused a moment ago: its next datagram
+    /// is a retry.
+    pub(crate) fn refused_before(&self, key: &FlowKey) -> bool {
+        self.refused.contains(key)
+    }
+
+    /// Remembers a flow of `key` refused before the table saw it (by the
+    /// start bound or the admission delay), so its retry is known.
+    pub(crate) fn remember_refused(&mut self, key: &FlowKey) {
+        self.refused.remember(key);
+    }
+
     /// Adds an admitted flow.
     pub(crate) fn insert(&mut self, flow: Arc<FlowShared>) {
         let home = flow.home.min(self.homes.len() - 1);
@@ -432,6 +444,14 @@ mod tests {
         // left); the 28 admitted before are first tries now, refused.
         assert_eq!(retried, 72);
         assert_eq!(t.counts.retries_admitted, 73);
+        // A flow refused before the table (the start bound, the admission
+        // delay) is remembered the same way: its retry draws on the pace.
+        let late = flow_key(&frame("198.51.100.8", 6000)).unwrap().unwrap();
+        assert!(!t.refused_before(&late));
+        t.remember_refused(&late);
+        assert!(t.refused_before(&late));
+        assert!(open_at(&mut t, "198.51.100.8", 6000, 0, 0).is_some());
+        assert_eq!(t.counts.retries_admitted, 74);
         assert_eq!(t.open(), 8);
     }
 
