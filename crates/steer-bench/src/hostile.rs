@@ -100,7 +100,7 @@ pub struct ClientPhase {
 
 impl ClientPhase {
     /// `answered/sent, first at #k`: how soon a new client got in (#0: its
-    /// first request was answered; each miss cost it [`ANSWER_WAIT`]).
+    /// first request was answered; each miss cost it a second).
     pub fn summary(&self) -> String {
         match self.rtt_us.iter().position(|&r| r >= 0.0) {
             Some(k) => format!("{}/{}, first at #{k}", self.answered, self.sent),
