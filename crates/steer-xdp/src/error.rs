@@ -254,6 +254,29 @@ impl XdpError {
 /// Shorthand for results of this crate.
 pub type Result<T, E = XdpError> = std::result::Result<T, E>;
 
+impl XdpError {
+    /// The error of the last attach attempt, made in `mode`, as what to
+    /// do about it: a native mode the driver refuses (EOPNOTSUPP, EINVAL)
+    /// is [`XdpError::ModeUnsupported`]; anything else is kept.
+    pub(crate) fn of_last_attach(interface: &str, mode: XdpMode, e: XdpError) -> XdpError {
+        match e {
+            XdpError::Program {
+                context: "attaching",
+                source,
+            } if matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
+                && mode != XdpMode::Generic =>
+            {
+                XdpError::ModeUnsupported {
+                    interface: interface.into(),
+                    mode,
+                    source,
+                }
+            }
+            e => e,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -308,19 +308,7 @@ impl SteerProgram {
             }
         }
         let (m, e) = last.ok_or_else(|| XdpError::Config("no attach attempt".into()))?;
-        Err(match e {
-            XdpError::Program {
-                context: "attaching",
-                source,
-            } if matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
-                && m != XdpMode::Generic =>
-            {
-                XdpError::ModeUnsupported {
-                    interface: interface.into(),
-                    mode: m,
-                    source,
-                }
-            }
+        Err(match XdpError::of_last_attach(interface, m, e) {
             XdpError::Program {
                 context: "attaching",
                 source,

@@ -208,21 +208,7 @@ impl RfsProgram {
             }
         }
         let (m, e) = last.ok_or_else(|| XdpError::Config("no attach mode to try".into()))?;
-        Err(match e {
-            XdpError::Program {
-                context: "attaching",
-                source,
-            } if matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
-                && m != XdpMode::Generic =>
-            {
-                XdpError::ModeUnsupported {
-                    interface: interface.into(),
-                    mode: m,
-                    source,
-                }
-            }
-            e => e,
-        })
+        Err(XdpError::of_last_attach(interface, m, e))
     }
 
     fn try_attach(
