@@ -148,13 +148,16 @@ const OWN_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The pid the holder wrote into the lock file. A holder writes it right
 /// after it took the lock, but a busy machine may hold it up between the
-/// two: a file still empty is read again, for up to a second.
+/// two: a file still empty, or still naming an earlier holder that has
+/// exited, is read again, for up to a second.
 fn holder(file: &mut File) -> Option<u32> {
     for _ in 0..100 {
         let mut text = String::new();
         if file.seek(SeekFrom::Start(0)).is_ok() && file.read_to_string(&mut text).is_ok() {
             if let Ok(pid) = text.trim().parse() {
-                return Some(pid);
+                if alive(pid) {
+                    return Some(pid);
+                }
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -162,9 +165,25 @@ fn holder(file: &mut File) -> Option<u32> {
     None
 }
 
+/// Whether process `pid` exists (in this pid namespace, as the holders
+/// wrote their pids).
+fn alive(pid: u32) -> bool {
+    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pid_left_by_an_exited_holder_is_not_named() {
+        assert!(alive(std::process::id()));
+        assert!(!alive(0) && !alive(u32::MAX));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        assert!(!alive(gone));
+    }
 
     fn dir(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("steer-owner-{}-{tag}", std::process::id()))
