@@ -153,7 +153,10 @@ pub struct EngineArgs {
     /// then sleep: the guest haltpoll rule), `defer` (after work, nap
     /// --nap-us on a timer and poll again, --naps empty naps in a row
     /// before sleeping until woken: under steady load nobody has to wake
-    /// it, for up to --nap-us more latency) or `busy-poll` (never sleep).
+    /// it, for up to --nap-us more latency), `coalesce` (`defer` while
+    /// packets come closer together than --nap-us, one empty nap, and
+    /// `sleep` while they come further apart) or `busy-poll` (never
+    /// sleep).
     #[arg(long, value_enum, default_value = "sleep")]
     pub idle: Idle,
     /// The longest polling window of `--idle adaptive`, microseconds.
@@ -163,7 +166,8 @@ pub struct EngineArgs {
     /// finding work.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub spin_budget: u8,
-    /// One nap of `--idle defer`, microseconds: the most latency it adds.
+    /// One nap of `--idle defer` or `coalesce`, microseconds: the most
+    /// latency it adds.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub nap_us: u64,
     /// Empty naps in a row before `--idle defer` sleeps until woken.
@@ -293,6 +297,9 @@ pub enum Idle {
     Adaptive,
     /// Nap on a timer after work, then sleep until woken.
     Defer,
+    /// Nap on a timer after work while packets come closer together than
+    /// a nap; sleep until woken while they come further apart.
+    Coalesce,
     /// Sleep until woken at once.
     Sleep,
     /// Never sleep.
@@ -341,12 +348,17 @@ impl EngineArgs {
             .fast_path(self.fast_path.is_on())
             .balance(self.balance.is_on())
             .busy_poll(self.busy_poll || self.idle == Idle::BusyPoll)
-            .defer(
-                (self.idle == Idle::Defer).then(|| steer_core::runtime::Defer {
+            .defer(match self.idle {
+                Idle::Defer => Some(steer_core::runtime::Defer {
                     nap: Duration::from_micros(self.nap_us),
                     empty_naps: self.naps,
+                    when_dense: false,
                 }),
-            )
+                Idle::Coalesce => Some(steer_core::runtime::Defer::coalescing(
+                    Duration::from_micros(self.nap_us),
+                )),
+                _ => None,
+            })
             .idle_spins(self.idle_spins)
             .adaptive((self.idle == Idle::Adaptive).then(|| {
                 let max = Duration::from_micros(self.spin_max_us);

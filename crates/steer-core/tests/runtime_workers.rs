@@ -20,6 +20,7 @@ use steer_core::runtime::{
     AdaptiveSpin, Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup,
     WorkerState,
 };
+use steer_core::stats::LocalStats;
 use steer_core::wake::{Sleeper, ThreadSleeper};
 
 /// A sleeper the test's feed can wake too (as an AF_XDP worker's event loop
@@ -644,6 +645,7 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
             defer: Some(Defer {
                 nap: Duration::from_millis(5),
                 empty_naps: 200,
+                when_dense: false,
             }),
             ..config(64)
         },
@@ -673,17 +675,24 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
 /// Packets every 20 us on one rx queue, each with a wake-up, for 300 ms;
 /// returns how often the worker slept and how many packets it handled.
 fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
-    let packets = 20_000usize;
-    let frames = Frames::shared((0..packets as u32).map(|i| common::frame(1, i)).collect());
-    let (rt, feed, sleeper) = one_worker_on_a_cond_sleeper(
-        &frames,
+    let (stats, _) = under_a_trickle(
         RuntimeConfig {
             cpus: CpuSet::first(1),
             adaptive,
             ..config(1024)
         },
-        CpuLayout::uniform(2, 1).unwrap(),
+        Duration::from_micros(20),
     );
+    (stats.sleeps, stats.processed)
+}
+
+/// Packets `gap` apart on one rx queue, each with a wake-up, for 300 ms
+/// (at most 20,000): the worker's counters and how many were sent.
+fn under_a_trickle(cfg: RuntimeConfig, gap: Duration) -> (LocalStats, usize) {
+    let packets = 20_000usize;
+    let frames = Frames::shared((0..packets as u32).map(|i| common::frame(1, i)).collect());
+    let (rt, feed, sleeper) =
+        one_worker_on_a_cond_sleeper(&frames, cfg, CpuLayout::uniform(2, 1).unwrap());
     let start = Instant::now();
     let mut next = 0;
     while start.elapsed() < Duration::from_millis(300) && next < packets {
@@ -691,7 +700,7 @@ fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
         next += 1;
         SharedSleeper(sleeper.clone()).wake();
         let sent = Instant::now();
-        while sent.elapsed() < Duration::from_micros(20) {
+        while sent.elapsed() < gap {
             std::hint::spin_loop();
         }
     }
@@ -700,7 +709,35 @@ fn sleeps_under_a_steady_trickle(adaptive: Option<AdaptiveSpin>) -> (u64, u64) {
     });
     let total = rt.stats().total;
     rt.stop();
-    (total.sleeps, total.processed)
+    (total, next)
+}
+
+/// Coalescing that follows the traffic: packets 2 ms apart (further than
+/// a nap) get no naps, each wakes the worker; packets 20 us apart (closer
+/// than a nap) are picked up by naps, with far fewer sleeps than packets.
+/// Loose bounds: the machine may preempt either side now and then.
+#[test]
+fn coalescing_naps_only_while_packets_come_closer_than_a_nap() {
+    let cfg = RuntimeConfig {
+        cpus: CpuSet::first(1),
+        idle_spins: 4,
+        defer: Some(Defer::coalescing(Duration::from_micros(500))),
+        ..config(1024)
+    };
+    let (sparse, sent) = under_a_trickle(cfg.clone(), Duration::from_millis(2));
+    assert!(sent > 50, "{sent}");
+    assert!(
+        sparse.naps * 10 <= sent as u64,
+        "sparse traffic napped: {sparse:?} for {sent} packets"
+    );
+    assert!(sparse.sleeps * 10 >= sent as u64 * 8, "{sparse:?}");
+    let (dense, sent) = under_a_trickle(cfg, Duration::from_micros(20));
+    assert!(sent > 1_000, "{sent}");
+    assert!(dense.naps > 0, "{dense:?}");
+    assert!(
+        dense.sleeps * 4 < sent as u64,
+        "dense traffic slept as often as sparse: {dense:?} for {sent} packets"
+    );
 }
 
 /// With adaptive polling a worker fed a packet every 20 us learns to poll

@@ -158,15 +158,27 @@ pub struct RuntimeConfig {
 /// Under a steady moderate load every nap finds a small batch, and nobody
 /// wakes the worker: the CPUs that receive its packets (or queue them to
 /// its ring) skip the wake-up, an inter-processor interrupt that on a
-/// virtual machine costs the sender a VM exit per packet. The price is up
-/// to `nap` of added latency for a packet that arrives during a nap; the
-/// first packet after a quiet spell still wakes the worker at once.
+/// virtual machine costs the sender a VM exit per packet, and the worker
+/// pays one timer per batch instead of one wake-up per packet. The price
+/// is up to `nap` of added latency for a packet that arrives during a nap;
+/// the first packet after a quiet spell still wakes the worker at once.
+///
+/// With `when_dense`, naps are taken only while traffic is dense: after an
+/// idle spell (from the worker's last work to its wake-up) shorter than one
+/// nap. Sparse traffic, whose packets are further apart than a nap, would
+/// pay a wake-up and an empty nap per packet; it pays the wake-up alone, as
+/// with no deferral.
 ///
 /// ```
 /// use std::time::Duration;
 /// use steer_core::runtime::{Defer, RuntimeConfig};
-/// let cfg = RuntimeConfig { defer: Some(Defer { nap: Duration::from_micros(20), empty_naps: 2 }), ..RuntimeConfig::default() };
+/// let defer = Defer { nap: Duration::from_micros(20), empty_naps: 2, when_dense: false };
+/// let cfg = RuntimeConfig { defer: Some(defer), ..RuntimeConfig::default() };
 /// assert_eq!(cfg.defer.unwrap().empty_naps, 2);
+/// // Coalescing while dense: after a 10 us idle spell, not after a 1 ms one.
+/// let dense = Defer::coalescing(Duration::from_micros(50));
+/// assert!(dense.naps_after(Some(Duration::from_micros(10))));
+/// assert!(!dense.naps_after(Some(Duration::from_millis(1))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Defer {
@@ -175,6 +187,28 @@ pub struct Defer {
     /// Naps in a row that found no work before the worker sleeps until
     /// woken.
     pub empty_naps: u32,
+    /// Nap only after an idle spell shorter than one nap (see above).
+    pub when_dense: bool,
+}
+
+impl Defer {
+    /// Receive coalescing that follows the traffic: naps of `nap` while
+    /// packets come closer together than that, one empty nap before a
+    /// sleep, and no naps at all while they come further apart.
+    pub fn coalescing(nap: Duration) -> Self {
+        Self {
+            nap,
+            empty_naps: 1,
+            when_dense: true,
+        }
+    }
+
+    /// Whether a worker that just did work naps (rather than waiting to be
+    /// woken), given its last idle spell that ended in a sleep (`None`:
+    /// none yet).
+    pub fn naps_after(&self, last_spell: Option<Duration>) -> bool {
+        !self.when_dense || last_spell.is_some_and(|spell| spell < self.nap)
+    }
 }
 
 impl Default for Defer {
@@ -182,6 +216,7 @@ impl Default for Defer {
         Self {
             nap: Duration::from_micros(50),
             empty_naps: 2,
+            when_dense: false,
         }
     }
 }

@@ -319,6 +319,9 @@ where
         let mut mark = Instant::now();
         // When the last round with work ended, and the adaptive window.
         let mut last_work = mark;
+        // The last idle spell that ended in a sleep, from the last work to
+        // the wake-up (`Defer::when_dense`).
+        let mut last_spell = None;
         let mut spin = self
             .common
             .cfg
@@ -388,9 +391,11 @@ where
                 continue;
             }
             let defer = self.common.cfg.defer.filter(|_| !self.common.cfg.busy_poll);
-            if let Some(defer) = defer
-                .filter(|d| idle_rounds > self.common.cfg.idle_spins && empty_naps < d.empty_naps)
-            {
+            if let Some(defer) = defer.filter(|d| {
+                idle_rounds > self.common.cfg.idle_spins
+                    && empty_naps < d.empty_naps
+                    && d.naps_after(last_spell)
+            }) {
                 // Deferral: poll again after a timer, asking nobody to wake
                 // us (work since the last sleep, and fewer than
                 // `empty_naps` empty naps in a row).
@@ -428,6 +433,7 @@ where
                 // Asleep is not busy. Woken, it naps again only after it
                 // finds work (a timeout wakes it to nothing).
                 let woken = Instant::now();
+                last_spell = Some(woken.saturating_duration_since(last_work));
                 if let Some(spin) = &mut spin {
                     // The whole idle spell, polling and sleep (haltpoll's
                     // block time): a window that long would have caught it.

@@ -342,7 +342,7 @@ impl EngineBuilder {
     /// use std::time::Duration;
     /// use steer_core::runtime::Defer;
     /// let builder = steer_engine::engine::Engine::builder("veth0")
-    ///     .defer(Some(Defer { nap: Duration::from_micros(100), empty_naps: 2 }));
+    ///     .defer(Some(Defer { nap: Duration::from_micros(100), empty_naps: 2, when_dense: false }));
     /// ```
     pub fn defer(mut self, defer: Option<steer_core::runtime::Defer>) -> Self {
         self.runtime.defer = defer;
