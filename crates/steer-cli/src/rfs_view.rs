@@ -86,12 +86,12 @@ fn recorder_line(r: Rates<'_>) -> String {
     format!(
         "flows: {} tracked, {} new, {} reads | updates {} ({}/s), suppressed by the LLC rule {} ({}/s)",
         r.now.flows_tracked,
-        c.new_flows,
-        c.reads,
-        c.updates,
-        r.per_s(|l| l.counters.updates),
-        c.suppressed,
-        r.per_s(|l| l.counters.suppressed),
+        c.recorder_new_flows,
+        c.recorded,
+        c.recorder_updates,
+        r.per_s(|l| l.counters.recorder_updates),
+        c.recorder_suppressed,
+        r.per_s(|l| l.counters.recorder_suppressed),
     )
 }
 
@@ -241,7 +241,8 @@ impl RfsTopView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rfs_live::{RfsCounters, FORMAT_VERSION};
+    use crate::rfs_live::FORMAT_VERSION;
+    use steer_kernel::RfsStats;
 
     /// A fixed snapshot: two CPUs, counters that grow with `uptime`.
     fn sample(uptime: f64, landed: u64) -> RfsLive {
@@ -257,11 +258,11 @@ mod tests {
             xdp_mode: "Generic".into(),
             cpus: "0-1".into(),
             flows_tracked: 3,
-            counters: RfsCounters {
-                reads: 100,
-                new_flows: 3,
-                updates: 4 * landed / 100,
-                suppressed: 2 * landed / 100,
+            counters: RfsStats {
+                recorded: 100,
+                recorder_new_flows: 3,
+                recorder_updates: 4 * landed / 100,
+                recorder_suppressed: 2 * landed / 100,
                 held_back: 5,
                 forced: 1,
                 csum_completed: 9,
