@@ -20,7 +20,6 @@ use clap::Args;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
@@ -155,10 +154,7 @@ impl TopView {
 
     /// `now - before` per second, or `-`.
     fn rate(&self, now: u64, before: Option<u64>) -> String {
-        match (self.dt(), before) {
-            (Some(dt), Some(b)) if dt > 0.0 && now >= b => format!("{:.0}", (now - b) as f64 / dt),
-            _ => "-".into(),
-        }
+        crate::view::rate(now, before, self.dt().unwrap_or(0.0))
     }
 
     fn cpu_before(&self, cpu: Option<usize>) -> Option<CpuCounters> {
@@ -198,9 +194,7 @@ impl TopView {
                 Constraint::Length(1),
             ])
             .areas(area);
-        Paragraph::new(headline(&self.now))
-            .style(Style::new().add_modifier(Modifier::BOLD))
-            .render(head, buf);
+        crate::view::headline_line(headline(&self.now)).render(head, buf);
         self.cpu_table().render(cpu_area, buf);
         Paragraph::new(steering_line(&self.now)).render(steering, buf);
         self.socket_table().render(socket_area, buf);
@@ -208,17 +202,7 @@ impl TopView {
         if let Some(line) = flows_line(&self.now) {
             Paragraph::new(line).render(flow_area, buf);
         }
-        match &self.status {
-            Some(e) => Paragraph::new(format!("not refreshed: {e}"))
-                .style(Style::new().fg(Color::Red))
-                .render(foot, buf),
-            None => Paragraph::new(format!(
-                "rates over {}; q quits",
-                self.dt().map_or("-".to_string(), |dt| format!("{dt:.1} s"))
-            ))
-            .style(Style::new().add_modifier(Modifier::DIM))
-            .render(foot, buf),
-        }
+        crate::view::footer(self.status.as_deref(), self.dt()).render(foot, buf);
     }
 
     fn cpu_table(&self) -> Table<'static> {
