@@ -219,6 +219,7 @@ impl RfsTopView {
 mod tests {
     use super::*;
     use crate::rfs_live::FORMAT_VERSION;
+    use crate::view::row_cells as cells;
     use steer_kernel::RfsStats;
 
     /// A fixed snapshot: two CPUs, counters that grow with `uptime`.
@@ -258,17 +259,6 @@ mod tests {
                 },
             ],
         }
-    }
-
-    /// The cells of the row of `text` whose first cell is `label`.
-    fn cells(text: &str, label: &str) -> Vec<String> {
-        text.lines()
-            .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
-            .find(|l| l.split_whitespace().next() == Some(label))
-            .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
     }
 
     #[test]

@@ -326,15 +326,7 @@ mod tests {
         let mut view = TopView::new(sample(1.0, 100));
         view.update(sample(3.0, 300));
         let text = view.to_text(132);
-        let cells = |label: &str| -> Vec<String> {
-            text.lines()
-                .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
-                .find(|l| l.split_whitespace().next() == Some(label))
-                .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect()
-        };
+        let cells = |label: &str| crate::view::row_cells(&text, label);
         // 200 more in 2 s on each CPU.
         assert_eq!(cells("1")[1..4], ["100", "0", "300"], "{text}");
         assert_eq!(cells("all")[1..4], ["200", "0", "600"], "{text}");

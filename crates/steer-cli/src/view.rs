@@ -98,6 +98,19 @@ pub fn bold_if(row: Row<'_>, total: bool) -> Row<'_> {
     }
 }
 
+/// The cells of the row of a screen's `text` whose first cell is `label`
+/// (frame borders trimmed), for the views' tests.
+#[cfg(test)]
+pub(crate) fn row_cells(text: &str, label: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+        .find(|l| l.split_whitespace().next() == Some(label))
+        .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A status snapshot that knows which process made it and when.
 pub trait Sampled {
     /// The process that answered.
