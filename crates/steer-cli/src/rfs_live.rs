@@ -51,8 +51,9 @@ pub struct RfsLive {
     pub cpus: String,
     /// Flows the program tracks now.
     pub flows_tracked: u64,
-    /// The program's and the recorders' counters, summed over CPUs.
-    pub counters: RfsCounters,
+    /// The program's and the recorders' counters, summed over CPUs (their
+    /// names on the wire are [`RfsStats`]' serde form).
+    pub counters: RfsStats,
     /// Per CPU: the steered CPUs and any other with a count.
     pub per_cpu: Vec<RfsCpu>,
 }
@@ -69,74 +70,6 @@ pub struct RfsCpu {
     /// Frames the XDP program redirected while running on it (the
     /// receiving CPU).
     pub redirected: u64,
-}
-
-/// The counters of [`RfsStats`], named for the report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RfsCounters {
-    /// Reads the in-kernel recorders saw.
-    pub reads: u64,
-    /// Flows the recorders placed for the first time.
-    pub new_flows: u64,
-    /// Desired CPUs the recorders wrote (placements and moves).
-    pub updates: u64,
-    /// Changes of reading CPU the LLC rule left unwritten.
-    pub suppressed: u64,
-    /// Frames redirected into a cpumap queue.
-    pub redirected: u64,
-    /// Frames of ports not steered, and non-IP frames.
-    pub passed: u64,
-    /// Frames of steered ports whose flow has no CPU yet.
-    pub untracked: u64,
-    /// Flows placed on a CPU or moved.
-    pub moves: u64,
-    /// Frames kept on a flow's old CPU while its move waited for the old
-    /// path to drain (order waits).
-    pub held_back: u64,
-    /// UDP moves forced after the maximum hold.
-    pub forced: u64,
-    /// Frames whose CPU had no cpumap entry.
-    pub redirect_failed: u64,
-    /// Frames the cpumap programs handed to a CPU's stack.
-    pub landed: u64,
-    /// UDP datagrams of tracked flows that reached their socket.
-    pub delivered: u64,
-    /// Frames of flows with a CPU but no state.
-    pub no_state: u64,
-    /// Frames a full cpumap queue dropped.
-    pub queue_drops: u64,
-    /// Frames that failed to reach a cpumap queue.
-    pub redirect_errors: u64,
-    /// Partial checksums completed before a redirect.
-    pub csum_completed: u64,
-    /// Frames with a partial checksum too long to complete (passed).
-    pub csum_passed: u64,
-}
-
-impl From<RfsStats> for RfsCounters {
-    fn from(s: RfsStats) -> Self {
-        Self {
-            reads: s.recorded,
-            new_flows: s.recorder_new_flows,
-            updates: s.recorder_updates,
-            suppressed: s.recorder_suppressed,
-            redirected: s.redirected,
-            passed: s.passed,
-            untracked: s.untracked,
-            moves: s.moves,
-            held_back: s.held_back,
-            forced: s.forced,
-            redirect_failed: s.redirect_failed,
-            landed: s.landed,
-            delivered: s.delivered,
-            no_state: s.no_state,
-            queue_drops: s.queue_drops,
-            redirect_errors: s.redirect_errors,
-            csum_completed: s.csum_completed,
-            csum_passed: s.csum_passed,
-        }
-    }
 }
 
 /// What a snapshot says besides the program's maps: fixed at start.
@@ -175,7 +108,7 @@ impl RfsIdentity {
             xdp_mode: self.xdp_mode.clone(),
             cpus: self.cpus.to_string(),
             flows_tracked: tracked,
-            counters: stats.into(),
+            counters: stats,
             per_cpu: per_cpu(self.cpus, &landed, &redirected),
         })
     }
@@ -249,6 +182,35 @@ mod tests {
         v["version"] = 9.into();
         let e = RfsLive::from_json(v).unwrap_err().to_string();
         assert!(e.contains("format Some(9)"), "{e}");
+    }
+
+    #[test]
+    fn the_counters_keep_their_names_on_the_wire() {
+        let live = RfsLive {
+            counters: RfsStats {
+                recorded: 1,
+                recorder_new_flows: 2,
+                recorder_updates: 3,
+                recorder_suppressed: 4,
+                csum_passed: 5,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&live).unwrap();
+        assert_eq!(
+            v["counters"].to_string(),
+            "{\"reads\":1,\"new_flows\":2,\"updates\":3,\"suppressed\":4,\
+             \"redirected\":0,\"passed\":0,\"untracked\":0,\"moves\":0,\
+             \"held_back\":0,\"forced\":0,\"redirect_failed\":0,\"landed\":0,\
+             \"delivered\":0,\"no_state\":0,\"queue_drops\":0,\
+             \"redirect_errors\":0,\"csum_completed\":0,\"csum_passed\":5}"
+        );
+        // A snapshot without some counters (an older writer) reads them as 0.
+        let old = serde_json::json!({"version": FORMAT_VERSION, "counters": {"reads": 7}});
+        let read = RfsLive::from_json(old).unwrap();
+        assert_eq!(read.counters.recorded, 7);
+        assert_eq!(read.counters.csum_passed, 0);
     }
 
     #[test]

@@ -10,11 +10,10 @@ use std::fmt::Write as _;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Paragraph, Row, Widget};
 
 use crate::rfs_live::{RfsCpu, RfsLive};
-use crate::view::{bold_if, framed_table, right, Samples};
+use crate::view::{bold_if, footer, framed_table, headline_line, rate, right, Samples};
 
 /// Rates of `now` against `before` (same process, earlier), or since
 /// start.
@@ -35,13 +34,8 @@ impl Rates<'_> {
 
     /// `now - before` (0 without `before`) per second, or `-`.
     fn per_s(&self, value: impl Fn(&RfsLive) -> u64) -> String {
-        let (now, before) = (value(self.now), self.before.map_or(0, &value));
-        let dt = self.dt();
-        if dt > 0.0 && now >= before {
-            format!("{:.0}", (now - before) as f64 / dt)
-        } else {
-            "-".into()
-        }
+        let before = self.before.map_or(0, &value);
+        rate(value(self.now), Some(before), self.dt())
     }
 
     /// A CPU's row in the earlier snapshot (`None`: the total).
@@ -55,13 +49,8 @@ impl Rates<'_> {
 
     /// A CPU's rate of `value`.
     fn cpu_per_s(&self, cpu: Option<usize>, now: &RfsCpu, value: fn(&RfsCpu) -> u64) -> String {
-        let dt = self.dt();
-        match self.cpu_before(cpu) {
-            Some(b) if dt > 0.0 && value(now) >= value(&b) => {
-                format!("{:.0}", (value(now) - value(&b)) as f64 / dt)
-            }
-            _ => "-".into(),
-        }
+        let before = self.cpu_before(cpu).map(|b| value(&b));
+        rate(value(now), before, self.dt())
     }
 }
 
@@ -86,12 +75,12 @@ fn recorder_line(r: Rates<'_>) -> String {
     format!(
         "flows: {} tracked, {} new, {} reads | updates {} ({}/s), suppressed by the LLC rule {} ({}/s)",
         r.now.flows_tracked,
-        c.new_flows,
-        c.reads,
-        c.updates,
-        r.per_s(|l| l.counters.updates),
-        c.suppressed,
-        r.per_s(|l| l.counters.suppressed),
+        c.recorder_new_flows,
+        c.recorded,
+        c.recorder_updates,
+        r.per_s(|l| l.counters.recorder_updates),
+        c.recorder_suppressed,
+        r.per_s(|l| l.counters.recorder_suppressed),
     )
 }
 
@@ -198,9 +187,7 @@ impl RfsTopView {
             Constraint::Length(1),
         ])
         .areas(area);
-        Paragraph::new(headline(&self.now))
-            .style(Style::new().add_modifier(Modifier::BOLD))
-            .render(head, buf);
+        headline_line(headline(&self.now)).render(head, buf);
         // Without an earlier sample there is no rate over an interval.
         let r = self.rates().unwrap_or(Rates {
             now: &self.now,
@@ -223,25 +210,17 @@ impl RfsTopView {
             " per CPU: where steered frames land ",
         )
         .render(cpu_area, buf);
-        match &self.status {
-            Some(e) => Paragraph::new(format!("not refreshed: {e}"))
-                .style(Style::new().fg(Color::Red))
-                .render(foot, buf),
-            None => Paragraph::new(format!(
-                "rates over {}; q quits",
-                self.rates()
-                    .map_or("-".to_string(), |r| format!("{:.1} s", r.dt()))
-            ))
-            .style(Style::new().add_modifier(Modifier::DIM))
-            .render(foot, buf),
-        }
+        let dt = self.rates().map(|r| r.dt());
+        footer(self.status.as_deref(), dt).render(foot, buf);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rfs_live::{RfsCounters, FORMAT_VERSION};
+    use crate::rfs_live::FORMAT_VERSION;
+    use crate::view::row_cells as cells;
+    use steer_kernel::RfsStats;
 
     /// A fixed snapshot: two CPUs, counters that grow with `uptime`.
     fn sample(uptime: f64, landed: u64) -> RfsLive {
@@ -257,11 +236,11 @@ mod tests {
             xdp_mode: "Generic".into(),
             cpus: "0-1".into(),
             flows_tracked: 3,
-            counters: RfsCounters {
-                reads: 100,
-                new_flows: 3,
-                updates: 4 * landed / 100,
-                suppressed: 2 * landed / 100,
+            counters: RfsStats {
+                recorded: 100,
+                recorder_new_flows: 3,
+                recorder_updates: 4 * landed / 100,
+                recorder_suppressed: 2 * landed / 100,
                 held_back: 5,
                 forced: 1,
                 csum_completed: 9,
@@ -280,17 +259,6 @@ mod tests {
                 },
             ],
         }
-    }
-
-    /// The cells of the row of `text` whose first cell is `label`.
-    fn cells(text: &str, label: &str) -> Vec<String> {
-        text.lines()
-            .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
-            .find(|l| l.split_whitespace().next() == Some(label))
-            .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
     }
 
     #[test]

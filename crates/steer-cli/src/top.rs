@@ -20,7 +20,6 @@ use clap::Args;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Paragraph, Row, Table, Widget};
 use steer_engine::observe::{CpuCounters, LiveStats, SocketCounters};
 
@@ -155,10 +154,7 @@ impl TopView {
 
     /// `now - before` per second, or `-`.
     fn rate(&self, now: u64, before: Option<u64>) -> String {
-        match (self.dt(), before) {
-            (Some(dt), Some(b)) if dt > 0.0 && now >= b => format!("{:.0}", (now - b) as f64 / dt),
-            _ => "-".into(),
-        }
+        crate::view::rate(now, before, self.dt().unwrap_or(0.0))
     }
 
     fn cpu_before(&self, cpu: Option<usize>) -> Option<CpuCounters> {
@@ -198,9 +194,7 @@ impl TopView {
                 Constraint::Length(1),
             ])
             .areas(area);
-        Paragraph::new(headline(&self.now))
-            .style(Style::new().add_modifier(Modifier::BOLD))
-            .render(head, buf);
+        crate::view::headline_line(headline(&self.now)).render(head, buf);
         self.cpu_table().render(cpu_area, buf);
         Paragraph::new(steering_line(&self.now)).render(steering, buf);
         self.socket_table().render(socket_area, buf);
@@ -208,17 +202,7 @@ impl TopView {
         if let Some(line) = flows_line(&self.now) {
             Paragraph::new(line).render(flow_area, buf);
         }
-        match &self.status {
-            Some(e) => Paragraph::new(format!("not refreshed: {e}"))
-                .style(Style::new().fg(Color::Red))
-                .render(foot, buf),
-            None => Paragraph::new(format!(
-                "rates over {}; q quits",
-                self.dt().map_or("-".to_string(), |dt| format!("{dt:.1} s"))
-            ))
-            .style(Style::new().add_modifier(Modifier::DIM))
-            .render(foot, buf),
-        }
+        crate::view::footer(self.status.as_deref(), self.dt()).render(foot, buf);
     }
 
     fn cpu_table(&self) -> Table<'static> {
@@ -342,15 +326,7 @@ mod tests {
         let mut view = TopView::new(sample(1.0, 100));
         view.update(sample(3.0, 300));
         let text = view.to_text(132);
-        let cells = |label: &str| -> Vec<String> {
-            text.lines()
-                .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
-                .find(|l| l.split_whitespace().next() == Some(label))
-                .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect()
-        };
+        let cells = |label: &str| crate::view::row_cells(&text, label);
         // 200 more in 2 s on each CPU.
         assert_eq!(cells("1")[1..4], ["100", "0", "300"], "{text}");
         assert_eq!(cells("all")[1..4], ["200", "0", "600"], "{text}");

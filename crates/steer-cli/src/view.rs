@@ -1,13 +1,13 @@
 //! Text pieces the status views share (`steer stats`, `steer top`, for an
 //! engine and for `steer rfs`): a ratatui screen drawn to plain text,
-//! right-aligned cells, an uptime in words. Below every view; imports
-//! none of them.
+//! right-aligned cells, an uptime in words, a rate between two samples, a
+//! screen's headline and footer. Below every view; imports none of them.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
-use ratatui::style::{Modifier, Style};
+use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Cell, Row, Table};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
 
 /// A screen of `height` lines drawn by `render`, as plain text `width`
 /// columns wide (at least 40).
@@ -44,6 +44,34 @@ pub fn uptime(s: f64) -> String {
     }
 }
 
+/// `now - before` per second over `dt` seconds, or `-` without an earlier
+/// value, over no time, or when the counter went down.
+pub fn rate(now: u64, before: Option<u64>, dt: f64) -> String {
+    match before {
+        Some(b) if dt > 0.0 && now >= b => format!("{:.0}", (now - b) as f64 / dt),
+        _ => "-".into(),
+    }
+}
+
+/// A screen's first line, in bold.
+pub fn headline_line(text: String) -> Paragraph<'static> {
+    Paragraph::new(text).style(Style::new().add_modifier(Modifier::BOLD))
+}
+
+/// A screen's last line: why the latest refresh failed (`status`, in red),
+/// else the seconds the rates are over (`None`: no earlier sample) and how
+/// to quit.
+pub fn footer(status: Option<&str>, dt: Option<f64>) -> Paragraph<'static> {
+    match status {
+        Some(e) => Paragraph::new(format!("not refreshed: {e}")).style(Style::new().fg(Color::Red)),
+        None => Paragraph::new(format!(
+            "rates over {}; q quits",
+            dt.map_or("-".to_string(), |dt| format!("{dt:.1} s"))
+        ))
+        .style(Style::new().add_modifier(Modifier::DIM)),
+    }
+}
+
 /// A table of `rows` under a bold header of right-aligned `header` cells,
 /// in a frame titled `title`.
 pub fn framed_table<'a>(
@@ -68,6 +96,19 @@ pub fn bold_if(row: Row<'_>, total: bool) -> Row<'_> {
     } else {
         row
     }
+}
+
+/// The cells of the row of a screen's `text` whose first cell is `label`
+/// (frame borders trimmed), for the views' tests.
+#[cfg(test)]
+pub(crate) fn row_cells(text: &str, label: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' '))
+        .find(|l| l.split_whitespace().next() == Some(label))
+        .unwrap_or_else(|| panic!("no row {label} in\n{text}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A status snapshot that knows which process made it and when.
@@ -131,6 +172,14 @@ impl<T: Sampled> Samples<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_needs_an_earlier_value_time_and_a_counter_that_grew() {
+        assert_eq!(rate(10, Some(4), 2.0), "3");
+        assert_eq!(rate(10, None, 2.0), "-");
+        assert_eq!(rate(10, Some(4), 0.0), "-");
+        assert_eq!(rate(3, Some(4), 2.0), "-");
+    }
 
     #[derive(Debug)]
     struct Snap(u32, f64);

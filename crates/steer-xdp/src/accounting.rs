@@ -11,6 +11,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
+use serde::{Deserialize, Serialize};
+
 /// Per-socket place counters, shared with the port for reporting.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -120,6 +122,11 @@ pub struct RingCensus {
 
 /// Where all frames of a UMEM are, at a quiet moment.
 ///
+/// Its serde form (a missing place reads as 0) is the `frames` of a running
+/// engine's stats snapshot, which takes it live, while frames move: there
+/// the places are approximate and only [`check`](Self::check) at a quiet
+/// moment holds.
+///
 /// ```
 /// use steer_xdp::{FrameCensus, LedgerSnapshot, RingCensus};
 /// // 64 frames: 16 free, 40 given to the fill ring (30 still there, 10 in
@@ -132,7 +139,8 @@ pub struct RingCensus {
 /// // One frame fewer accounted for than exist: a leak.
 /// assert!(FrameCensus::new(65, counters, rings).check().is_err());
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FrameCensus {
     /// Frames in the UMEM.
     pub total: i64,
@@ -144,7 +152,8 @@ pub struct FrameCensus {
     pub kernel_rx: i64,
     /// In rx rings.
     pub rx_ring: i64,
-    /// Held by the application.
+    /// Held by the application (the engine: steer rings, handlers, the
+    /// spare pool).
     pub held: i64,
     /// In tx rings.
     pub tx_ring: i64,
@@ -175,21 +184,9 @@ impl FrameCensus {
         }
     }
 
-    /// The sum of all places.
-    pub fn sum(&self) -> i64 {
-        self.free
-            + self.fill_ring
-            + self.kernel_rx
-            + self.rx_ring
-            + self.held
-            + self.tx_ring
-            + self.kernel_tx
-            + self.completion
-    }
-
-    /// Checks `total == sum of places` and that no place is negative.
-    pub fn check(&self) -> Result<(), String> {
-        let places = [
+    /// `(name, frames)` of every place, in the order a frame moves.
+    pub fn places(&self) -> [(&'static str, i64); 8] {
+        [
             ("free", self.free),
             ("fill_ring", self.fill_ring),
             ("kernel_rx", self.kernel_rx),
@@ -198,7 +195,23 @@ impl FrameCensus {
             ("tx_ring", self.tx_ring),
             ("kernel_tx", self.kernel_tx),
             ("completion", self.completion),
-        ];
+        ]
+    }
+
+    /// The sum of all places.
+    pub fn sum(&self) -> i64 {
+        self.places().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Frames not idle: every frame except those in a free pool or posted
+    /// empty on a fill ring.
+    pub fn in_use(&self) -> i64 {
+        self.total - self.free - self.fill_ring
+    }
+
+    /// Checks `total == sum of places` and that no place is negative.
+    pub fn check(&self) -> Result<(), String> {
+        let places = self.places();
         if let Some((name, v)) = places.iter().find(|(_, v)| *v < 0) {
             return Err(format!("place {name} is negative ({v}): {self:?}"));
         }
@@ -261,5 +274,19 @@ mod tests {
             },
         );
         assert!(bad.check().unwrap_err().contains("kernel_rx"));
+    }
+
+    #[test]
+    fn frames_in_use_leave_out_free_and_posted_frames() {
+        let f = FrameCensus {
+            total: 100,
+            free: 40,
+            fill_ring: 50,
+            held: 6,
+            tx_ring: 4,
+            ..Default::default()
+        };
+        assert_eq!(f.in_use(), 10);
+        assert_eq!(f.places().iter().map(|p| p.1).sum::<i64>(), 100);
     }
 }

@@ -140,7 +140,7 @@ impl Publisher {
             per_cpu,
             desired,
             sockets,
-            frames: FrameCensus::new(self.total_frames, ledgers, rings).into(),
+            frames: FrameCensus::new(self.total_frames, ledgers, rings),
             balance: self.shared.balance.stats(),
             flows: self.app.flow_stats(),
             workers: self

@@ -3,6 +3,8 @@
 //! counters' indices, the move rules ([`RfsOrder`]) and the counters' sums
 //! ([`RfsStats`]).
 
+use serde::{Deserialize, Serialize};
+
 /// `STEER_RFS_NO_CPU`: the flow still takes the kernel path.
 const NO_CPU: u32 = u32::MAX;
 
@@ -122,9 +124,30 @@ impl Stat {
     ];
 }
 
-/// The RFS program's counters, summed over CPUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The RFS program's counters, summed over CPUs: the one list of them.
+///
+/// Its serde form is what a running `steer rfs` reports on its stats
+/// socket: every field under its own name except the recorders', which the
+/// report calls `reads`, `new_flows`, `updates` and `suppressed`; a missing
+/// field reads as 0. A counter added here is added to that report too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RfsStats {
+    /// Reads the in-kernel recorders saw: TCP reads of owned connections,
+    /// UDP datagrams of owned ports read with their sender.
+    #[serde(rename = "reads")]
+    pub recorded: u64,
+    /// Flows the in-kernel recorder placed: a first desired CPU written
+    /// (each is also one of `recorder_updates`).
+    #[serde(rename = "new_flows")]
+    pub recorder_new_flows: u64,
+    /// Desired CPUs the in-kernel recorder wrote (new flows and moves):
+    /// the costly steering updates.
+    #[serde(rename = "updates")]
+    pub recorder_updates: u64,
+    /// Changes of reading CPU the LLC rule left unwritten.
+    #[serde(rename = "suppressed")]
+    pub recorder_suppressed: u64,
     /// Frames redirected into a cpumap entry.
     pub redirected: u64,
     /// Frames of ports steer does not steer, and non-IP frames.
@@ -156,17 +179,6 @@ pub struct RfsStats {
     /// Frames with a partial checksum too long to complete (over 4 KiB):
     /// passed to the kernel path, which keeps the mark.
     pub csum_passed: u64,
-    /// Reads the in-kernel recorders saw: TCP reads of owned connections,
-    /// UDP datagrams of owned ports read with their sender.
-    pub recorded: u64,
-    /// Flows the in-kernel recorder placed: a first desired CPU written
-    /// (each is also one of `recorder_updates`).
-    pub recorder_new_flows: u64,
-    /// Desired CPUs the in-kernel recorder wrote (new flows and moves):
-    /// the costly steering updates.
-    pub recorder_updates: u64,
-    /// Changes of reading CPU the LLC rule left unwritten.
-    pub recorder_suppressed: u64,
 }
 
 impl RfsStats {
