@@ -1,9 +1,12 @@
 //! `steer-bench hostile`: a UDP proxy in front of hostile traffic. One
 //! well-behaved client sends numbered requests through the proxy to a UDP
-//! echo backend, first alone (its baseline), then while a sprayer opens new
-//! flows at a set rate: one datagram from each of many random source
-//! addresses and ports, as any host on the internet can send. Reported: the
-//! client's answered share and latency in both phases, and the proxy's
+//! echo backend, first alone (its baseline), then while the same spray is
+//! aimed at a port nobody owns (the machine's share: the sender and the
+//! kernel dropping the spray take the CPUs the proxy, client and backend
+//! share), then while a sprayer opens new flows at the proxy at a set rate:
+//! one datagram from each of many random source addresses and ports, as
+//! any host on the internet can send. Reported: the client's answered share
+//! and latency in the three phases, and the proxy's
 //! open flows, descriptors and RSS over time, its budget counters, and
 //! whether it is still alive; for `steer proxy` (AF_XDP) and the plain
 //! tokio proxy (`steer proxy --io kernel`).
@@ -32,6 +35,8 @@ use crate::table::{md_head, md_row};
 
 /// The proxy's UDP port.
 const PORT: u16 = 7300;
+/// A port nobody owns on the proxy's host: the control spray's target.
+const UNOWNED_PORT: u16 = 7399;
 /// How long the client waits for each answer.
 const ANSWER_WAIT: Duration = Duration::from_millis(1000);
 
@@ -135,6 +140,9 @@ pub struct HostileResult {
     pub secs: f64,
     /// The client alone.
     pub baseline: ClientPhase,
+    /// The client while the same spray goes to a port nobody owns: what
+    /// the spray costs the shared machine, not the proxy.
+    pub elsewhere: ClientPhase,
     /// The client during the spray.
     pub spray: ClientPhase,
     /// A new client that starts half-way through the spray.
@@ -278,6 +286,7 @@ fn start_client(
 /// Returns the datagrams sent.
 fn spray(
     bed: &TestBed,
+    port: u16,
     rate: u32,
     sources: u32,
     secs: f64,
@@ -316,7 +325,7 @@ fn spray(
             };
             let src = Ipv4Addr::new(198, 19, (host >> 8) as u8, host as u8);
             let sport = 1024 + (r as u16 % 60000);
-            let mut frame = FrameBuilder::udp(src.into(), dst.into(), sport, PORT)
+            let mut frame = FrameBuilder::udp(src.into(), dst.into(), sport, port)
                 .payload(b"spray: a new flow of one datagram")
                 .build();
             frame[..6].copy_from_slice(&host_mac);
@@ -446,8 +455,19 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
         let mut proxy = start_proxy(cfg, &bed, backend, &json)?;
         let pid = proxy.pid();
         let baseline = client(&bed, cfg.requests, cfg.secs.min(5.0))?;
+        // The control: the same spray at a port nobody owns (the kernel
+        // drops it, or answers a rate-limited few with ICMP).
+        let elsewhere = {
+            let secs = cfg.secs.min(5.0);
+            let sprayer = spray(&bed, UNOWNED_PORT, cfg.spray_rate, cfg.spray_sources, secs);
+            let phase = client(&bed, cfg.requests, secs)?;
+            sprayer
+                .join()
+                .map_err(|_| anyhow::anyhow!("the control sprayer panicked"))??;
+            phase
+        };
         // The spray, the client and the sampler together.
-        let sprayer = spray(&bed, cfg.spray_rate, cfg.spray_sources, cfg.secs);
+        let sprayer = spray(&bed, PORT, cfg.spray_rate, cfg.spray_sources, cfg.secs);
         let sampling = Arc::new(AtomicBool::new(true));
         let samples = {
             let sampling = Arc::clone(&sampling);
@@ -501,6 +521,7 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
             sprayed,
             secs: cfg.secs,
             baseline,
+            elsewhere,
             spray: under_spray,
             late,
             max_fds: samples.iter().map(|s| s.fds).max().unwrap_or(0),
@@ -525,6 +546,7 @@ pub fn table(results: &[HostileResult]) -> String {
         "answered alone",
         "answered in spray",
         "p99 alone",
+        "p99 in spray elsewhere",
         "p99 in spray",
         "new client mid-spray",
         "max fds",
@@ -544,6 +566,7 @@ pub fn table(results: &[HostileResult]) -> String {
             format!("{}/{}", r.baseline.answered, r.baseline.sent),
             format!("{}/{}", r.spray.answered, r.spray.sent),
             format!("{} us", f0(Some(r.baseline.p99_us))),
+            format!("{} us", f0(Some(r.elsewhere.p99_us))),
             format!("{} us", f0(Some(r.spray.p99_us))),
             r.late.summary(),
             r.max_fds.to_string(),
@@ -558,6 +581,50 @@ pub fn table(results: &[HostileResult]) -> String {
             dash(r.flows("evicted_unassured") + r.flows("evicted_idle")),
             if r.alive { "yes" } else { "no" }.to_owned(),
         ]);
+    }
+    out
+}
+
+/// The client's p99 in the spray over its p99 alone and over its p99 in
+/// the spray aimed elsewhere, per proxy, rate and limit: the median and
+/// range over the runs. The second ratio is the proxy's own share of the
+/// harm: the first also holds what the spray costs the shared machine.
+pub fn ratios(results: &[HostileResult]) -> String {
+    let mut keys: Vec<(ProxyKind, u32, u64)> = Vec::new();
+    for r in results {
+        let key = (r.proxy, r.spray_rate, r.nofile);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let mut out = String::new();
+    for (proxy, rate, nofile) in keys {
+        let runs: Vec<&HostileResult> = results
+            .iter()
+            .filter(|r| (r.proxy, r.spray_rate, r.nofile) == (proxy, rate, nofile))
+            .collect();
+        let spread = |f: &dyn Fn(&HostileResult) -> f64| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .map(|r| f(r))
+                .filter(|x| x.is_finite())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            match (v.first(), v.last()) {
+                (Some(lo), Some(hi)) => {
+                    format!("{:.2} ({:.2}-{:.2})", quantile(&v, 0.5), lo, hi)
+                }
+                _ => "-".into(),
+            }
+        };
+        out += &format!(
+            "{} at {rate} new flows/s, ulimit -n {nofile}, {} run(s): p99 in spray / alone {}, \
+             / in spray elsewhere {}\n",
+            proxy.name(),
+            runs.len(),
+            spread(&|r| r.spray.p99_us / r.baseline.p99_us),
+            spread(&|r| r.spray.p99_us / r.elsewhere.p99_us),
+        );
     }
     out
 }
@@ -592,6 +659,7 @@ mod tests {
             sprayed: 10_000,
             secs: 2.0,
             baseline: phase(50),
+            elsewhere: phase(50),
             spray: phase(48),
             late: ClientPhase {
                 sent: 5,
@@ -626,11 +694,26 @@ mod tests {
         assert!(rows[0].starts_with("| proxy | ulimit -n |"), "{t}");
         assert_eq!(
             rows[2],
-            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 13 | yes |"
+            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 13 | yes |"
         );
         assert!(
             rows[3].ends_with("| 200 | 13 MiB | - | - | - | yes |"),
             "{t}"
+        );
+        let mut runs = vec![result(ProxyKind::Steer, None); 3];
+        for (r, (alone, elsewhere, spray)) in runs.iter_mut().zip([
+            (100.0, 200.0, 300.0),
+            (100.0, 100.0, 400.0),
+            (200.0, 400.0, 400.0),
+        ]) {
+            r.baseline.p99_us = alone;
+            r.elsewhere.p99_us = elsewhere;
+            r.spray.p99_us = spray;
+        }
+        assert_eq!(
+            ratios(&runs),
+            "steer at 5000 new flows/s, ulimit -n 1024, 3 run(s): p99 in spray / alone \
+             3.00 (2.00-4.00), / in spray elsewhere 1.50 (1.00-4.00)\n"
         );
         let never = ClientPhase {
             answered: 0,

@@ -251,6 +251,7 @@ fn run_hostile(a: &HostileArgs) -> Result<()> {
         }
     }
     print!("{}", hostile::table(&results));
+    print!("{}", hostile::ratios(&results));
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
