@@ -59,6 +59,26 @@ pub(super) enum Gathered {
     Refused,
 }
 
+/// Where a [`Gatherer`] puts the frames it is done with and counts what
+/// it gathered or refused: the receiving socket (a fake in tests).
+pub(super) trait ChainSink {
+    /// Takes frames of its UMEM back into its free pool; hands back the
+    /// others.
+    fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> Vec<Frame>;
+    /// Counts `gathered` multi-buffer packets received and `refused` ones.
+    fn count_received(&mut self, gathered: u64, refused: u64);
+}
+
+impl ChainSink for QueueSocket {
+    fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> Vec<Frame> {
+        QueueSocket::recycle(self, frames)
+    }
+
+    fn count_received(&mut self, gathered: u64, refused: u64) {
+        self.count_multi(gathered, 0, refused);
+    }
+}
+
 /// The frames of a packet received so far (one socket's rx side).
 #[derive(Debug, Default)]
 pub(super) struct Gatherer {
@@ -74,7 +94,7 @@ impl Gatherer {
     pub(super) fn push(
         &mut self,
         frame: Frame,
-        socket: &mut QueueSocket,
+        socket: &mut impl ChainSink,
         umem: &UmemView,
     ) -> Gathered {
         if !self.discarding && self.chain.is_empty() && !frame.continues() {
@@ -96,7 +116,7 @@ impl Gatherer {
             let strays = socket.recycle(self.chain.drain(..));
             debug_assert!(strays.is_empty());
             drop(strays);
-            socket.count_multi(0, 0, 1);
+            socket.count_received(0, 1);
             return Gathered::Refused;
         }
         if !ends {
@@ -115,13 +135,13 @@ impl Gatherer {
         debug_assert!(strays.is_empty());
         drop(strays);
         head.set_continues(false);
-        socket.count_multi(1, 0, 0);
+        socket.count_received(1, 0);
         Gathered::Multi(head, bytes.into_boxed_slice())
     }
 
     /// Gives the frames of an unfinished packet back to `socket` (the
     /// source is going away).
-    pub(super) fn abandon(&mut self, socket: &mut QueueSocket) -> Vec<Frame> {
+    pub(super) fn abandon(&mut self, socket: &mut impl ChainSink) -> Vec<Frame> {
         socket.recycle(self.chain.drain(..))
     }
 }
@@ -223,6 +243,89 @@ mod tests {
         let huge = vec![0u8; umem.frame_room() * (MAX_CHAIN + 1)];
         assert!(scatter(&umem, &spare, head, &huge, None).is_none());
         assert_eq!(spare.len(), 2);
+    }
+
+    /// A socket that keeps what it is given back, and counts.
+    #[derive(Default)]
+    struct Sink {
+        recycled: Vec<Frame>,
+        gathered: u64,
+        refused: u64,
+    }
+
+    impl ChainSink for Sink {
+        fn recycle(&mut self, frames: impl IntoIterator<Item = Frame>) -> Vec<Frame> {
+            self.recycled.extend(frames);
+            Vec::new()
+        }
+        fn count_received(&mut self, gathered: u64, refused: u64) {
+            self.gathered += gathered;
+            self.refused += refused;
+        }
+    }
+
+    /// `n` frames of one received packet: every one but the last marked as
+    /// continuing.
+    fn received_chain(frames: &mut Vec<Frame>, n: usize) -> Vec<Frame> {
+        let mut chain: Vec<Frame> = frames.drain(..n).collect();
+        for (i, f) in chain.iter_mut().enumerate() {
+            f.set_continues(i + 1 < n);
+        }
+        chain
+    }
+
+    #[test]
+    fn a_received_packet_longer_than_a_chain_is_refused_whole_and_the_next_one_is_not() {
+        let Some((umem, mut frames)) = test_umem(64) else {
+            return;
+        };
+        let mut sink = Sink::default();
+        let mut g = Gatherer::default();
+        // MAX_CHAIN frames: gathered.
+        let ok = received_chain(&mut frames, MAX_CHAIN);
+        let outcomes: Vec<Gathered> = ok
+            .into_iter()
+            .map(|f| g.push(f, &mut sink, &umem))
+            .collect();
+        assert!(outcomes[..MAX_CHAIN - 1]
+            .iter()
+            .all(|o| matches!(o, Gathered::Pending)));
+        assert!(matches!(outcomes[MAX_CHAIN - 1], Gathered::Multi(..)));
+        assert_eq!((sink.gathered, sink.refused), (1, 0));
+        assert_eq!(sink.recycled.len(), MAX_CHAIN - 1, "the tail, back at once");
+        // MAX_CHAIN + 3 frames: refused at the one past the limit, the
+        // rest recycled as they come; nothing of it is lent.
+        sink.recycled.clear();
+        let long = received_chain(&mut frames, MAX_CHAIN + 3);
+        let outcomes: Vec<Gathered> = long
+            .into_iter()
+            .map(|f| g.push(f, &mut sink, &umem))
+            .collect();
+        let refused = outcomes
+            .iter()
+            .filter(|o| matches!(o, Gathered::Refused))
+            .count();
+        assert_eq!(refused, 1);
+        assert!(matches!(outcomes[MAX_CHAIN], Gathered::Refused));
+        assert!(outcomes
+            .iter()
+            .all(|o| matches!(o, Gathered::Pending | Gathered::Refused)));
+        assert_eq!((sink.gathered, sink.refused), (1, 1));
+        assert_eq!(sink.recycled.len(), MAX_CHAIN + 3, "every frame of it");
+        // The next packet, in one frame, is lent as it is.
+        let next = received_chain(&mut frames, 1).pop().unwrap();
+        assert!(matches!(
+            g.push(next, &mut sink, &umem),
+            Gathered::Single(_)
+        ));
+        // A packet cut off by the source going away goes back whole.
+        let cut = received_chain(&mut frames, 4);
+        for f in cut.into_iter().take(3) {
+            assert!(matches!(g.push(f, &mut sink, &umem), Gathered::Pending));
+        }
+        sink.recycled.clear();
+        assert_eq!(g.abandon(&mut sink).len(), 0);
+        assert_eq!(sink.recycled.len(), 3);
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl RxSource<RawFrame> for XskSource {
         debug_assert!(n <= out.len());
         let mut lent = 0;
         for f in self.frames.drain(..) {
-            let lent_now = match self.gatherer.push(f, &mut s, &self.umem) {
+            let lent_now = match self.gatherer.push(f, &mut *s, &self.umem) {
                 Gathered::Single(f) => custody::lend(&self.umem, f),
                 Gathered::Multi(head, bytes) => custody::lend_gathered(&self.umem, head, bytes),
                 Gathered::Pending | Gathered::Refused => continue,
@@ -137,7 +137,7 @@ impl Drop for XskSource {
     /// The frames of a packet whose end never came go back to the socket.
     fn drop(&mut self) {
         let mut s = lock(&self.socket);
-        let strays = self.gatherer.abandon(&mut s);
+        let strays = self.gatherer.abandon(&mut *s);
         self.spare.put_all(strays);
     }
 }
