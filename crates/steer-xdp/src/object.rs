@@ -241,7 +241,8 @@ impl XdpObject {
                 fq_cq.ok_or_else(|| err("no fill/completion rings returned".into()))?;
             let pool: Vec<_> = descs.by_ref().take(per_queue).collect();
             let mut s =
-                QueueSocket::new(q, tx, rx, fill, comp, mem.clone(), pool, config.ring_size);
+                QueueSocket::new(q, tx, rx, fill, comp, mem.clone(), pool, config.ring_size)
+                    .with_need_wakeup(config.need_wakeup);
             let fd = u32::try_from(s.as_raw_fd())
                 .map_err(|_| XdpError::Config("negative socket fd".into()))?;
             self.update(xsks_map, &q.to_ne_bytes(), &fd.to_ne_bytes())?;

@@ -188,7 +188,8 @@ impl XdpPort {
             })?;
             let pool: Vec<_> = descs.by_ref().take(per_queue).collect();
             let mut s =
-                QueueSocket::new(q, tx, rx, fill, comp, mem.clone(), pool, config.ring_size);
+                QueueSocket::new(q, tx, rx, fill, comp, mem.clone(), pool, config.ring_size)
+                    .with_need_wakeup(config.need_wakeup);
             if let Some(bp) = config.busy_poll {
                 sys::set_busy_poll(s.as_raw_fd(), bp.usecs, bp.budget)
                     .map_err(|e| XdpError::io("setting busy-poll socket options", e))?;

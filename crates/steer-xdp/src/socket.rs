@@ -57,6 +57,9 @@ pub struct QueueSocket {
     scratch: Vec<FrameDesc>,
     ring_size: u32,
     ledger: Arc<Ledger>,
+    /// Bound with `XDP_USE_NEED_WAKEUP`: the tx ring's flag says when the
+    /// kernel needs a kick, and no other kick is made.
+    need_wakeup: bool,
 }
 
 impl std::fmt::Debug for QueueSocket {
@@ -94,7 +97,18 @@ impl QueueSocket {
             scratch: vec![FrameDesc::default(); ring_size as usize],
             ring_size,
             ledger,
+            need_wakeup: false,
         }
+    }
+
+    /// Says whether the socket was bound with `XDP_USE_NEED_WAKEUP`. With
+    /// it, a send kicks the kernel only when the tx ring asks (a zero-copy
+    /// driver whose NAPI is running takes new frames without a system
+    /// call; copy mode always asks); without it, every send that queued
+    /// frames kicks.
+    pub(crate) fn with_need_wakeup(mut self, on: bool) -> Self {
+        self.need_wakeup = on;
+        self
     }
 
     pub(crate) fn ledger(&self) -> Arc<Ledger> {
@@ -251,7 +265,7 @@ impl QueueSocket {
             }
         }
         // Copy mode reports need-wakeup even without XDP_USE_NEED_WAKEUP.
-        if self.tx.needs_wakeup() || n > 0 {
+        if self.tx.needs_wakeup() || (n > 0 && !self.need_wakeup) {
             self.kick_tx_until_taken()?;
         }
         Ok(n)
