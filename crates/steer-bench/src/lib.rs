@@ -32,6 +32,8 @@ pub mod cpustat;
 pub mod flows;
 /// The AF_XDP generator and checker.
 pub mod gen;
+/// Whether a phase held its rate, retries, and what was saturated.
+pub mod hold;
 /// A proxy in front of a spray of new flows (`steer-bench hostile`).
 pub mod hostile;
 /// The kernel socket echo (`kernel-echo`).

@@ -31,6 +31,7 @@ use steer_bench::{
         parse_cpu_pair, parse_cpus, parse_kind, parse_kv, parse_pps, parse_rate, CpuList, Rate,
     },
     bench::{self, BenchConfig},
+    pacing::Arrivals,
     report::{self, Report},
     servers::Kind,
     sockperf, sys,
@@ -79,6 +80,9 @@ enum Cmd {
         /// Server CPUs (list: 1 or 0-3,5).
         #[arg(long, value_parser = parse_cpus)]
         cpus: CpuList,
+        /// SO_BUSY_POLL on each socket, microseconds (0: off).
+        #[arg(long, default_value_t = 0)]
+        busy_poll_us: u32,
     },
     /// Helper: the raw AF_XDP rx->tx turnaround.
     #[command(hide = true)]
@@ -310,6 +314,19 @@ struct Common {
     /// Generator wake-up period at fixed rates, us.
     #[arg(long, default_value_t = 100)]
     tick_us: u64,
+    /// How requests arrive at a fixed rate: `smooth` (what accrued since
+    /// the last tick) or `bursty` (--burst packets back to back, the
+    /// bursts spaced for the same mean rate).
+    #[arg(long, default_value = "smooth", value_parser = ["smooth", "bursty"])]
+    arrivals: String,
+    /// Packets per burst with `--arrivals bursty`.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    burst: u64,
+    /// Retries of a fixed-rate phase whose generator sent under 95% of
+    /// the asked rate; still not held after them, it is flagged with what
+    /// was saturated.
+    #[arg(long, default_value_t = 2)]
+    retries: u32,
     /// Where each veth end's receive path (XDP, AF_XDP copy) runs: `sender`
     /// (veth's default: in the softirq of the CPU that sent the frame) or
     /// `receiver` (threaded NAPI pinned to the owner's CPUs, like a NIC
@@ -412,9 +429,11 @@ fn main() -> ExitCode {
         Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::Hostile(a) => run_hostile(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Transparent(a) => run_transparent(&a).map(|()| ExitCode::SUCCESS),
-        Cmd::KernelEcho { addr, cpus } => {
-            steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
-        }
+        Cmd::KernelEcho {
+            addr,
+            cpus,
+            busy_poll_us,
+        } => steer_bench::kernel_echo::run(addr, &cpus.0, busy_poll_us).map(|_| ExitCode::SUCCESS),
         Cmd::AfxdpEcho {
             interface,
             port,
@@ -472,6 +491,8 @@ fn config(
         window: Duration::try_from_secs_f64(c.window_secs).unwrap_or(Duration::ZERO),
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
+        arrivals: Arrivals::parse(&c.arrivals, c.burst).map_err(anyhow::Error::msg)?,
+        retries: c.retries,
         steer_cmd,
         steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
@@ -529,6 +550,8 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "window_secs": cfg.window.as_secs_f64(),
         "drain_secs": cfg.drain.as_secs_f64(),
         "tick_us": cfg.tick.as_micros() as u64,
+        "arrivals": cfg.arrivals.label(),
+        "retries": cfg.retries,
         "steer_cmd": cfg.steer_cmd.join(" "),
         "proxy_runtime": cfg.proxy_runtime,
         "rx_on": if cfg.rx_on_receiver { "receiver" } else { "sender" },
