@@ -30,6 +30,8 @@ pub mod compare_kernel;
 pub mod cpustat;
 /// Per-flow checking.
 pub mod flows;
+/// Latency against CPU: every idle policy (`steer-bench frontier`).
+pub mod frontier;
 /// The AF_XDP generator and checker.
 pub mod gen;
 /// Whether a phase held its rate, retries, and what was saturated.

@@ -4,6 +4,7 @@
 //! steer-bench run [--quick] [--runs 3] [--rates 50k,200k] [--servers steer,kernel-echo,...]
 //!                 [--steer-cmd CMD] [--json FILE]
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
+//! steer-bench frontier [--rates 20k,50k] [--runs 3] [--arrivals smooth|bursty] [--json FILE]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
 //! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
 //! steer-bench seed llc-updates|tcp-llc-updates|sockmap-affinity|false-sharing|fast-path
@@ -53,6 +54,9 @@ enum Cmd {
     Run(RunArgs),
     /// One server at one rate, with the per-flow table.
     Load(LoadArgs),
+    /// Latency against CPU: steer in each idle policy and the kernel echo
+    /// (busy poll, interrupt deferral) at each rate; JSON for `steer plot`.
+    Frontier(FrontierArgs),
     /// sockperf client reports: parse, check the fixtures, compare a kept
     /// `compare-kernel --keep-logs` directory.
     #[command(subcommand)]
@@ -364,6 +368,18 @@ struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+struct FrontierArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Interleaved runs (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Rates of every point.
+    #[arg(long, value_delimiter = ',', default_value = "20k,50k", value_parser = parse_pps)]
+    rates: Vec<u64>,
+}
+
+#[derive(Debug, Args)]
 struct LoadArgs {
     #[command(flatten)]
     common: Common,
@@ -424,6 +440,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
+        Cmd::Frontier(a) => cmd_frontier(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
         Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
         Cmd::Seed(c) => steer_bench::seeds::run(c),
@@ -618,6 +635,47 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_frontier(a: FrontierArgs) -> Result<ExitCode> {
+    use steer_bench::frontier;
+    let phases = a.rates.iter().map(|&r| Some(r)).collect();
+    let cfg = config(
+        &a.common,
+        vec![Kind::Steer, Kind::KernelEcho],
+        a.runs,
+        phases,
+    )?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock(stop)?;
+    let before = bench::machine_load();
+    println!("steer-bench frontier: machine before: {before}");
+    let points = frontier::points();
+    let measured = frontier::run(&cfg, &a.rates, &points, stop)?;
+    let after = bench::machine_load();
+    println!("steer-bench frontier: machine after: {after}");
+    let sums = frontier::summarize(&measured, &a.rates, &points);
+    print!("{}", frontier::table(&sums));
+    if let Some(path) = &a.common.json {
+        let mut config = config_json(&cfg, false);
+        config["machine"] = json!({"before": before, "after": after});
+        let j = frontier::json(config, &sums, &measured);
+        std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "JSON in {} (steer plot {} draws it)",
+            path.display(),
+            path.display()
+        );
+    }
+    if a.common.keep_logs.is_none() {
+        let _ = std::fs::remove_dir_all(&cfg.log_dir);
+    }
+    Ok(if sums.iter().all(|s| s.held() && s.p99_us.is_some()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 fn cmd_load(a: LoadArgs) -> Result<ExitCode> {

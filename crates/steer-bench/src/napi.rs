@@ -7,8 +7,12 @@
 //! servers that attach one (reflector, AF_XDP turnaround, steer); the
 //! kernel servers' receive work moves to their CPUs through RPS.
 //!
-//! Invariant: NAPI threads are found by name (`napi/<interface>-<id>`,
-//! cut to 15 characters by the kernel) and only those are pinned.
+//! Also the device's interrupt deferral (`napi_defer_hard_irqs`,
+//! `gro_flush_timeout`) for the frontier's kernel points: [`DeferGuard`].
+//!
+//! Invariants: NAPI threads are found by name (`napi/<interface>-<id>`,
+//! cut to 15 characters by the kernel) and only those are pinned; a
+//! deferral setting is restored when its guard drops.
 
 use std::{fs, process::Command, time::Duration};
 
@@ -73,4 +77,51 @@ fn threads_named(prefix: &str) -> Vec<i32> {
                 .unwrap_or(false)
         })
         .collect()
+}
+
+/// A device's interrupt deferral (`napi_defer_hard_irqs`,
+/// `gro_flush_timeout` in sysfs) set for a measurement and restored to
+/// what it was when dropped.
+pub struct DeferGuard {
+    interface: String,
+    old: Vec<(String, String)>,
+}
+
+/// The sysfs files of `interface`'s interrupt deferral.
+fn defer_files(interface: &str) -> [String; 2] {
+    [
+        format!("/sys/class/net/{interface}/napi_defer_hard_irqs"),
+        format!("/sys/class/net/{interface}/gro_flush_timeout"),
+    ]
+}
+
+impl DeferGuard {
+    /// Sets `napi_defer_hard_irqs` and `gro_flush_timeout` (ns) of
+    /// `interface` in this namespace; the old values come back on drop.
+    pub fn set(interface: &str, defer_hard_irqs: u32, gro_flush_timeout_ns: u64) -> Result<Self> {
+        let mut g = DeferGuard {
+            interface: interface.into(),
+            old: Vec::new(),
+        };
+        let values = [
+            defer_hard_irqs.to_string(),
+            gro_flush_timeout_ns.to_string(),
+        ];
+        for (path, value) in defer_files(interface).into_iter().zip(values) {
+            let old = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            fs::write(&path, &value).with_context(|| format!("writing {value} to {path}"))?;
+            g.old.push((path, old.trim().to_owned()));
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for DeferGuard {
+    fn drop(&mut self) {
+        for (path, old) in self.old.iter().rev() {
+            if let Err(e) = fs::write(path, old) {
+                tracing::warn!("restoring {path} of {} to {old}: {e}", self.interface);
+            }
+        }
+    }
 }
