@@ -64,6 +64,8 @@ pub mod seeds;
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.
 pub mod sockperf;
+/// Whether the runs agree: each headline number's spread across runs.
+pub mod spread;
 /// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).
 pub mod sys;
 /// Fixed-width text tables and Markdown tables: the one renderer.

@@ -609,6 +609,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         cfg.runs,
     );
     print!("{}", rep.text());
+    let spreads = steer_bench::spread::spreads(&cfg.servers, &outcome.runs, &a.rates);
+    if let Some(line) = steer_bench::spread::line(&spreads) {
+        println!("{line}");
+    }
     println!(
         "where it ran (last run): generator thread pinned to CPU {}{}",
         cfg.gen_cpu,
@@ -621,7 +625,11 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     print!("{}", rep.ran_on());
     if let Some(path) = &c.json {
         let machine = json!({"before": before, "after": after, "bed": outcome.bed});
-        let j = rep.to_json(config_json(&cfg, a.quick), machine, &outcome.runs);
+        let mut j = rep.to_json(config_json(&cfg, a.quick), machine, &outcome.runs);
+        j["spread"] = json!(spreads
+            .iter()
+            .map(|(server, what, s)| json!({"server": server, "number": what, "max_over_min": s, "flagged": *s > steer_bench::spread::LIMIT}))
+            .collect::<Vec<_>>());
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("JSON in {}", path.display());
