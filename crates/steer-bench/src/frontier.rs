@@ -209,7 +209,7 @@ pub fn summarize(measured: &[Measured], rates: &[u64], points: &[Point]) -> Vec<
 }
 
 fn rate_label(rate: u64) -> String {
-    if rate % 1000 == 0 {
+    if rate.is_multiple_of(1000) {
         format!("{}k", rate / 1000)
     } else {
         rate.to_string()
