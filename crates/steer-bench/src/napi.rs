@@ -8,7 +8,7 @@
 //! kernel servers' receive work moves to their CPUs through RPS.
 //!
 //! Also the device's interrupt deferral (`napi_defer_hard_irqs`,
-//! `gro_flush_timeout`) for the frontier's kernel points: [`DeferGuard`].
+//! `gro_flush_timeout`) for the frontier's kernel points: [`DeferGuard`](crate::napi::DeferGuard).
 //!
 //! Invariants: NAPI threads are found by name (`napi/<interface>-<id>`,
 //! cut to 15 characters by the kernel) and only those are pinned; a

@@ -9,7 +9,7 @@
 //! at once when bursty); what is released and not yet sent (`owed`) and
 //! what waits to be released never exceed `burst` packets together, so a generator that fell behind catches up by
 //! at most one burst and the shortfall shows in its offered rate (and in
-//! [`TokenBucket::dropped`]) instead of as a flood.
+//! [`TokenBucket::dropped`](crate::pacing::TokenBucket::dropped)) instead of as a flood.
 
 /// How requests arrive at a fixed mean rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -1,7 +1,7 @@
 //! Whether the runs agree: for each server, the spread (largest over
 //! smallest) of each headline number across the interleaved runs:
 //! capacity at `max`, CPU us per reply at each fixed rate, p99 at the
-//! latency rate. A spread over [`LIMIT`] is flagged: the median of such
+//! latency rate. A spread over [`LIMIT`](crate::spread::LIMIT) is flagged: the median of such
 //! runs says less than it seems.
 //!
 //! Invariants: only positive, finite values count; a number needs two
