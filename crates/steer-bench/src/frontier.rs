@@ -1,7 +1,7 @@
 //! `steer-bench frontier`: latency against CPU. At each rate, steer's echo
 //! server in each idle policy (a few windows and budgets of each) and the
-//! kernel echo with and without SO_BUSY_POLL and with the device's
-//! interrupt deferral, interleaved across runs (run 1 visits every point,
+//! kernel echo plain, with GRO on its veth end (veth's NAPI), and on that
+//! NAPI with SO_BUSY_POLL or the device's interrupt deferral, interleaved across runs (run 1 visits every point,
 //! then run 2, ...); each point is the server's own CPU time per reply
 //! (its threads' `sum_exec_runtime`) against its p50 and p99, and whether
 //! the generator held the rate. The JSON is what `steer plot` draws as a
@@ -47,6 +47,10 @@ pub struct Point {
     pub busy_poll_us: u32,
     /// The device's interrupt deferral, for the kernel points.
     pub napi_defer: Option<NapiDefer>,
+    /// GRO on the server's veth end: veth then receives through NAPI,
+    /// whose packets carry the NAPI id busy polling needs and whose polls
+    /// interrupt deferral defers (without it both are no-ops on veth).
+    pub veth_napi: bool,
 }
 
 fn steer(label: &str, args: &[&str]) -> Point {
@@ -56,16 +60,18 @@ fn steer(label: &str, args: &[&str]) -> Point {
         steer_args: args.iter().map(|a| (*a).to_owned()).collect(),
         busy_poll_us: 0,
         napi_defer: None,
+        veth_napi: false,
     }
 }
 
-fn kernel(label: &str, busy_poll_us: u32, napi_defer: Option<NapiDefer>) -> Point {
+fn kernel(label: &str, busy_poll_us: u32, napi_defer: Option<NapiDefer>, veth_napi: bool) -> Point {
     Point {
         server: Kind::KernelEcho,
         label: label.into(),
         steer_args: Vec::new(),
         busy_poll_us,
         napi_defer,
+        veth_napi,
     }
 }
 
@@ -119,10 +125,19 @@ pub fn points() -> Vec<Point> {
             &["--idle", "defer", "--nap-us", "50", "--naps", "2"],
         ),
         steer("steer busy-poll", &["--idle", "busy-poll"]),
-        kernel("kernel-echo", 0, None),
-        kernel("kernel-echo busy-poll 50us", 50, None),
-        kernel("kernel-echo napi defer 2x50us", 0, Some(defer)),
+        kernel("kernel-echo", 0, None, false),
+        kernel("kernel-echo gro", 0, None, true),
+        kernel("kernel-echo gro busy-poll 50us", 50, None, true),
+        kernel("kernel-echo gro napi defer 2x50us", 0, Some(defer), true),
     ]
+}
+
+/// The points whose label contains one of `only` (all when empty).
+pub fn select(points: Vec<Point>, only: &[String]) -> Vec<Point> {
+    points
+        .into_iter()
+        .filter(|p| only.is_empty() || only.iter().any(|o| p.label.contains(o.as_str())))
+        .collect()
 }
 
 /// One point at one rate in one run.
@@ -288,6 +303,11 @@ pub fn run(
             if p.busy_poll_us > 0 {
                 env.kernel_echo_args = vec!["--busy-poll-us".into(), p.busy_poll_us.to_string()];
             }
+            let _gro = if p.veth_napi {
+                Some(crate::napi::GroGuard::on(&env.interface)?)
+            } else {
+                None
+            };
             let _defer = match p.napi_defer {
                 Some(d) => Some(crate::napi::DeferGuard::set(
                     &env.interface,
@@ -357,13 +377,30 @@ mod tests {
                 .any(|p| p.steer_args.windows(2).any(|w| w == ["--spin-max-us", max])));
         }
         let kernel: Vec<&Point> = ps.iter().filter(|p| p.server == Kind::KernelEcho).collect();
-        assert_eq!(kernel.len(), 3);
+        assert_eq!(kernel.len(), 4);
         assert!(kernel
             .iter()
-            .any(|p| p.busy_poll_us == 0 && p.napi_defer.is_none()));
-        assert!(kernel.iter().any(|p| p.busy_poll_us == 50));
-        assert!(kernel.iter().any(|p| p.napi_defer.is_some()));
+            .any(|p| p.busy_poll_us == 0 && p.napi_defer.is_none() && !p.veth_napi));
+        // Busy polling and deferral need veth's NAPI to act at all.
+        assert!(kernel.iter().any(|p| p.busy_poll_us == 50 && p.veth_napi));
+        assert!(kernel.iter().any(|p| p.napi_defer.is_some() && p.veth_napi));
+        assert!(kernel
+            .iter()
+            .any(|p| p.busy_poll_us == 0 && p.napi_defer.is_none() && p.veth_napi));
         assert!(kernel.iter().all(|p| p.steer_args.is_empty()));
+    }
+
+    #[test]
+    fn points_are_selected_by_label() {
+        assert_eq!(select(points(), &[]).len(), points().len());
+        let k: Vec<String> = select(points(), &["kernel".into()])
+            .into_iter()
+            .map(|p| p.label)
+            .collect();
+        assert_eq!(k.len(), 4);
+        let two = select(points(), &["sleep".into(), "busy-poll 50us".into()]);
+        assert_eq!(two.len(), 2);
+        assert!(select(points(), &["nothing".into()]).is_empty());
     }
 
     #[test]
@@ -394,7 +431,10 @@ mod tests {
 
     #[test]
     fn the_json_is_a_scatter_steer_plot_reads() {
-        let ps = vec![steer("steer sleep", &[]), kernel("kernel-echo", 0, None)];
+        let ps = vec![
+            steer("steer sleep", &[]),
+            kernel("kernel-echo", 0, None, false),
+        ];
         let mut k = m(1, 50_000, "kernel-echo", 9.0, 900.0, true);
         k.server = Kind::KernelEcho;
         let measured = vec![m(1, 50_000, "steer sleep", 7.5, 80.0, true), k];

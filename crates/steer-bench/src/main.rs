@@ -377,6 +377,10 @@ struct FrontierArgs {
     /// Rates of every point.
     #[arg(long, value_delimiter = ',', default_value = "20k,50k", value_parser = parse_pps)]
     rates: Vec<u64>,
+    /// Only the points whose label contains one of these (list; e.g.
+    /// `kernel` or `adaptive,sleep`). Default: every point.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -658,7 +662,10 @@ fn cmd_frontier(a: FrontierArgs) -> Result<ExitCode> {
     let _lock = measurement_lock(stop)?;
     let before = bench::machine_load();
     println!("steer-bench frontier: machine before: {before}");
-    let points = frontier::points();
+    let points = frontier::select(frontier::points(), &a.only);
+    if points.is_empty() {
+        bail!("--only {:?} matches no point", a.only.join(","));
+    }
     let measured = frontier::run(&cfg, &a.rates, &points, stop)?;
     let after = bench::machine_load();
     println!("steer-bench frontier: machine after: {after}");

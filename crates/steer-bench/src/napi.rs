@@ -8,11 +8,13 @@
 //! kernel servers' receive work moves to their CPUs through RPS.
 //!
 //! Also the device's interrupt deferral (`napi_defer_hard_irqs`,
-//! `gro_flush_timeout`) for the frontier's kernel points: [`DeferGuard`](crate::napi::DeferGuard).
+//! `gro_flush_timeout`) and GRO (veth's NAPI) for the frontier's kernel
+//! points: [`DeferGuard`](crate::napi::DeferGuard),
+//! [`GroGuard`](crate::napi::GroGuard).
 //!
 //! Invariants: NAPI threads are found by name (`napi/<interface>-<id>`,
 //! cut to 15 characters by the kernel) and only those are pinned; a
-//! deferral setting is restored when its guard drops.
+//! deferral or GRO setting is restored when its guard drops.
 
 use std::{fs, process::Command, time::Duration};
 
@@ -123,5 +125,81 @@ impl Drop for DeferGuard {
                 tracing::warn!("restoring {path} of {} to {old}: {e}", self.interface);
             }
         }
+    }
+}
+
+/// GRO turned on for a device (on veth that gives the receiving end a
+/// NAPI instance, so its packets carry a NAPI id that `SO_BUSY_POLL` can
+/// poll and interrupt deferral can defer), turned off again on drop when
+/// it was off.
+pub struct GroGuard {
+    interface: String,
+    was_on: bool,
+}
+
+/// Whether `ethtool -k` output says generic receive offload is on.
+pub fn gro_on(ethtool_k: &str) -> Option<bool> {
+    ethtool_k.lines().find_map(|l| {
+        let v = l.trim().strip_prefix("generic-receive-offload:")?;
+        Some(v.trim().starts_with("on"))
+    })
+}
+
+fn ethtool(args: &[&str]) -> Result<String> {
+    let out = Command::new("ethtool")
+        .args(args)
+        .output()
+        .context("running ethtool (is it installed?)")?;
+    if !out.status.success() {
+        bail!(
+            "ethtool {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl GroGuard {
+    /// Turns GRO on for `interface` (in this namespace).
+    pub fn on(interface: &str) -> Result<Self> {
+        let was_on = gro_on(&ethtool(&["-k", interface])?).unwrap_or(false);
+        if !was_on {
+            ethtool(&["-K", interface, "gro", "on"])?;
+        }
+        Ok(GroGuard {
+            interface: interface.into(),
+            was_on,
+        })
+    }
+}
+
+impl Drop for GroGuard {
+    fn drop(&mut self) {
+        if !self.was_on {
+            if let Err(e) = ethtool(&["-K", &self.interface, "gro", "off"]) {
+                tracing::warn!("turning GRO off again on {}: {e:#}", self.interface);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gro_state_from_ethtool() {
+        let k = "Features for sb1h:\nrx-checksumming: on\ngeneric-receive-offload: off\nlarge-receive-offload: off [fixed]\n";
+        assert_eq!(gro_on(k), Some(false));
+        assert_eq!(gro_on("generic-receive-offload: on\n"), Some(true));
+        assert_eq!(gro_on("nothing here"), None);
+        assert_eq!(
+            defer_files("eth0"),
+            [
+                "/sys/class/net/eth0/napi_defer_hard_irqs",
+                "/sys/class/net/eth0/gro_flush_timeout"
+            ]
+        );
     }
 }
