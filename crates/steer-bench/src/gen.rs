@@ -406,6 +406,43 @@ impl Generator {
     }
 }
 
+/// A phase result for other modules' tests: `asked` and `offered` rates,
+/// every reply answered, the CPUs' busy shares, the rest zero.
+#[cfg(test)]
+pub(crate) fn test_phase(asked: Option<f64>, offered: f64, busy: &[f64]) -> PhaseResult {
+    PhaseResult {
+        asked_pps: asked,
+        window_secs: 1.0,
+        offered_pps: offered,
+        answered_pps: offered,
+        total: FlowCounts::default(),
+        per_flow: Vec::new(),
+        stale: 0,
+        foreign: 0,
+        unsent: 0,
+        tx_stalls: 0,
+        credit_dropped: 0,
+        late_wakes: 0,
+        attempts: 1,
+        not_held: None,
+        latency: None,
+        cpu: CpuUse {
+            busy_secs: busy.iter().sum(),
+            per_cpu_busy: busy.to_vec(),
+            per_cpu_softirq: vec![0.0; busy.len()],
+            context_switches: 0,
+        },
+        foreign_cpu_secs: 0.0,
+        cpu_us_per_reply: None,
+        switches_per_reply: None,
+        server_switches_per_reply: None,
+        server_voluntary_per_reply: None,
+        server_cpu_us_per_reply: None,
+        backend_cpu_us_per_reply: None,
+        generator_cpu: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

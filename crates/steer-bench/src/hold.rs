@@ -85,39 +85,11 @@ pub fn why_not_held(p: &PhaseResult, server_cpus: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cpustat::CpuUse, flows::FlowCounts};
 
     fn phase(asked: Option<f64>, offered: f64, busy: [f64; 2]) -> PhaseResult {
         PhaseResult {
-            asked_pps: asked,
-            window_secs: 1.0,
-            offered_pps: offered,
-            answered_pps: offered,
-            total: FlowCounts::default(),
-            per_flow: Vec::new(),
-            stale: 0,
-            foreign: 0,
-            unsent: 0,
-            tx_stalls: 0,
-            credit_dropped: 0,
-            late_wakes: 0,
             attempts: 3,
-            not_held: None,
-            latency: None,
-            cpu: CpuUse {
-                busy_secs: busy[0] + busy[1],
-                per_cpu_busy: busy.to_vec(),
-                per_cpu_softirq: vec![0.0; 2],
-                context_switches: 0,
-            },
-            foreign_cpu_secs: 0.0,
-            cpu_us_per_reply: None,
-            switches_per_reply: None,
-            server_switches_per_reply: None,
-            server_voluntary_per_reply: None,
-            server_cpu_us_per_reply: None,
-            backend_cpu_us_per_reply: None,
-            generator_cpu: 0,
+            ..crate::gen::test_phase(asked, offered, &busy)
         }
     }
 

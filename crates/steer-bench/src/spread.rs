@@ -103,6 +103,54 @@ mod tests {
     }
 
     #[test]
+    fn spreads_of_capacity_cost_and_p99_per_server() {
+        let phase = |answered: f64, us: f64, p99: f64| PhaseResult {
+            cpu_us_per_reply: Some(us),
+            latency: Some(crate::gen::Latency {
+                count: 1,
+                p50_us: p99 / 2.0,
+                p99_us: p99,
+                p999_us: p99,
+                max_us: p99,
+            }),
+            ..crate::gen::test_phase(Some(50_000.0), answered, &[0.5, 0.5])
+        };
+        let run = |n, kind, cap: f64, us, p99| ServerRun {
+            run: n,
+            server: kind,
+            error: None,
+            phases: vec![
+                ("max".into(), phase(cap, 1.0, 1.0)),
+                ("50000".into(), phase(50_000.0, us, p99)),
+                ("200000".into(), phase(200_000.0, us / 2.0, p99)),
+            ],
+            ran_on: String::new(),
+            last_words: String::new(),
+            stats: None,
+        };
+        let runs = vec![
+            run(1, Kind::Steer, 100.0, 8.0, 100.0),
+            run(1, Kind::KernelEcho, 10.0, 10.0, 50.0),
+            run(2, Kind::Steer, 110.0, 8.0, 300.0),
+        ];
+        let s = spreads(&[Kind::Steer, Kind::KernelEcho], &runs, &[50_000, 200_000]);
+        let names: Vec<String> = s.iter().map(|(k, w, _)| format!("{k} {w}")).collect();
+        assert_eq!(
+            names,
+            [
+                "steer capacity",
+                "steer us@50000",
+                "steer p99@50000",
+                "steer us@200000"
+            ],
+            "one run of kernel-echo has no spread"
+        );
+        assert!((s[0].2 - 1.1).abs() < 1e-9);
+        assert_eq!((s[1].2, s[2].2), (1.0, 3.0));
+        assert!(line(&s).unwrap().starts_with("RUNS DISAGREE (1 headline"));
+    }
+
+    #[test]
     fn the_line_flags_numbers_over_20_percent() {
         assert_eq!(line(&[]), None);
         let ok = vec![("steer".to_owned(), "capacity".to_owned(), 1.1)];
