@@ -22,6 +22,7 @@ use crate::{
     cpustat,
     gen::{GenSetup, Generator, PhaseResult, PhaseSpec},
     netns::TestBed,
+    pacing::Arrivals,
     payload::Endpoints,
     report::{phase_name, ServerRun},
     servers::{Kind, Running, ServerEnv},
@@ -61,6 +62,10 @@ pub struct BenchConfig {
     pub drain: Duration,
     /// Generator tick at fixed rates.
     pub tick: Duration,
+    /// How requests arrive at fixed rates.
+    pub arrivals: Arrivals,
+    /// Retries of a fixed-rate phase whose rate was not held.
+    pub retries: u32,
     /// steer's echo command.
     pub steer_cmd: Vec<String>,
     /// The `steer` binary, for the proxies.
@@ -198,167 +203,263 @@ pub struct Outcome {
     pub generator_rx: Option<String>,
 }
 
-/// Runs the benchmark. `stop` is the Ctrl-C flag.
-pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
-    let bed = TestBed::create(cfg.queues)?;
-    let bed_desc =
-        format!(
-        "namespace {}, generator {} {} (CPU {}), server {} {}:{} (CPUs {:?}), {} queue(s) per end, receive path on the {}",
-        bed.ns, bed.peer_if, bed.peer_v4, cfg.gen_cpu, bed.host_if, bed.host_v4, cfg.port,
-        cfg.server_cpus, bed.queues,
-        if cfg.rx_on_receiver { "receiver's CPUs (threaded NAPI; kernel servers: RPS)" } else { "sender's CPU (veth default)" }
-    );
-    println!("test bed: {bed_desc}");
-    let setup = GenSetup {
-        interface: bed.peer_if.clone(),
-        endpoints: Endpoints {
-            dst_mac: bed.host_mac,
-            src_mac: bed.peer_mac,
-            src: bed.peer_v4,
-            dst: bed.host_v4,
-            dst_port: cfg.port,
-        },
-        flows: cfg.flows,
-        sport_base: cfg.sport_base,
-        weights: cfg.weights.clone(),
-    };
-    let gen = GenThread::spawn(&bed, setup, cfg.gen_cpu, stop)?;
-    if cfg.rx_on_receiver {
-        crate::napi::thread_and_pin(Some(&bed.ns), &bed.peer_if, &[cfg.gen_cpu])?;
+/// The test bed, the generator thread in it and the servers' environment:
+/// open for as many server runs as a command makes.
+pub struct Bed {
+    // The generator goes before the test bed it runs in.
+    gen: GenThread,
+    bed: TestBed,
+    /// Where the servers serve and how they are started.
+    pub env: ServerEnv,
+    /// The test bed's names and addresses.
+    pub desc: String,
+    tag: u32,
+}
+
+impl Bed {
+    /// Builds the test bed and starts the generator in it.
+    pub fn open(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Bed> {
+        let bed = TestBed::create(cfg.queues)?;
+        let desc = format!(
+            "namespace {}, generator {} {} (CPU {}), server {} {}:{} (CPUs {:?}), {} queue(s) per end, receive path on the {}, arrivals {}",
+            bed.ns, bed.peer_if, bed.peer_v4, cfg.gen_cpu, bed.host_if, bed.host_v4, cfg.port,
+            cfg.server_cpus, bed.queues,
+            if cfg.rx_on_receiver { "receiver's CPUs (threaded NAPI; kernel servers: RPS)" } else { "sender's CPU (veth default)" },
+            cfg.arrivals.label(),
+        );
+        println!("test bed: {desc}");
+        let setup = GenSetup {
+            interface: bed.peer_if.clone(),
+            endpoints: Endpoints {
+                dst_mac: bed.host_mac,
+                src_mac: bed.peer_mac,
+                src: bed.peer_v4,
+                dst: bed.host_v4,
+                dst_port: cfg.port,
+            },
+            flows: cfg.flows,
+            sport_base: cfg.sport_base,
+            weights: cfg.weights.clone(),
+        };
+        let gen = GenThread::spawn(&bed, setup, cfg.gen_cpu, stop)?;
+        if cfg.rx_on_receiver {
+            crate::napi::thread_and_pin(Some(&bed.ns), &bed.peer_if, &[cfg.gen_cpu])?;
+        }
+        let env = ServerEnv {
+            interface: bed.host_if.clone(),
+            addr: bed.host_v4,
+            port: cfg.port,
+            cpus: cfg.server_cpus.clone(),
+            steer_cmd: cfg.steer_cmd.clone(),
+            steer_bin: cfg.steer_bin.clone(),
+            self_exe: std::env::current_exe().context("finding this binary")?,
+            log_dir: cfg.log_dir.clone(),
+            rx_on_server: cfg.rx_on_receiver,
+            proxy_runtime: cfg.proxy_runtime.clone(),
+            kernel_echo_args: Vec::new(),
+        };
+        Ok(Bed {
+            gen,
+            bed,
+            env,
+            desc,
+            tag: 0,
+        })
     }
-    let env = ServerEnv {
-        interface: bed.host_if.clone(),
-        addr: bed.host_v4,
-        port: cfg.port,
-        cpus: cfg.server_cpus.clone(),
-        steer_cmd: cfg.steer_cmd.clone(),
-        steer_bin: cfg.steer_bin.clone(),
-        self_exe: std::env::current_exe().context("finding this binary")?,
-        log_dir: cfg.log_dir.clone(),
-        rx_on_server: cfg.rx_on_receiver,
-        proxy_runtime: cfg.proxy_runtime.clone(),
-    };
-    let mut tag = 0u32;
-    let mut spec = |rate: Option<u64>, warmup: Duration, window: Duration, drain: Duration| {
-        tag += 1;
-        PhaseSpec {
+
+    /// Where the generator end's NAPI threads ran (`--rx-on receiver`).
+    pub fn generator_rx(&self) -> Option<String> {
+        crate::napi::describe(&self.bed.peer_if)
+    }
+
+    fn phase(
+        &mut self,
+        cfg: &BenchConfig,
+        rate: Option<u64>,
+        warmup: Duration,
+        window: Duration,
+        drain: Duration,
+    ) -> Result<PhaseResult> {
+        self.tag += 1;
+        self.gen.phase(PhaseSpec {
             rate: rate.map(|r| r as f64),
             warmup,
             window,
             drain,
             tick: cfg.tick,
-            tag,
+            tag: self.tag,
+            arrivals: cfg.arrivals,
+        })
+    }
+
+    /// Run `run` of server `kind`, started with `env`: a probe, then each
+    /// of `phases` (a fixed rate not held is tried again, up to
+    /// `cfg.retries` times, and flagged with its reason if it still is
+    /// not), then stopped. A server that does not start or answer gives a
+    /// run with an error, not an `Err`.
+    pub fn serve(
+        &mut self,
+        cfg: &BenchConfig,
+        run: usize,
+        kind: Kind,
+        env: &ServerEnv,
+        phases: &[Option<u64>],
+    ) -> Result<ServerRun> {
+        let mut sr = ServerRun {
+            run,
+            server: kind,
+            error: None,
+            phases: Vec::new(),
+            ran_on: String::new(),
+            last_words: String::new(),
+            stats: None,
+        };
+        info!(run, server = kind.name(), "starting");
+        let server = match Running::start(kind, env) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("{}: {e:#}", kind.name());
+                sr.error = Some(format!("did not start: {e:#}"));
+                return Ok(sr);
+            }
+        };
+        // Probe: does it answer at all? (Up to 3 s.)
+        let mut answered = false;
+        for _ in 0..6 {
+            let p = self.phase(
+                cfg,
+                Some(2000),
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+                Duration::from_millis(200),
+            )?;
+            if p.total.answered > 0 {
+                answered = true;
+                break;
+            }
         }
+        if !answered {
+            sr.error =
+                Some("the server does not answer (no replies to a 2k pps probe for 3 s)".into());
+            sr.ran_on = server.where_it_ran();
+            let _ = server.stop();
+            return Ok(sr);
+        }
+        for &rate in phases {
+            let name = phase_name(rate);
+            let mut attempt = 1;
+            let p = loop {
+                let p = self.measured_phase(cfg, rate, &server)?;
+                if !crate::hold::retry(&p, attempt, cfg.retries) {
+                    break PhaseResult {
+                        attempts: attempt,
+                        ..p
+                    };
+                }
+                println!(
+                    "  run {run} {} {name}: offered {:.0}/s, not held: trying again ({} of {} retries)",
+                    kind.name(),
+                    p.offered_pps,
+                    attempt,
+                    cfg.retries
+                );
+                attempt += 1;
+            };
+            let p = if crate::hold::held(&p) {
+                p
+            } else {
+                let why = crate::hold::why_not_held(&p, &cfg.server_cpus);
+                PhaseResult {
+                    not_held: Some(why),
+                    ..p
+                }
+            };
+            println!("  {}", crate::report::phase_line(run, kind, &name, &p));
+            sr.phases.push((name, p));
+        }
+        sr.ran_on = server.where_it_ran();
+        match server.stop() {
+            Ok((last, stats)) => {
+                sr.last_words = last;
+                sr.stats = stats;
+            }
+            Err(e) => sr.error = Some(format!("{e:#}")),
+        }
+        Ok(sr)
+    }
+
+    /// One phase with the server process's own costs per reply.
+    fn measured_phase(
+        &mut self,
+        cfg: &BenchConfig,
+        rate: Option<u64>,
+        server: &Running,
+    ) -> Result<PhaseResult> {
+        let before = (
+            server.pid().map(cpustat::task_totals),
+            server.backend_pid().map(cpustat::task_totals),
+        );
+        let mut p = self.phase(cfg, rate, cfg.warmup, cfg.window, cfg.drain)?;
+        let answered = p.total.answered;
+        let per_reply = |v: u64| (answered > 0).then(|| v as f64 / answered as f64);
+        if let (Some(pid), Some(b)) = (server.pid(), before.0) {
+            let d = b.since(cpustat::task_totals(pid));
+            p.server_switches_per_reply = per_reply(d.voluntary + d.involuntary);
+            p.server_voluntary_per_reply = per_reply(d.voluntary);
+            p.server_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
+        }
+        if let (Some(pid), Some(b)) = (server.backend_pid(), before.1) {
+            let d = b.since(cpustat::task_totals(pid));
+            p.backend_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
+        }
+        Ok(p)
+    }
+}
+
+/// The phases `kind` runs in a `run` of `cfg`: the proxies' rates for a
+/// proxy, the echo rates otherwise; the reflector (the floor of both) gets
+/// the union when proxies run; the raw AF_XDP turnaround spins, so it only
+/// gets `max` unless it runs alone.
+pub fn phases_of(cfg: &BenchConfig, kind: Kind) -> Vec<Option<u64>> {
+    let alone = cfg.servers.len() == 1;
+    let with_proxies = kind == Kind::Reflector && cfg.servers.iter().any(|k| k.is_proxy());
+    let mut phases = if kind.is_proxy() {
+        cfg.proxy_phases.clone()
+    } else {
+        cfg.phases.clone()
     };
+    if with_proxies {
+        for p in &cfg.proxy_phases {
+            if !phases.contains(p) {
+                phases.push(*p);
+            }
+        }
+    }
+    phases
+        .into_iter()
+        .filter(|r| alone || kind != Kind::Afxdp || r.is_none())
+        .collect()
+}
+
+/// Runs the benchmark. `stop` is the Ctrl-C flag.
+pub fn run(cfg: &BenchConfig, stop: &'static AtomicBool) -> Result<Outcome> {
+    let mut bed = Bed::open(cfg, stop)?;
+    let env = bed.env.clone();
     let mut out = Vec::new();
     for run in 1..=cfg.runs {
         for &kind in &cfg.servers {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 bail!("interrupted");
             }
-            let mut sr = ServerRun {
-                run,
-                server: kind,
-                error: None,
-                phases: Vec::new(),
-                ran_on: String::new(),
-                last_words: String::new(),
-                stats: None,
-            };
-            info!(run, server = kind.name(), "starting");
-            let server = match Running::start(kind, &env) {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!("{}: {e:#}", kind.name());
-                    sr.error = Some(format!("did not start: {e:#}"));
-                    out.push(sr);
-                    continue;
-                }
-            };
-            // Probe: does it answer at all? (Up to 3 s.)
-            let mut answered = false;
-            for _ in 0..6 {
-                let p = gen.phase(spec(
-                    Some(2000),
-                    Duration::from_millis(100),
-                    Duration::from_millis(200),
-                    Duration::from_millis(200),
-                ))?;
-                if p.total.answered > 0 {
-                    answered = true;
-                    break;
-                }
-            }
-            if !answered {
-                sr.error = Some(
-                    "the server does not answer (no replies to a 2k pps probe for 3 s)".into(),
-                );
-                sr.ran_on = server.where_it_ran();
-                let _ = server.stop();
-                out.push(sr);
-                continue;
-            }
-            // The turnaround spins: its cost at a fixed rate means nothing.
-            let alone = cfg.servers.len() == 1;
-            // The reflector is the floor of both the echo servers and the
-            // proxies: it runs every rate either uses.
-            let with_proxies = kind == Kind::Reflector && cfg.servers.iter().any(|k| k.is_proxy());
-            let mut phases = if kind.is_proxy() {
-                cfg.proxy_phases.clone()
-            } else {
-                cfg.phases.clone()
-            };
-            if with_proxies {
-                for p in &cfg.proxy_phases {
-                    if !phases.contains(p) {
-                        phases.push(*p);
-                    }
-                }
-            }
-            let rates = phases
-                .into_iter()
-                .filter(|r| alone || kind != Kind::Afxdp || r.is_none());
-            for rate in rates {
-                let name = phase_name(rate);
-                let before = (
-                    server.pid().map(cpustat::task_totals),
-                    server.backend_pid().map(cpustat::task_totals),
-                );
-                let mut p = gen.phase(spec(rate, cfg.warmup, cfg.window, cfg.drain))?;
-                let per_reply = |v: u64| {
-                    let answered = p.total.answered;
-                    (answered > 0).then(|| v as f64 / answered as f64)
-                };
-                if let (Some(pid), Some(b)) = (server.pid(), before.0) {
-                    let d = b.since(cpustat::task_totals(pid));
-                    p.server_switches_per_reply = per_reply(d.voluntary + d.involuntary);
-                    p.server_voluntary_per_reply = per_reply(d.voluntary);
-                    p.server_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
-                }
-                if let (Some(pid), Some(b)) = (server.backend_pid(), before.1) {
-                    let d = b.since(cpustat::task_totals(pid));
-                    p.backend_cpu_us_per_reply = per_reply(d.cpu_ns).map(|ns| ns / 1e3);
-                }
-                println!("  {}", crate::report::phase_line(run, kind, &name, &p));
-                sr.phases.push((name, p));
-            }
-            sr.ran_on = server.where_it_ran();
-            match server.stop() {
-                Ok((last, stats)) => {
-                    sr.last_words = last;
-                    sr.stats = stats;
-                }
-                Err(e) => sr.error = Some(format!("{e:#}")),
-            }
-            out.push(sr);
+            out.push(bed.serve(cfg, run, kind, &env, &phases_of(cfg, kind))?);
         }
     }
-    let generator_rx = crate::napi::describe(&bed.peer_if);
-    drop(gen);
+    let generator_rx = bed.generator_rx();
+    let desc = bed.desc.clone();
     drop(bed);
     Ok(Outcome {
         runs: out,
-        bed: bed_desc,
+        bed: desc,
         generator_rx,
     })
 }
@@ -402,6 +503,8 @@ mod tests {
             window: Duration::from_secs(1),
             drain: Duration::from_millis(200),
             tick: Duration::from_micros(100),
+            arrivals: Arrivals::Smooth,
+            retries: 2,
             steer_cmd: vec!["steer".into(), "echo".into()],
             steer_bin: "steer".into(),
             rx_on_receiver: false,

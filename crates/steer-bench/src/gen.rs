@@ -28,7 +28,7 @@ use steer_xdp::{object::XdpObject, BindMode, Frame, PortConfig, QueueSocket};
 use crate::{
     cpustat::{self, CpuUse},
     flows::{FlowBook, FlowCounts, Verdict},
-    pacing::{self, ahead_of_share, TokenBucket, Weights},
+    pacing::{self, ahead_of_share, Arrivals, TokenBucket, Weights},
     payload::{parse_reply, Endpoints, Template, FRAME_LEN},
     sys::{current_cpu, mono_ns, sleep_until},
     xdp,
@@ -74,6 +74,8 @@ pub struct PhaseSpec {
     pub tick: Duration,
     /// Tag written into every request of the phase.
     pub tag: u32,
+    /// How requests arrive at a fixed rate: smooth or in bursts.
+    pub arrivals: Arrivals,
 }
 
 /// Latency percentiles, microseconds.
@@ -128,6 +130,15 @@ pub struct PhaseResult {
     pub unsent: u64,
     /// Times the generator found no free frame or a full tx ring.
     pub tx_stalls: u64,
+    /// Packets of send credit lost while sending because the generator was
+    /// held up longer than its bucket holds (a pacing stall).
+    pub credit_dropped: u64,
+    /// Wake-ups while sending that came over a millisecond late.
+    pub late_wakes: u64,
+    /// Attempts at this phase (the bench retries a rate not held).
+    pub attempts: u32,
+    /// Why the asked rate was not held, after the last attempt.
+    pub not_held: Option<String>,
     /// Latency of the window's replies.
     pub latency: Option<Latency>,
     /// Whole-machine CPU use in the window.
@@ -207,9 +218,11 @@ impl Generator {
         let mut hist =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).context("latency histogram")?;
         let tick = spec.tick.as_nanos().max(1_000) as u64;
-        let burst = pacing::burst(spec.rate, TX_BATCH as u64);
+        let cap = pacing::catch_up(spec.rate, TX_BATCH as u64, spec.arrivals);
         let t0 = mono_ns();
-        let mut bucket = TokenBucket::new(spec.rate, burst, t0);
+        let mut bucket = TokenBucket::with_arrivals(spec.rate, cap, t0, spec.arrivals);
+        let mut late_wakes = 0u64;
+        let mut dropped_at_win = (0u64, 0u64);
         let win_start = t0 + spec.warmup.as_nanos() as u64;
         let win_end = win_start + spec.window.as_nanos() as u64;
         let drain_end = win_end + spec.drain.as_nanos() as u64;
@@ -228,9 +241,11 @@ impl Generator {
             let now = mono_ns();
             if cpu_a.is_none() && now >= win_start {
                 cpu_a = Some((cpustat::sample()?, cpustat::foreign_cpu_secs()));
+                dropped_at_win.0 = bucket.dropped();
             }
             if cpu_b.is_none() && now >= win_end {
                 cpu_b = Some((cpustat::sample()?, cpustat::foreign_cpu_secs()));
+                dropped_at_win.1 = bucket.dropped();
             }
             if now >= drain_end {
                 break;
@@ -332,10 +347,15 @@ impl Generator {
                 }
                 self.sockets[s].complete();
             }
-            // Sleep to the next tick at a fixed rate (and while draining).
-            if spec.rate.is_some() || !sending {
+            // Sleep to the next tick at a fixed rate once nothing is owed
+            // (a generator behind catches up first), and while draining.
+            if pacing::sleep_after_pass(spec.rate.is_some(), sending, budget, spent) {
                 next_wake = pacing::next_wake(next_wake, now, tick);
                 sleep_until(next_wake);
+                let woke = mono_ns();
+                if sending && woke > next_wake + 1_000_000 && (win_start..win_end).contains(&woke) {
+                    late_wakes += 1;
+                }
             }
         }
         let mut unsent = 0;
@@ -374,11 +394,52 @@ impl Generator {
             foreign,
             unsent,
             tx_stalls: stalls,
+            credit_dropped: dropped_at_win.1.saturating_sub(dropped_at_win.0),
+            late_wakes,
+            attempts: 1,
+            not_held: None,
             latency,
             cpu,
             foreign_cpu_secs,
             generator_cpu: current_cpu(),
         })
+    }
+}
+
+/// A phase result for other modules' tests: `asked` and `offered` rates,
+/// every reply answered, the CPUs' busy shares, the rest zero.
+#[cfg(test)]
+pub(crate) fn test_phase(asked: Option<f64>, offered: f64, busy: &[f64]) -> PhaseResult {
+    PhaseResult {
+        asked_pps: asked,
+        window_secs: 1.0,
+        offered_pps: offered,
+        answered_pps: offered,
+        total: FlowCounts::default(),
+        per_flow: Vec::new(),
+        stale: 0,
+        foreign: 0,
+        unsent: 0,
+        tx_stalls: 0,
+        credit_dropped: 0,
+        late_wakes: 0,
+        attempts: 1,
+        not_held: None,
+        latency: None,
+        cpu: CpuUse {
+            busy_secs: busy.iter().sum(),
+            per_cpu_busy: busy.to_vec(),
+            per_cpu_softirq: vec![0.0; busy.len()],
+            context_switches: 0,
+        },
+        foreign_cpu_secs: 0.0,
+        cpu_us_per_reply: None,
+        switches_per_reply: None,
+        server_switches_per_reply: None,
+        server_voluntary_per_reply: None,
+        server_cpu_us_per_reply: None,
+        backend_cpu_us_per_reply: None,
+        generator_cpu: 0,
     }
 }
 

@@ -50,9 +50,10 @@ fn setopt(fd: &OwnedFd, level: i32, name: i32, value: &[u8], what: &str) -> Resu
     check(rc, what).map(|_| ())
 }
 
-/// A UDP socket bound to `addr` with SO_REUSEPORT, a 4 MiB receive buffer
-/// and a 100 ms receive timeout.
-fn socket(addr: SocketAddrV4) -> Result<OwnedFd> {
+/// A UDP socket bound to `addr` with SO_REUSEPORT, a 4 MiB receive buffer,
+/// a 100 ms receive timeout and, when `busy_poll_us` > 0, SO_BUSY_POLL (a
+/// receive with nothing queued polls the device's NAPI that long first).
+fn socket(addr: SocketAddrV4, busy_poll_us: u32) -> Result<OwnedFd> {
     // SAFETY: plain socket(2) call.
     let fd = check(
         unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) },
@@ -97,6 +98,16 @@ fn socket(addr: SocketAddrV4) -> Result<OwnedFd> {
         tv_bytes,
         "SO_RCVTIMEO",
     )?;
+    if busy_poll_us > 0 {
+        let us = i32::try_from(busy_poll_us).unwrap_or(i32::MAX);
+        setopt(
+            &fd,
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            &us.to_ne_bytes(),
+            "SO_BUSY_POLL",
+        )?;
+    }
     // SAFETY: sockaddr_in is plain data; all-zero is valid.
     let mut sa: libc::sockaddr_in = unsafe { zeroed() };
     sa.sin_family = libc::AF_INET as libc::sa_family_t;
@@ -190,10 +201,14 @@ fn serve(fd: &OwnedFd, stop: &AtomicBool, echoed: &AtomicU64) -> Result<()> {
 }
 
 /// Runs the echo on `addr` with one pinned thread per CPU in `cpus` until
-/// SIGINT/SIGTERM. Prints `ready` once every socket is bound.
-pub fn run(addr: SocketAddrV4, cpus: &[usize]) -> Result<()> {
+/// SIGINT/SIGTERM, each socket busy-polling `busy_poll_us` (0: not). Prints
+/// `ready` once every socket is bound.
+pub fn run(addr: SocketAddrV4, cpus: &[usize], busy_poll_us: u32) -> Result<()> {
     let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
-    let sockets: Vec<OwnedFd> = cpus.iter().map(|_| socket(addr)).collect::<Result<_>>()?;
+    let sockets: Vec<OwnedFd> = cpus
+        .iter()
+        .map(|_| socket(addr, busy_poll_us))
+        .collect::<Result<_>>()?;
     let echoed = AtomicU64::new(0);
     std::thread::scope(|s| -> Result<()> {
         let mut handles = Vec::new();
@@ -209,7 +224,7 @@ pub fn run(addr: SocketAddrV4, cpus: &[usize]) -> Result<()> {
                     .context("spawning a thread")?,
             );
         }
-        println!("kernel echo: ready on udp {addr}, threads on CPUs {cpus:?}, recvmmsg/sendmmsg batches of {BATCH}");
+        println!("kernel echo: ready on udp {addr}, threads on CPUs {cpus:?}, recvmmsg/sendmmsg batches of {BATCH}, SO_BUSY_POLL {busy_poll_us} us");
         let mut result = Ok(());
         for h in handles {
             match h.join() {

@@ -30,8 +30,12 @@ pub mod compare_kernel;
 pub mod cpustat;
 /// Per-flow checking.
 pub mod flows;
+/// Latency against CPU: every idle policy (`steer-bench frontier`).
+pub mod frontier;
 /// The AF_XDP generator and checker.
 pub mod gen;
+/// Whether a phase held its rate, retries, and what was saturated.
+pub mod hold;
 /// A proxy in front of a spray of new flows (`steer-bench hostile`).
 pub mod hostile;
 /// The kernel socket echo (`kernel-echo`).
@@ -60,6 +64,8 @@ pub mod seeds;
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.
 pub mod sockperf;
+/// Whether the runs agree: each headline number's spread across runs.
+pub mod spread;
 /// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).
 pub mod sys;
 /// Fixed-width text tables and Markdown tables: the one renderer.

@@ -4,6 +4,7 @@
 //! steer-bench run [--quick] [--runs 3] [--rates 50k,200k] [--servers steer,kernel-echo,...]
 //!                 [--steer-cmd CMD] [--json FILE]
 //! steer-bench load --server steer --rate 100k|max [--secs 5]
+//! steer-bench frontier [--rates 20k,50k] [--runs 3] [--arrivals smooth|bursty] [--json FILE]
 //! steer-bench sockperf parse FILE | check-fixtures DIR | compare --work DIR ...
 //! steer-bench compare-kernel [--quick] [-t SECS] [-c CLIENTS] [--json FILE]
 //! steer-bench seed llc-updates|tcp-llc-updates|sockmap-affinity|false-sharing|fast-path
@@ -31,6 +32,7 @@ use steer_bench::{
         parse_cpu_pair, parse_cpus, parse_kind, parse_kv, parse_pps, parse_rate, CpuList, Rate,
     },
     bench::{self, BenchConfig},
+    pacing::Arrivals,
     report::{self, Report},
     servers::Kind,
     sockperf, sys,
@@ -52,6 +54,9 @@ enum Cmd {
     Run(RunArgs),
     /// One server at one rate, with the per-flow table.
     Load(LoadArgs),
+    /// Latency against CPU: steer in each idle policy and the kernel echo
+    /// (busy poll, interrupt deferral) at each rate; JSON for `steer plot`.
+    Frontier(FrontierArgs),
     /// sockperf client reports: parse, check the fixtures, compare a kept
     /// `compare-kernel --keep-logs` directory.
     #[command(subcommand)]
@@ -79,6 +84,9 @@ enum Cmd {
         /// Server CPUs (list: 1 or 0-3,5).
         #[arg(long, value_parser = parse_cpus)]
         cpus: CpuList,
+        /// SO_BUSY_POLL on each socket, microseconds (0: off).
+        #[arg(long, default_value_t = 0)]
+        busy_poll_us: u32,
     },
     /// Helper: the raw AF_XDP rx->tx turnaround.
     #[command(hide = true)]
@@ -311,6 +319,19 @@ struct Common {
     /// Generator wake-up period at fixed rates, us.
     #[arg(long, default_value_t = 100)]
     tick_us: u64,
+    /// How requests arrive at a fixed rate: `smooth` (what accrued since
+    /// the last tick) or `bursty` (--burst packets back to back, the
+    /// bursts spaced for the same mean rate).
+    #[arg(long, default_value = "smooth", value_parser = ["smooth", "bursty"])]
+    arrivals: String,
+    /// Packets per burst with `--arrivals bursty`.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    burst: u64,
+    /// Retries of a fixed-rate phase whose generator sent under 95% of
+    /// the asked rate; still not held after them, it is flagged with what
+    /// was saturated.
+    #[arg(long, default_value_t = 2)]
+    retries: u32,
     /// Where each veth end's receive path (XDP, AF_XDP copy) runs: `sender`
     /// (veth's default: in the softirq of the CPU that sent the frame) or
     /// `receiver` (threaded NAPI pinned to the owner's CPUs, like a NIC
@@ -345,6 +366,22 @@ struct RunArgs {
     /// CI smoke: 1 run, 1 s windows; fails unless every number is found.
     #[arg(long)]
     quick: bool,
+}
+
+#[derive(Debug, Args)]
+struct FrontierArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Interleaved runs (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Rates of every point.
+    #[arg(long, value_delimiter = ',', default_value = "20k,50k", value_parser = parse_pps)]
+    rates: Vec<u64>,
+    /// Only the points whose label contains one of these (list; e.g.
+    /// `kernel` or `adaptive,sleep`). Default: every point.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -408,14 +445,17 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Load(a) => cmd_load(a),
+        Cmd::Frontier(a) => cmd_frontier(a),
         Cmd::Sockperf(c) => cmd_sockperf(c),
         Cmd::CompareKernel(a) => steer_bench::compare_kernel::run(&a),
         Cmd::Seed(c) => steer_bench::seeds::run(c),
         Cmd::Hostile(a) => run_hostile(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Transparent(a) => run_transparent(&a).map(|()| ExitCode::SUCCESS),
-        Cmd::KernelEcho { addr, cpus } => {
-            steer_bench::kernel_echo::run(addr, &cpus.0).map(|_| ExitCode::SUCCESS)
-        }
+        Cmd::KernelEcho {
+            addr,
+            cpus,
+            busy_poll_us,
+        } => steer_bench::kernel_echo::run(addr, &cpus.0, busy_poll_us).map(|_| ExitCode::SUCCESS),
         Cmd::AfxdpEcho {
             interface,
             port,
@@ -473,6 +513,8 @@ fn config(
         window: Duration::try_from_secs_f64(c.window_secs).unwrap_or(Duration::ZERO),
         drain: Duration::from_millis(c.drain_ms),
         tick: Duration::from_micros(c.tick_us.max(1)),
+        arrivals: Arrivals::parse(&c.arrivals, c.burst).map_err(anyhow::Error::msg)?,
+        retries: c.retries,
         steer_cmd,
         steer_bin,
         rx_on_receiver: c.rx_on == "receiver",
@@ -530,6 +572,8 @@ fn config_json(cfg: &BenchConfig, quick: bool) -> serde_json::Value {
         "window_secs": cfg.window.as_secs_f64(),
         "drain_secs": cfg.drain.as_secs_f64(),
         "tick_us": cfg.tick.as_micros() as u64,
+        "arrivals": cfg.arrivals.label(),
+        "retries": cfg.retries,
         "steer_cmd": cfg.steer_cmd.join(" "),
         "proxy_runtime": cfg.proxy_runtime,
         "rx_on": if cfg.rx_on_receiver { "receiver" } else { "sender" },
@@ -570,6 +614,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         cfg.runs,
     );
     print!("{}", rep.text());
+    let spreads = steer_bench::spread::spreads(&cfg.servers, &outcome.runs, &a.rates);
+    if let Some(line) = steer_bench::spread::line(&spreads) {
+        println!("{line}");
+    }
     println!(
         "where it ran (last run): generator thread pinned to CPU {}{}",
         cfg.gen_cpu,
@@ -582,7 +630,11 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     print!("{}", rep.ran_on());
     if let Some(path) = &c.json {
         let machine = json!({"before": before, "after": after, "bed": outcome.bed});
-        let j = rep.to_json(config_json(&cfg, a.quick), machine, &outcome.runs);
+        let mut j = rep.to_json(config_json(&cfg, a.quick), machine, &outcome.runs);
+        j["spread"] = json!(spreads
+            .iter()
+            .map(|(server, what, s)| json!({"server": server, "number": what, "max_over_min": s, "flagged": *s > steer_bench::spread::LIMIT}))
+            .collect::<Vec<_>>());
         std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         println!("JSON in {}", path.display());
@@ -596,6 +648,50 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_frontier(a: FrontierArgs) -> Result<ExitCode> {
+    use steer_bench::frontier;
+    let phases = a.rates.iter().map(|&r| Some(r)).collect();
+    let cfg = config(
+        &a.common,
+        vec![Kind::Steer, Kind::KernelEcho],
+        a.runs,
+        phases,
+    )?;
+    let stop = steer_xdp::shutdown::install().context("installing signal handlers")?;
+    let _lock = measurement_lock(stop)?;
+    let before = bench::machine_load();
+    println!("steer-bench frontier: machine before: {before}");
+    let points = frontier::select(frontier::points(), &a.only);
+    if points.is_empty() {
+        bail!("--only {:?} matches no point", a.only.join(","));
+    }
+    let measured = frontier::run(&cfg, &a.rates, &points, stop)?;
+    let after = bench::machine_load();
+    println!("steer-bench frontier: machine after: {after}");
+    let sums = frontier::summarize(&measured, &a.rates, &points);
+    print!("{}", frontier::table(&sums));
+    if let Some(path) = &a.common.json {
+        let mut config = config_json(&cfg, false);
+        config["machine"] = json!({"before": before, "after": after});
+        let j = frontier::json(config, &sums, &measured);
+        std::fs::write(path, serde_json::to_string_pretty(&j)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "JSON in {} (steer plot {} draws it)",
+            path.display(),
+            path.display()
+        );
+    }
+    if a.common.keep_logs.is_none() {
+        let _ = std::fs::remove_dir_all(&cfg.log_dir);
+    }
+    Ok(if sums.iter().all(|s| s.held() && s.p99_us.is_some()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 fn cmd_load(a: LoadArgs) -> Result<ExitCode> {

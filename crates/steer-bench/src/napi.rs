@@ -7,8 +7,14 @@
 //! servers that attach one (reflector, AF_XDP turnaround, steer); the
 //! kernel servers' receive work moves to their CPUs through RPS.
 //!
-//! Invariant: NAPI threads are found by name (`napi/<interface>-<id>`,
-//! cut to 15 characters by the kernel) and only those are pinned.
+//! Also the device's interrupt deferral (`napi_defer_hard_irqs`,
+//! `gro_flush_timeout`) and GRO (veth's NAPI) for the frontier's kernel
+//! points: [`DeferGuard`](crate::napi::DeferGuard),
+//! [`GroGuard`](crate::napi::GroGuard).
+//!
+//! Invariants: NAPI threads are found by name (`napi/<interface>-<id>`,
+//! cut to 15 characters by the kernel) and only those are pinned; a
+//! deferral or GRO setting is restored when its guard drops.
 
 use std::{fs, process::Command, time::Duration};
 
@@ -73,4 +79,127 @@ fn threads_named(prefix: &str) -> Vec<i32> {
                 .unwrap_or(false)
         })
         .collect()
+}
+
+/// A device's interrupt deferral (`napi_defer_hard_irqs`,
+/// `gro_flush_timeout` in sysfs) set for a measurement and restored to
+/// what it was when dropped.
+pub struct DeferGuard {
+    interface: String,
+    old: Vec<(String, String)>,
+}
+
+/// The sysfs files of `interface`'s interrupt deferral.
+fn defer_files(interface: &str) -> [String; 2] {
+    [
+        format!("/sys/class/net/{interface}/napi_defer_hard_irqs"),
+        format!("/sys/class/net/{interface}/gro_flush_timeout"),
+    ]
+}
+
+impl DeferGuard {
+    /// Sets `napi_defer_hard_irqs` and `gro_flush_timeout` (ns) of
+    /// `interface` in this namespace; the old values come back on drop.
+    pub fn set(interface: &str, defer_hard_irqs: u32, gro_flush_timeout_ns: u64) -> Result<Self> {
+        let mut g = DeferGuard {
+            interface: interface.into(),
+            old: Vec::new(),
+        };
+        let values = [
+            defer_hard_irqs.to_string(),
+            gro_flush_timeout_ns.to_string(),
+        ];
+        for (path, value) in defer_files(interface).into_iter().zip(values) {
+            let old = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            fs::write(&path, &value).with_context(|| format!("writing {value} to {path}"))?;
+            g.old.push((path, old.trim().to_owned()));
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for DeferGuard {
+    fn drop(&mut self) {
+        for (path, old) in self.old.iter().rev() {
+            if let Err(e) = fs::write(path, old) {
+                tracing::warn!("restoring {path} of {} to {old}: {e}", self.interface);
+            }
+        }
+    }
+}
+
+/// GRO turned on for a device (on veth that gives the receiving end a
+/// NAPI instance, so its packets carry a NAPI id that `SO_BUSY_POLL` can
+/// poll and interrupt deferral can defer), turned off again on drop when
+/// it was off.
+pub struct GroGuard {
+    interface: String,
+    was_on: bool,
+}
+
+/// Whether `ethtool -k` output says generic receive offload is on.
+pub fn gro_on(ethtool_k: &str) -> Option<bool> {
+    ethtool_k.lines().find_map(|l| {
+        let v = l.trim().strip_prefix("generic-receive-offload:")?;
+        Some(v.trim().starts_with("on"))
+    })
+}
+
+fn ethtool(args: &[&str]) -> Result<String> {
+    let out = Command::new("ethtool")
+        .args(args)
+        .output()
+        .context("running ethtool (is it installed?)")?;
+    if !out.status.success() {
+        bail!(
+            "ethtool {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl GroGuard {
+    /// Turns GRO on for `interface` (in this namespace).
+    pub fn on(interface: &str) -> Result<Self> {
+        let was_on = gro_on(&ethtool(&["-k", interface])?).unwrap_or(false);
+        if !was_on {
+            ethtool(&["-K", interface, "gro", "on"])?;
+        }
+        Ok(GroGuard {
+            interface: interface.into(),
+            was_on,
+        })
+    }
+}
+
+impl Drop for GroGuard {
+    fn drop(&mut self) {
+        if !self.was_on {
+            if let Err(e) = ethtool(&["-K", &self.interface, "gro", "off"]) {
+                tracing::warn!("turning GRO off again on {}: {e:#}", self.interface);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gro_state_from_ethtool() {
+        let k = "Features for sb1h:\nrx-checksumming: on\ngeneric-receive-offload: off\nlarge-receive-offload: off [fixed]\n";
+        assert_eq!(gro_on(k), Some(false));
+        assert_eq!(gro_on("generic-receive-offload: on\n"), Some(true));
+        assert_eq!(gro_on("nothing here"), None);
+        assert_eq!(
+            defer_files("eth0"),
+            [
+                "/sys/class/net/eth0/napi_defer_hard_irqs",
+                "/sys/class/net/eth0/gro_flush_timeout"
+            ]
+        );
+    }
 }

@@ -4,9 +4,51 @@
 //! share of the rate, and which flow each of its frames belongs to).
 //!
 //! Invariants: time is passed in (nanoseconds from any fixed origin), so the
-//! bucket is deterministic under test; credit never exceeds `burst` packets,
-//! so a generator that fell behind catches up by at most one burst and the
-//! shortfall shows in its offered rate instead of as a flood.
+//! bucket is deterministic under test; credit accrues continuously and is
+//! released to the sender in whole arrivals (one packet when smooth, `B`
+//! at once when bursty); what is released and not yet sent (`owed`) and
+//! what waits to be released never exceed `burst` packets together, so a generator that fell behind catches up by
+//! at most one burst and the shortfall shows in its offered rate (and in
+//! [`TokenBucket::dropped`](crate::pacing::TokenBucket::dropped)) instead of as a flood.
+
+/// How requests arrive at a fixed mean rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arrivals {
+    /// Spread evenly: each tick sends what accrued since the last.
+    Smooth,
+    /// In bursts of this many packets back to back, the bursts spaced so
+    /// the mean rate is the same.
+    Bursty(u64),
+}
+
+impl Arrivals {
+    /// From `--arrivals smooth|bursty` and `--burst N` (N >= 1).
+    pub fn parse(mode: &str, burst: u64) -> Result<Arrivals, String> {
+        match mode {
+            "smooth" => Ok(Arrivals::Smooth),
+            "bursty" if burst >= 1 => Ok(Arrivals::Bursty(burst)),
+            "bursty" => Err("--burst must be at least 1".into()),
+            other => Err(format!("--arrivals {other:?}: smooth or bursty")),
+        }
+    }
+
+    /// Packets one arrival brings.
+    pub fn size(self) -> u64 {
+        match self {
+            Arrivals::Smooth => 1,
+            Arrivals::Bursty(b) => b.max(1),
+        }
+    }
+
+    /// A short label: `smooth`, `bursty64`.
+    pub fn label(self) -> String {
+        match self {
+            Arrivals::Smooth => "smooth".into(),
+            Arrivals::Bursty(b) => format!("bursty{b}"),
+        }
+    }
+}
 
 /// Send credit at `rate` packets per second (`None`: unlimited).
 #[derive(Debug, Clone)]
@@ -15,36 +57,65 @@ pub struct TokenBucket {
     burst: u64,
     last_ns: u64,
     credit: f64,
+    arrivals: Arrivals,
+    owed: u64,
+    dropped: f64,
 }
 
 impl TokenBucket {
-    /// A bucket starting empty at `now_ns`.
+    /// A smooth bucket starting empty at `now_ns`.
     pub fn new(rate: Option<f64>, burst: u64, now_ns: u64) -> Self {
+        Self::with_arrivals(rate, burst, now_ns, Arrivals::Smooth)
+    }
+
+    /// A bucket starting empty at `now_ns` that releases credit in whole
+    /// arrivals; its cap is at least one arrival.
+    pub fn with_arrivals(rate: Option<f64>, burst: u64, now_ns: u64, arrivals: Arrivals) -> Self {
         TokenBucket {
             rate,
-            burst: burst.max(1),
+            burst: burst.max(arrivals.size()).max(1),
             last_ns: now_ns,
             credit: 0.0,
+            arrivals,
+            owed: 0,
+            dropped: 0.0,
         }
     }
 
-    /// Packets that may be sent now (at most `burst`); call [`Self::spend`]
-    /// with what was actually sent.
+    /// Packets that may be sent now (at most `burst`): released arrivals
+    /// not yet sent; call [`Self::spend`] with what was actually sent.
     pub fn available(&mut self, now_ns: u64) -> u64 {
         let Some(rate) = self.rate else {
             return self.burst;
         };
         let dt = now_ns.saturating_sub(self.last_ns) as f64 * 1e-9;
         self.last_ns = self.last_ns.max(now_ns);
-        self.credit = (self.credit + dt * rate).min(self.burst as f64);
-        self.credit as u64
+        self.credit += dt * rate;
+        let size = self.arrivals.size();
+        // Owed and waiting credit together hold at most one burst: beyond
+        // it, credit is lost (counted).
+        let cap = (self.burst - self.owed.min(self.burst)) as f64;
+        if self.credit > cap {
+            self.dropped += self.credit - cap;
+            self.credit = cap;
+        }
+        let whole = (self.credit / size as f64).floor() as u64 * size;
+        self.credit -= whole as f64;
+        self.owed += whole;
+        self.owed
     }
 
     /// Takes `n` packets of credit.
     pub fn spend(&mut self, n: u64) {
         if self.rate.is_some() {
-            self.credit = (self.credit - n as f64).max(0.0);
+            self.owed = self.owed.saturating_sub(n);
         }
+    }
+
+    /// Packets of credit lost at the cap so far (the generator was held up
+    /// for longer than one burst's worth of time: a pacing stall).
+    pub fn dropped(&self) -> u64 {
+        self.dropped as u64
     }
 
     /// Nanoseconds until `n` packets of credit are available (0 when unlimited).
@@ -52,7 +123,8 @@ impl TokenBucket {
         match self.rate {
             None => 0,
             Some(rate) => {
-                let missing = (n.min(self.burst) as f64 - self.credit).max(0.0);
+                let have = self.owed as f64 + self.credit;
+                let missing = (n.min(self.burst) as f64 - have).max(0.0);
                 (missing / rate * 1e9).ceil() as u64
             }
         }
@@ -66,8 +138,33 @@ impl TokenBucket {
 pub fn burst(rate: Option<f64>, min: u64) -> u64 {
     match rate {
         None => min,
-        Some(r) => ((r * 5e-3) as u64).max(min),
+        Some(r) => ((r * CREDIT_SECS) as u64).max(min),
     }
+}
+
+/// Seconds of sending a bucket holds by [`burst`].
+pub const CREDIT_SECS: f64 = 5e-3;
+
+/// Seconds of sending the generator's bucket holds: a stall of up to this
+/// long (the VM's host, another task) loses nothing, as the generator
+/// catches up in passes of one batch per socket without sleeping.
+pub const CATCH_UP_SECS: f64 = 20e-3;
+
+/// The generator's cap: [`CATCH_UP_SECS`] of credit at `rate`, at least
+/// `min` and one arrival; `min` when unlimited.
+pub fn catch_up(rate: Option<f64>, min: u64, arrivals: Arrivals) -> u64 {
+    match rate {
+        None => min,
+        Some(r) => ((r * CATCH_UP_SECS) as u64).max(min).max(arrivals.size()),
+    }
+}
+
+/// Whether the generator sleeps to its next tick after a pass: at a fixed
+/// rate when it owes nothing more, or when the pass sent nothing (a full
+/// tx ring: waiting beats spinning on it); while draining always; at `max`
+/// never.
+pub fn sleep_after_pass(fixed_rate: bool, sending: bool, owed: u64, sent: u64) -> bool {
+    !sending || (fixed_rate && (owed == 0 || sent == 0))
 }
 
 /// The next wake-up at a fixed tick: one `tick` after `last`, or after one
@@ -182,6 +279,55 @@ mod tests {
         let mut u = TokenBucket::new(None, 32, 0);
         assert_eq!(u.available(0), 32);
         assert_eq!(u.wait_ns(32), 0);
+    }
+
+    #[test]
+    fn bursty_arrivals_come_whole_at_the_same_mean_rate() {
+        let mut b = TokenBucket::with_arrivals(Some(50_000.0), 250, 0, Arrivals::Bursty(64));
+        let (mut sent, mut sizes) = (0, Vec::new());
+        for step in 1..=10_000u64 {
+            let n = b.available(step * 100_000);
+            if n > 0 {
+                sizes.push(n);
+            }
+            b.spend(n);
+            sent += n;
+        }
+        assert!(sizes.iter().all(|&n| n == 64), "{sizes:?}");
+        assert!((49_920..=50_000).contains(&sent), "{sent}");
+        // The cap is at least one burst, so a burst comes whole.
+        let mut big = TokenBucket::with_arrivals(Some(1_000.0), 32, 0, Arrivals::Bursty(100));
+        assert_eq!(big.available(100_000_000), 100);
+        assert_eq!(Arrivals::parse("bursty", 8), Ok(Arrivals::Bursty(8)));
+        assert_eq!(Arrivals::parse("smooth", 0), Ok(Arrivals::Smooth));
+        assert!(Arrivals::parse("bursty", 0).is_err());
+        assert!(Arrivals::parse("poisson", 8).is_err());
+        assert_eq!(Arrivals::Bursty(8).label(), "bursty8");
+    }
+
+    #[test]
+    fn a_sender_behind_keeps_what_it_owes_and_a_long_stall_is_counted() {
+        let mut b = TokenBucket::new(Some(50_000.0), 250, 0);
+        // 4 ms late: 200 owed, sent 64 a pass without losing the rest.
+        assert_eq!(b.available(4_000_000), 200);
+        b.spend(64);
+        assert_eq!(b.available(4_000_000), 136);
+        b.spend(136);
+        assert_eq!(b.dropped(), 0);
+        // 20 ms late: one burst owed, the rest lost.
+        assert_eq!(b.available(24_000_000), 250);
+        assert_eq!(b.dropped(), 750);
+        b.spend(250);
+        assert_eq!(b.available(24_000_000), 0);
+        assert_eq!(catch_up(Some(50_000.0), 32, Arrivals::Smooth), 1000);
+        assert_eq!(catch_up(Some(100.0), 32, Arrivals::Bursty(64)), 64);
+        assert_eq!(catch_up(None, 32, Arrivals::Smooth), 32);
+        // Sleep only when nothing is owed or nothing could be sent.
+        assert!(sleep_after_pass(true, true, 0, 5));
+        assert!(!sleep_after_pass(true, true, 10, 64));
+        assert!(sleep_after_pass(true, true, 10, 0));
+        assert!(!sleep_after_pass(false, true, 32, 32), "max never sleeps");
+        assert!(sleep_after_pass(false, false, 0, 0), "draining sleeps");
     }
 
     #[test]

@@ -96,7 +96,9 @@ pub fn phase_flags(p: &PhaseResult) -> Vec<String> {
         f.push("NO REPLIES".into());
     }
     if let Some(asked) = p.asked_pps {
-        if p.offered_pps < HOLD * asked {
+        if let Some(why) = &p.not_held {
+            f.push(format!("RATE NOT HELD: {why}"));
+        } else if p.offered_pps < HOLD * asked {
             f.push(format!(
                 "RATE NOT HELD: offered {:.0} of {:.0}/s",
                 p.offered_pps, asked
@@ -974,6 +976,10 @@ mod tests {
             foreign: 0,
             unsent: 0,
             tx_stalls: 0,
+            credit_dropped: 0,
+            late_wakes: 0,
+            attempts: 1,
+            not_held: None,
             latency: Some(Latency {
                 count: got,
                 p50_us: p99 / 2.0,

@@ -123,6 +123,8 @@ pub struct ServerEnv {
     pub rx_on_server: bool,
     /// `steer proxy --runtime` of the steer proxy.
     pub proxy_runtime: String,
+    /// Extra arguments of the kernel echo (e.g. `--busy-poll-us 50`).
+    pub kernel_echo_args: Vec<String>,
 }
 
 /// A started server.
@@ -240,14 +242,18 @@ impl Running {
                 "--cpu".into(),
                 env.cpus[0].to_string(),
             ],
-            Kind::KernelEcho => vec![
-                exe,
-                "kernel-echo".into(),
-                "--addr".into(),
-                addr,
-                "--cpus".into(),
-                cpu_list(&env.cpus),
-            ],
+            Kind::KernelEcho => {
+                let mut v = vec![
+                    exe,
+                    "kernel-echo".into(),
+                    "--addr".into(),
+                    addr,
+                    "--cpus".into(),
+                    cpu_list(&env.cpus),
+                ];
+                v.extend(env.kernel_echo_args.iter().cloned());
+                v
+            }
             Kind::Sockperf => vec![
                 "sockperf".into(),
                 "server".into(),
@@ -469,6 +475,7 @@ mod tests {
             log_dir: PathBuf::from("/tmp"),
             rx_on_server: false,
             proxy_runtime: "worker".into(),
+            kernel_echo_args: Vec::new(),
         };
         assert_eq!(
             env.serve_args(),

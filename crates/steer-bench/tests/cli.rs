@@ -69,6 +69,11 @@ fn bad_input_gives_one_line() {
         ),
         (&["load", "--weights", "2,0"][..], "--weights"),
         (
+            &["load", "--arrivals", "poisson"][..],
+            "possible values: smooth, bursty",
+        ),
+        (&["load", "--burst", "0"][..], "--burst"),
+        (
             &[
                 "load",
                 "--server",
@@ -144,6 +149,69 @@ fn a_rate_it_cannot_hold_is_flagged() {
     ]);
     let (out, err) = text(&o);
     assert!(out.contains("RATE NOT HELD"), "{out}\n{err}");
+}
+
+#[test]
+fn a_rate_not_held_is_retried_then_flagged_with_its_reason() {
+    require_root();
+    let o = bench(&[
+        "load",
+        "--server",
+        "reflector",
+        "--rate",
+        "50m",
+        "--retries",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--window-secs",
+        "0.3",
+        "--drain-ms",
+        "100",
+    ]);
+    let (out, err) = text(&o);
+    assert!(
+        out.contains("not held: trying again (1 of 1 retries)"),
+        "{out}\n{err}"
+    );
+    assert!(out.contains("RATE NOT HELD: offered"), "{out}\n{err}");
+    assert!(out.contains("in 2 attempt(s): "), "{out}\n{err}");
+    // 50m/s is past any generator: its CPU, or the path on it, ran out.
+    assert!(
+        out.contains("saturated") || out.contains("pacing stalls"),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn bursty_arrivals_keep_the_mean_rate() {
+    require_root();
+    let (j, out) = reflector_load(
+        "bursty.json",
+        &[
+            "--rate",
+            "20k",
+            "--flows",
+            "8",
+            "--arrivals",
+            "bursty",
+            "--burst",
+            "64",
+        ],
+    );
+    assert_eq!(j["config"]["arrivals"], "bursty64");
+    let phase = &j["run"]["phases"][0][1];
+    let offered = phase["offered_pps"].as_f64().unwrap();
+    // A window edge cuts at most one burst.
+    assert!(
+        offered <= 20_000.0 + 64.0 / 0.5 + 1_000.0,
+        "offered {offered} for 20k"
+    );
+    assert!(
+        offered >= 19_000.0 || out.contains("RATE NOT HELD"),
+        "offered {offered} of 20k, not flagged:\n{out}"
+    );
+    assert_eq!(phase["total"]["reordered"], 0);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::input::{BenchReport, BenchServer, Seed000Run};
+use super::input::{BenchReport, BenchServer, Scatter, Seed000Run};
 
 const STEER: RGBColor = RGBColor(31, 119, 180);
 const KERNEL: RGBColor = RGBColor(255, 127, 14);
@@ -262,4 +262,108 @@ pub fn seed000(runs: &[Seed000Run], title: &str) -> DrawResult<String> {
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// A scatter: one colour per series (in first-seen order), every point
+/// labelled with its label; both axes from zero to a tenth past the
+/// largest value.
+pub fn scatter(sc: &Scatter) -> DrawResult<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for (series, ..) in &sc.points {
+        if !names.contains(&series.as_str()) {
+            names.push(series);
+        }
+    }
+    let xmax = sc.points.iter().map(|p| p.2).fold(0.0, f64::max).max(1.0) * 1.1;
+    let ymax = sc.points.iter().map(|p| p.3).fold(0.0, f64::max).max(1.0) * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 640)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(sc.title.as_str(), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(sc.x_label.as_str())
+            .y_desc(sc.y_label.as_str())
+            .draw()
+            .map_err(err)?;
+        for (k, name) in names.iter().enumerate() {
+            let c = match *name {
+                "steer" => STEER,
+                "kernel-echo" => KERNEL,
+                _ => LINES[k % LINES.len()],
+            };
+            let pts: Vec<&(String, String, f64, f64)> =
+                sc.points.iter().filter(|p| p.0 == *name).collect();
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new((p.2, p.3), 4, c.filled())))
+                .map_err(err)?
+                .label(*name)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
+            chart
+                .draw_series(pts.iter().map(|p| {
+                    Text::new(
+                        p.1.clone(),
+                        (p.2, p.3 + ymax * 0.01),
+                        ("sans-serif", 10)
+                            .into_font()
+                            .color(&c)
+                            .pos(Pos::new(HPos::Left, VPos::Bottom)),
+                    )
+                }))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scatter_labels_every_point_and_names_its_series() {
+        let sc = Scatter {
+            title: "frontier".into(),
+            x_label: "server CPU us per reply".into(),
+            y_label: "p99 latency, us".into(),
+            points: vec![
+                ("steer".into(), "steer sleep @50k".into(), 7.5, 80.0),
+                ("steer".into(), "steer busy-poll @50k".into(), 20.0, 15.0),
+                ("kernel-echo".into(), "kernel-echo @50k".into(), 9.0, 900.0),
+            ],
+        };
+        let svg = scatter(&sc).unwrap();
+        for text in [
+            "steer sleep @50k",
+            "steer busy-poll @50k",
+            "kernel-echo @50k",
+            "server CPU us per reply",
+            "p99 latency, us",
+        ] {
+            assert!(svg.contains(text), "{text}");
+        }
+        assert!(
+            scatter(&Scatter {
+                points: Vec::new(),
+                ..sc
+            })
+            .is_ok(),
+            "empty draws axes"
+        );
+    }
 }

@@ -51,6 +51,20 @@ pub struct Seed000Run {
     pub series: Vec<(String, f64)>,
 }
 
+/// A scatter: labelled points in series (steer-bench frontier's report:
+/// x CPU us per reply, y p99 us).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scatter {
+    /// The picture's title.
+    pub title: String,
+    /// The axes' names.
+    pub x_label: String,
+    /// See `x_label`.
+    pub y_label: String,
+    /// (series, label, x, y), points without both numbers left out.
+    pub points: Vec<(String, String, f64, f64)>,
+}
+
 /// A file `steer plot` understands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -59,6 +73,8 @@ pub enum Input {
     /// Seed 000's report (`steer-bench seed 000`, or the earlier
     /// seed000-llc-steering.sh).
     Seed000(Seed000Run),
+    /// A scatter (`steer-bench frontier --json`).
+    Scatter(Scatter),
 }
 
 /// Reads and recognises `path`.
@@ -75,6 +91,9 @@ pub fn parse(text: &str) -> Result<Input, String> {
     if tool == "steer-bench" {
         return bench(&v).map(Input::Bench);
     }
+    if tool == "steer-bench frontier" {
+        return scatter(&v).map(Input::Scatter);
+    }
     if tool == "steer-bench seed 000" || tool.ends_with("seed000-llc-steering.sh") {
         return seed000(&v).map(Input::Seed000);
     }
@@ -82,6 +101,26 @@ pub fn parse(text: &str) -> Result<Input, String> {
         "not a report steer plot reads (tool {tool:?}): give steer-bench's `--json` output or \
          seed 000's (`steer-bench seed 000 --json`)"
     ))
+}
+
+fn scatter(v: &Value) -> Result<Scatter, String> {
+    let text = |k: &str, d: &str| v.get(k).and_then(Value::as_str).unwrap_or(d).to_owned();
+    let points = v
+        .get("points")
+        .and_then(Value::as_array)
+        .ok_or("a frontier report without `points`")?
+        .iter()
+        .filter_map(|p| {
+            let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            Some((s("series"), s("label"), num(p, &["x"])?, num(p, &["y"])?))
+        })
+        .collect();
+    Ok(Scatter {
+        title: text("title", "steer-bench frontier"),
+        x_label: text("x_label", "x"),
+        y_label: text("y_label", "y"),
+        points,
+    })
 }
 
 fn num(v: &Value, path: &[&str]) -> Option<f64> {
@@ -166,6 +205,24 @@ fn topology_name(t: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frontier_report_is_a_scatter() {
+        let text = r#"{"tool": "steer-bench frontier", "x_label": "cpu", "y_label": "p99",
+            "points": [{"series": "steer", "label": "steer sleep @50k", "x": 7.5, "y": 80.0},
+                       {"series": "kernel-echo", "label": "k @50k", "x": null, "y": 9.0}]}"#;
+        let Ok(Input::Scatter(s)) = parse(text) else {
+            panic!("not a scatter")
+        };
+        assert_eq!((s.x_label.as_str(), s.y_label.as_str()), ("cpu", "p99"));
+        assert_eq!(
+            s.points,
+            [("steer".into(), "steer sleep @50k".into(), 7.5, 80.0)]
+        );
+        assert!(parse(r#"{"tool": "steer-bench frontier"}"#)
+            .unwrap_err()
+            .contains("without `points`"));
+    }
 
     #[test]
     fn bad_input_is_one_clear_line() {

@@ -2,8 +2,10 @@
 //! steer-bench's `--json` report (the kernel-vs-steer capacity, latency and
 //! cost bars) and seed 000's `--json` files (steering updates per second,
 //! `always` vs `llc`, one line per topology and policy across the runs)
-//! and writes one SVG per steer-bench report and one for all seed 000
-//! files, into `target/` or `--out DIR`. A file it cannot read is a
+//! and `steer-bench frontier --json` (a scatter of CPU us per reply
+//! against p99, a colour per server kind, each point labelled), and
+//! writes one SVG per steer-bench report, one per frontier report and
+//! one for all seed 000 files, into `target/` or `--out DIR`. A file it cannot read is a
 //! one-line error.
 //!
 //! Why in `steer`: it is the command a user has and finds in `steer
@@ -26,7 +28,7 @@ use input::Input;
     steer plot benches/seeds/results/seed000-llc-steering-*.json       -> target/seed000-updates.svg\n  \
     steer-bench run --json bench.json && steer plot bench.json --out docs")]
 pub struct PlotArgs {
-    /// steer-bench `--json` reports and seed 000 `--json` files.
+    /// steer-bench `--json` reports (`run`, `frontier`) and seed 000 `--json` files.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Directory for the SVG files.
@@ -37,10 +39,12 @@ pub struct PlotArgs {
 pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let mut seed = Vec::new();
     let mut bench = Vec::new();
+    let mut scatters = Vec::new();
     for f in &args.files {
         match input::read(f)? {
             Input::Seed000(r) => seed.push(r),
             Input::Bench(r) => bench.push((f, r)),
+            Input::Scatter(s) => scatters.push((f, s)),
         }
     }
     std::fs::create_dir_all(&args.out)
@@ -64,6 +68,10 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<()> {
         let svg =
             draw::bench(&r, "steer vs the kernel (steer-bench)").map_err(anyhow::Error::msg)?;
         write(format!("bench-{}.svg", stem(f)), svg)?;
+    }
+    for (f, s) in scatters {
+        let svg = draw::scatter(&s).map_err(anyhow::Error::msg)?;
+        write(format!("frontier-{}.svg", stem(f)), svg)?;
     }
     Ok(())
 }
