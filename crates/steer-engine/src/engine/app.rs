@@ -21,6 +21,7 @@ use steer_xdp::frames::{RawFrame, TxPath, TxResources, UmemPool};
 use steer_xdp::{Frame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
+use super::slow_path::{Datagram, Event, SlowWorker};
 use super::steering::{FlowSteerError, FlowSteering};
 use steer_core::flow::{FlowHasher, KeyedHasher};
 use steer_core::policy::RecordOutcome;
@@ -198,6 +199,11 @@ pub(crate) struct WorkerHandler {
     pub(crate) tx: TxPath,
     pub(crate) counters: Arc<EngineCounters>,
     pub(crate) local: WorkerCounts,
+    /// The worker's side of the slow path (reassembled datagrams from the
+    /// kernel sockets), if any socket is bound.
+    pub(crate) slow: Option<SlowWorker>,
+    /// Datagrams taken from the slow path this round.
+    pub(crate) slow_batch: Vec<Datagram>,
 }
 
 impl WorkerHandler {
@@ -273,6 +279,38 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
             }
             kept @ (Verdict::Consume | Verdict::Drop) => self.give_back(kept, frame, pool),
         }
+    }
+
+    /// Runs the handler on the slow path's datagrams waiting for this
+    /// worker (a few per round); replies go out through the kernel socket.
+    fn poll_side(&mut self, _pool: &mut UmemPool) -> usize {
+        let Some(slow) = &self.slow else {
+            return 0;
+        };
+        slow.take(&mut self.slow_batch);
+        let n = self.slow_batch.len();
+        for mut d in self.slow_batch.drain(..) {
+            self.ctx.hash = d.hash;
+            let app = &mut self.app;
+            let ctx = &self.ctx;
+            let verdict = match catch_unwind(AssertUnwindSafe(|| app.handle(&mut d.frame, ctx))) {
+                Ok(v) => v,
+                Err(panic) => {
+                    self.local.app_panicked += 1;
+                    resume_unwind(panic);
+                }
+            };
+            match verdict {
+                Verdict::Transmit(len) => slow.reply(&d.frame[..len.min(d.frame.len())], d.ifindex),
+                Verdict::Consume => slow.count(Event::Consumed),
+                Verdict::Drop => slow.count(Event::Refused),
+            }
+        }
+        n
+    }
+
+    fn side_pending(&self) -> bool {
+        self.slow.as_ref().is_some_and(SlowWorker::is_pending)
     }
 
     fn flush(&mut self, _pool: &mut UmemPool) {

@@ -39,6 +39,8 @@ mod nic_check;
 mod privileges;
 mod publish;
 mod setup;
+/// Fragmented UDP datagrams: the kernel reassembles, the engine answers.
+mod slow_path;
 mod start;
 mod stats;
 mod steering;
@@ -150,6 +152,9 @@ pub struct Engine {
     stats_path: Option<PathBuf>,
     /// Set before the workers stop: tasks on the workers get a grace period.
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// The slow path (reassembled datagrams) and its reader thread.
+    slow: Arc<slow_path::SlowPath>,
+    slow_reader: Option<slow_path::Reader>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -261,6 +266,7 @@ impl Engine {
         let mut stats =
             EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed());
         stats.multi_buffer = self.port.counters().into();
+        stats.slow_path = self.slow.stats();
         stats
     }
 
@@ -319,6 +325,10 @@ impl Engine {
             o.stop();
         }
         self.publisher = None;
+        // Nothing more reaches the workers' slow-path inboxes.
+        if let Some(mut r) = self.slow_reader.take() {
+            r.stop();
+        }
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
         self.stopping
@@ -399,6 +409,9 @@ impl Drop for Engine {
         }
         if let Some(mut o) = self.observer.take() {
             o.stop();
+        }
+        if let Some(mut r) = self.slow_reader.take() {
+            r.stop();
         }
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);

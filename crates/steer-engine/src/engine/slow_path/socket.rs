@@ -1,0 +1,298 @@
+//! The slow path's kernel UDP sockets: one IPv4 and one IPv6 (v6-only)
+//! socket bound on the wildcard address of each owned UDP port, receiving
+//! with IP_PKTINFO / IPV6_RECVPKTINFO (the address each datagram was sent
+//! to) and replying from that address (the same control message on
+//! `sendmsg`), so a reply leaves from where its request went, on a host
+//! with several addresses too.
+//!
+//! Invariants: every socket is non-blocking (neither the reader nor a
+//! worker ever waits on one); a port another process holds is skipped
+//! with a warning, not an error (the XDP path still serves its whole
+//! datagrams).
+
+use std::io::{IoSlice, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::sys::socket::{
+    bind, recvmsg, sendmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessage,
+    ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrIn, SockaddrIn6, SockaddrStorage,
+};
+use tracing::warn;
+
+/// One bound slow-path socket.
+#[derive(Debug)]
+pub(crate) struct SlowSocket {
+    /// The owned port it is bound on.
+    pub(crate) port: u16,
+    /// Whether it is the IPv6 one.
+    pub(crate) v6: bool,
+    pub(crate) socket: UdpSocket,
+}
+
+/// A datagram read from a slow-path socket.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// Its payload length (the bytes are in the caller's buffer).
+    pub(crate) len: usize,
+    /// The sender.
+    pub(crate) from: SocketAddr,
+    /// The address and port it was sent to.
+    pub(crate) to: SocketAddr,
+    /// The interface it came in on.
+    pub(crate) ifindex: u32,
+    /// Whether it was longer than the buffer (cut: not handled).
+    pub(crate) truncated: bool,
+}
+
+/// What opening the sockets of the owned ports gave.
+#[derive(Debug, Default)]
+pub(crate) struct Opened {
+    pub(crate) sockets: Vec<SlowSocket>,
+    /// Sockets that could not be bound (the port is someone else's, or the
+    /// address family is off).
+    pub(crate) failed: u64,
+}
+
+/// Opens an IPv4 and an IPv6 socket on each of `ports`; a failure is
+/// logged and counted, not returned.
+pub(crate) fn open(ports: &[u16]) -> Opened {
+    let mut opened = Opened::default();
+    for &port in ports {
+        for v6 in [false, true] {
+            match open_one(port, v6) {
+                Ok(socket) => opened.sockets.push(SlowSocket { port, v6, socket }),
+                Err(e) => {
+                    opened.failed += 1;
+                    warn!(
+                        port,
+                        family = if v6 { "ipv6" } else { "ipv4" },
+                        error = %e,
+                        "cannot bind the slow-path socket of an owned UDP port: fragmented \
+                         datagrams to it are not answered (is another process on that port?)"
+                    );
+                }
+            }
+        }
+    }
+    opened
+}
+
+fn open_one(port: u16, v6: bool) -> nix::Result<UdpSocket> {
+    let family = if v6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let fd: OwnedFd = socket(
+        family,
+        SockType::Datagram,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
+        bind(
+            fd.as_raw_fd(),
+            &SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)),
+        )?;
+    } else {
+        setsockopt(&fd, sockopt::Ipv4PacketInfo, &true)?;
+        bind(
+            fd.as_raw_fd(),
+            &SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)),
+        )?;
+    }
+    Ok(UdpSocket::from(fd))
+}
+
+impl SlowSocket {
+    /// Reads one datagram into `buf` without waiting: `Ok(None)` when
+    /// there is none.
+    pub(crate) fn recv(&self, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
+        let mut cmsg = nix::cmsg_space!(libc::in6_pktinfo);
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = match recvmsg::<SockaddrStorage>(
+            self.socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let from = msg.address.as_ref().and_then(to_std);
+        let mut to = None;
+        let mut ifindex = 0;
+        for c in msg.cmsgs().into_iter().flatten() {
+            match c {
+                ControlMessageOwned::Ipv4PacketInfo(info) => {
+                    let ip = Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                    to = Some(SocketAddr::new(IpAddr::V4(ip), self.port));
+                    ifindex = u32::try_from(info.ipi_ifindex).unwrap_or(0);
+                }
+                ControlMessageOwned::Ipv6PacketInfo(info) => {
+                    let ip = Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                    to = Some(SocketAddr::new(IpAddr::V6(ip), self.port));
+                    ifindex = info.ipi6_ifindex;
+                }
+                _ => {}
+            }
+        }
+        let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
+        let len = msg.bytes;
+        match (from, to) {
+            (Some(from), Some(to)) => Ok(Some(Received {
+                len,
+                from,
+                to,
+                ifindex,
+                truncated,
+            })),
+            // No sender or no destination: nothing to answer to.
+            _ => Err(std::io::Error::other(
+                "a datagram without its addresses (no IP_PKTINFO)",
+            )),
+        }
+    }
+
+    /// Sends `payload` to `to` from address `from` (this socket's port)
+    /// without waiting; `ifindex` is the interface the request came in on
+    /// (needed for link-local IPv6 sources, 0: any). The kernel fragments
+    /// what does not fit the path's MTU.
+    pub(crate) fn send(
+        &self,
+        payload: &[u8],
+        from: IpAddr,
+        to: SocketAddr,
+        ifindex: u32,
+    ) -> std::io::Result<usize> {
+        let iov = [IoSlice::new(payload)];
+        let fd = self.socket.as_fd().as_raw_fd();
+        let sent = match (from, to) {
+            (IpAddr::V4(src), SocketAddr::V4(dst)) => {
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(src).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                let cmsg = [ControlMessage::Ipv4PacketInfo(&info)];
+                sendmsg(
+                    fd,
+                    &iov,
+                    &cmsg,
+                    MsgFlags::MSG_DONTWAIT,
+                    Some(&SockaddrIn::from(dst)),
+                )
+            }
+            (IpAddr::V6(src), SocketAddr::V6(dst)) => {
+                let info = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: src.octets(),
+                    },
+                    ipi6_ifindex: ifindex,
+                };
+                let cmsg = [ControlMessage::Ipv6PacketInfo(&info)];
+                sendmsg(
+                    fd,
+                    &iov,
+                    &cmsg,
+                    MsgFlags::MSG_DONTWAIT,
+                    Some(&SockaddrIn6::from(dst)),
+                )
+            }
+            _ => return Err(std::io::Error::other("reply addresses of two IP versions")),
+        };
+        sent.map_err(Into::into)
+    }
+}
+
+fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        // A port nobody holds on either family right now.
+        loop {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let port = s.local_addr().unwrap().port();
+            drop(s);
+            if UdpSocket::bind(("::1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
+
+    fn recv_one(s: &SlowSocket, buf: &mut [u8]) -> Received {
+        for _ in 0..1000 {
+            if let Some(r) = s.recv(buf).unwrap() {
+                return r;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("nothing received");
+    }
+
+    #[test]
+    fn a_datagram_comes_with_its_destination_and_the_reply_leaves_from_it() {
+        let port = free_port();
+        let opened = open(&[port]);
+        assert_eq!(opened.failed, 0);
+        assert_eq!(opened.sockets.len(), 2);
+        for (s, local) in opened.sockets.iter().zip(["127.0.0.1", "::1"]) {
+            let peer = UdpSocket::bind((local, 0)).unwrap();
+            peer.send_to(b"ping", (local, port)).unwrap();
+            let mut buf = [0u8; 64];
+            let r = recv_one(s, &mut buf);
+            assert_eq!(&buf[..r.len], b"ping");
+            assert_eq!(r.from, peer.local_addr().unwrap());
+            assert_eq!(r.to, SocketAddr::new(local.parse().unwrap(), port));
+            assert!(!r.truncated);
+            assert_eq!(s.send(b"pong", r.to.ip(), r.from, r.ifindex).unwrap(), 4);
+            peer.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let (n, from) = peer.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"pong");
+            assert_eq!(from, r.to, "the reply leaves from the address asked");
+        }
+    }
+
+    #[test]
+    fn a_datagram_longer_than_the_buffer_is_marked_cut() {
+        let port = free_port();
+        let opened = open(&[port]);
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.send_to(&[7u8; 100], ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 10];
+        let r = recv_one(&opened.sockets[0], &mut buf);
+        assert!(r.truncated);
+    }
+
+    #[test]
+    fn a_port_someone_else_holds_is_counted_not_fatal() {
+        let held = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let opened = open(&[port]);
+        assert!(opened.failed >= 1);
+        assert!(opened.sockets.iter().all(|s| s.v6));
+        assert!(
+            opened
+                .sockets
+                .iter()
+                .all(|s| s.recv(&mut [0u8; 8]).unwrap().is_none()),
+            "non-blocking: nothing to read is no wait"
+        );
+    }
+}
