@@ -2,7 +2,8 @@
 //! states, says in the log when one was restarted after its handler
 //! panicked (once per new count) and when one dies (past its restart limit:
 //! its rx queues and flows already moved to the survivors), and acts when none is
-//! left, as [`WorkerLoss`] says: fail open (the XDP program passes owned
+//! left, as [`WorkerLoss`] says: fail open (the engine's own kernel
+//! sockets on the owned ports close, and the XDP program passes owned
 //! traffic to the kernel, whose sockets on the port get it, instead of
 //! redirecting it into sockets nobody reads) or fail closed (the engine
 //! reports it, [`Engine::workers_lost`](super::Engine::workers_lost), and
@@ -54,13 +55,15 @@ pub(super) struct HealthWatcher {
 }
 
 impl HealthWatcher {
-    /// Starts watching `states`; `switch` fails the program open.
+    /// Starts watching `states`; `switch` fails the program open, after
+    /// `release` freed the owned ports (the slow path's sockets).
     pub(super) fn start(
         interface: String,
         states: WorkerStates,
         switch: Option<OwnedActionSwitch>,
         on_loss: WorkerLoss,
         health: Arc<Health>,
+        release: Box<dyn Fn() + Send>,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -74,6 +77,9 @@ impl HealthWatcher {
                         break;
                     }
                     for event in seen.update(&states.reports()) {
+                        if event == Event::AllLost && on_loss == WorkerLoss::FailOpen {
+                            release();
+                        }
                         act(&interface, event, switch.as_ref(), on_loss, &health);
                     }
                 }

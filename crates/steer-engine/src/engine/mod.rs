@@ -154,7 +154,6 @@ pub struct Engine {
     stopping: Arc<std::sync::atomic::AtomicBool>,
     /// The slow path (reassembled datagrams) and its reader thread.
     slow: Arc<slow_path::SlowPath>,
-    slow_reader: Option<slow_path::Reader>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -326,9 +325,7 @@ impl Engine {
         }
         self.publisher = None;
         // Nothing more reaches the workers' slow-path inboxes.
-        if let Some(mut r) = self.slow_reader.take() {
-            r.stop();
-        }
+        self.slow.stop_reader();
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
         self.stopping
@@ -410,9 +407,7 @@ impl Drop for Engine {
         if let Some(mut o) = self.observer.take() {
             o.stop();
         }
-        if let Some(mut r) = self.slow_reader.take() {
-            r.stop();
-        }
+        self.slow.stop_reader();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.app.stop();

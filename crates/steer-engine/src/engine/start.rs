@@ -450,7 +450,7 @@ fn run(
     let interface = b.port.interface.clone();
     let switches = Arc::clone(&t.shared.switches);
     let runtime = Runtime::start(b.runtime, t.shared.clone(), w.setup, w.sources)?;
-    let slow_reader = slow.start_reader(b.hasher.clone(), t.shared.clone(), |cpu| {
+    slow.start_reader(b.hasher.clone(), t.shared.clone(), |cpu| {
         runtime.doorbell(cpu)
     })?;
     let workers = runtime.worker_states_handle();
@@ -475,12 +475,17 @@ fn run(
             None
         }
     };
+    let release = {
+        let slow = Arc::clone(&slow);
+        Box::new(move || slow.release())
+    };
     let health = HealthWatcher::start(
         interface.clone(),
         workers,
         switch,
         b.on_worker_loss,
         Arc::clone(&health_state),
+        release,
     )?;
     let hotplug = match b.hotplug_watch {
         Some(every) => HotplugWatcher::start(&host.topology, every, switches)?,
@@ -515,7 +520,6 @@ fn run(
         stats_path: None,
         stopping: w.stopping,
         slow,
-        slow_reader,
     })
 }
 

@@ -37,6 +37,9 @@
 //! a reply the socket does not take at once is dropped (`send_failed`).
 //! A port another process holds is a warning and a `bind_failed` count,
 //! not a start failure: the XDP path still serves its whole datagrams.
+//! When every worker is gone and the engine fails open, the sockets close
+//! ([`SlowPath::release`]): the owned ports are free for a kernel server
+//! to take the traffic over.
 
 mod counters;
 mod frame;
@@ -44,7 +47,7 @@ mod inbox;
 mod reader;
 mod socket;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use steer_core::cpu::CpuId;
 use steer_core::dispatch::Shared;
@@ -58,12 +61,21 @@ pub(crate) use reader::Reader;
 use crate::observe::SlowPathStats;
 use reader::{ReaderParts, Target};
 
-/// The slow path's sockets, the workers' inboxes and the counters.
-#[derive(Debug)]
+/// The slow path's sockets, the workers' inboxes, the reader thread and
+/// the counters.
 pub(crate) struct SlowPath {
     sockets: Arc<Vec<socket::SlowSocket>>,
     inboxes: Vec<(CpuId, Arc<inbox::Inbox>)>,
     counters: Arc<counters::SlowCounters>,
+    reader: Mutex<Option<Reader>>,
+}
+
+impl std::fmt::Debug for SlowPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowPath")
+            .field("sockets", &self.sockets.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SlowPath {
@@ -82,6 +94,7 @@ impl SlowPath {
                 .iter()
                 .map(|&c| (c, Arc::new(inbox::Inbox::default())))
                 .collect(),
+            reader: Mutex::new(None),
         }
     }
 
@@ -100,15 +113,15 @@ impl SlowPath {
     }
 
     /// Starts the reader thread, once the workers run (`bell` gives each
-    /// worker's doorbell); `None` when no socket is bound.
+    /// worker's doorbell); nothing to do when no socket is bound.
     pub(crate) fn start_reader(
         &self,
         hasher: AnyHasher,
         shared: Shared,
         bell: impl Fn(CpuId) -> Option<Arc<Doorbell>>,
-    ) -> std::io::Result<Option<Reader>> {
+    ) -> std::io::Result<()> {
         if self.sockets.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
         let targets = self
             .inboxes
@@ -119,14 +132,37 @@ impl SlowPath {
                 bell: bell(*cpu),
             })
             .collect();
-        Reader::start(ReaderParts {
+        let reader = Reader::start(ReaderParts {
             sockets: Arc::clone(&self.sockets),
             targets,
             counters: Arc::clone(&self.counters),
             hasher,
             shared,
-        })
-        .map(Some)
+        })?;
+        *self.lock_reader() = Some(reader);
+        Ok(())
+    }
+
+    fn lock_reader(&self) -> std::sync::MutexGuard<'_, Option<Reader>> {
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops the reader thread: nothing more reaches the workers' inboxes.
+    pub(crate) fn stop_reader(&self) {
+        let reader = self.lock_reader().take();
+        if let Some(mut r) = reader {
+            r.stop();
+        }
+    }
+
+    /// Every worker is gone and the engine fails open: the reader stops
+    /// and the sockets close, so a kernel socket of another server can
+    /// bind the owned ports and get their traffic.
+    pub(crate) fn release(&self) {
+        self.stop_reader();
+        for s in self.sockets.iter() {
+            s.close();
+        }
     }
 
     /// The counters now.

@@ -25,7 +25,6 @@
 //! port does not starve the other sockets; a datagram nobody can take is
 //! dropped and counted, never waited for.
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -84,11 +83,10 @@ impl Reader {
     pub(crate) fn start(parts: ReaderParts) -> std::io::Result<Self> {
         let poll = Poll::new()?;
         for (i, s) in parts.sockets.iter().enumerate() {
-            poll.registry().register(
-                &mut SourceFd(&s.socket.as_raw_fd()),
-                Token(i),
-                Interest::READABLE,
-            )?;
+            if let Some(fd) = s.raw_fd() {
+                poll.registry()
+                    .register(&mut SourceFd(&fd), Token(i), Interest::READABLE)?;
+            }
         }
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));

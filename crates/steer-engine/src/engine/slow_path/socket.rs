@@ -6,13 +6,16 @@
 //! with several addresses too.
 //!
 //! Invariants: every socket is non-blocking (neither the reader nor a
-//! worker ever waits on one); a port another process holds is skipped
-//! with a warning, not an error (the XDP path still serves its whole
-//! datagrams).
+//! worker ever waits on one; its lock is held for one call); a port
+//! another process holds is skipped with a warning, not an error (the XDP
+//! path still serves its whole datagrams); a closed socket
+//! ([`SlowSocket::close`]) frees its port at once and reads and sends
+//! nothing more.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, PoisonError};
 
 use nix::sys::socket::{
     bind, recvmsg, sendmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessage,
@@ -27,7 +30,8 @@ pub(crate) struct SlowSocket {
     pub(crate) port: u16,
     /// Whether it is the IPv6 one.
     pub(crate) v6: bool,
-    pub(crate) socket: UdpSocket,
+    /// `None` once closed.
+    socket: Mutex<Option<UdpSocket>>,
 }
 
 /// A datagram read from a slow-path socket.
@@ -61,7 +65,11 @@ pub(crate) fn open(ports: &[u16]) -> Opened {
     for &port in ports {
         for v6 in [false, true] {
             match open_one(port, v6) {
-                Ok(socket) => opened.sockets.push(SlowSocket { port, v6, socket }),
+                Ok(socket) => opened.sockets.push(SlowSocket {
+                    port,
+                    v6,
+                    socket: Mutex::new(Some(socket)),
+                }),
                 Err(e) => {
                     opened.failed += 1;
                     warn!(
@@ -108,13 +116,31 @@ fn open_one(port: u16, v6: bool) -> nix::Result<UdpSocket> {
 }
 
 impl SlowSocket {
+    /// Its descriptor, `None` once closed (for registering with a poll).
+    pub(crate) fn raw_fd(&self) -> Option<RawFd> {
+        self.lock().as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Closes it: the port is free for another socket from here on.
+    pub(crate) fn close(&self) {
+        drop(self.lock().take());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<UdpSocket>> {
+        self.socket.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Reads one datagram into `buf` without waiting: `Ok(None)` when
-    /// there is none.
+    /// there is none (or the socket is closed).
     pub(crate) fn recv(&self, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
+        let guard = self.lock();
+        let Some(socket) = guard.as_ref() else {
+            return Ok(None);
+        };
         let mut cmsg = nix::cmsg_space!(libc::in6_pktinfo);
         let mut iov = [IoSliceMut::new(buf)];
         let msg = match recvmsg::<SockaddrStorage>(
-            self.socket.as_raw_fd(),
+            socket.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_DONTWAIT,
@@ -170,7 +196,11 @@ impl SlowSocket {
         ifindex: u32,
     ) -> std::io::Result<usize> {
         let iov = [IoSlice::new(payload)];
-        let fd = self.socket.as_fd().as_raw_fd();
+        let guard = self.lock();
+        let Some(socket) = guard.as_ref() else {
+            return Err(std::io::Error::other("the slow-path socket is closed"));
+        };
+        let fd = socket.as_raw_fd();
         let sent = match (from, to) {
             (IpAddr::V4(src), SocketAddr::V4(dst)) => {
                 let info = libc::in_pktinfo {
@@ -267,6 +297,22 @@ mod tests {
             assert_eq!(&buf[..n], b"pong");
             assert_eq!(from, r.to, "the reply leaves from the address asked");
         }
+    }
+
+    #[test]
+    fn a_closed_socket_frees_its_port_and_reads_nothing() {
+        let port = free_port();
+        let opened = open(&[port]);
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_err(), "held");
+        for s in &opened.sockets {
+            s.close();
+            assert_eq!(s.raw_fd(), None);
+            assert!(s.recv(&mut [0u8; 8]).unwrap().is_none());
+            assert!(s
+                .send(b"x", "::1".parse().unwrap(), "[::1]:9".parse().unwrap(), 0)
+                .is_err());
+        }
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_ok(), "free again");
     }
 
     #[test]
