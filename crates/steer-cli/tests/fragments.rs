@@ -1,15 +1,18 @@
-//! `steer echo` answers fragmented datagrams: on a veth pair with MTU 1500,
+//! `steer echo` and `steer proxy` answer fragmented datagrams: on a veth
+//! pair with MTU 1500,
 //! a 3000-byte UDP datagram from the peer namespace leaves in fragments,
 //! which the XDP program passes to the kernel; the kernel reassembles it
 //! and the engine's slow-path socket on the owned port hands it to the
 //! echo, whose reply goes back through the kernel (fragmented again). Each
 //! round, the same flow (same socket) also sends a 64-byte datagram, which
 //! must still take the XDP path. IPv4 and IPv6. The report's counters say
-//! which path each took. Needs root, as CI runs it.
+//! which path each took. The proxy forwards the reassembled datagrams to a
+//! kernel UDP backend and sends its 3000-byte replies back through the
+//! kernel. Needs root, as CI runs it.
 
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -36,6 +39,7 @@ impl Drop for Running {
 fn start(args: &[&str]) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
         .args(args)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("steer starts");
@@ -171,4 +175,60 @@ fn steer_echo_answers_fragmented_datagrams_and_small_ones_keep_the_xdp_path() {
         "AF_XDP received the small datagrams: {total}"
     );
     assert_eq!(total["tx"], both, "and answered them: {total}");
+}
+
+/// The report written to `json`, removed after reading.
+fn read_report(json: &std::path::Path) -> serde_json::Value {
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    report
+}
+
+#[test]
+fn steer_proxy_forwards_fragmented_datagrams_and_their_large_replies() {
+    let net = TestNet::new();
+    net.set_mtu(1500);
+    // A kernel UDP echo on loopback with room for any datagram.
+    let backend = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = backend.recv_from(&mut buf) {
+            let _ = backend.send_to(&buf[..n], from);
+        }
+    });
+    let json =
+        std::env::temp_dir().join(format!("steer-fragments-proxy-{}.json", std::process::id()));
+    let mut child = start(&[
+        "proxy",
+        "--interface",
+        &net.host,
+        "--port",
+        &PORT.to_string(),
+        "--backend",
+        &format!("127.0.0.1:{backend_port}"),
+        "--stats-json",
+        json.to_str().unwrap(),
+    ]);
+    drive(&net);
+    writeln!(child.0.stdin.as_mut().unwrap(), "quit").unwrap();
+    assert!(child.0.wait().unwrap().success());
+    let report = read_report(&json);
+    let both = u64::from(2 * ROUNDS);
+    let slow = &report["slow_path"];
+    assert_eq!(
+        slow["received"], both,
+        "the large datagrams took the slow path: {slow}"
+    );
+    // Every large reply left through the kernel (longer than the MTU);
+    // small ones too on a flow born from a reassembled datagram.
+    let answered = slow["answered"].as_u64().unwrap();
+    assert!((both..=2 * both).contains(&answered), "{slow}");
+    for drop in ["too_large", "queue_full", "send_failed", "refused"] {
+        assert_eq!(slow[drop], 0, "{drop}: {slow}");
+    }
+    assert_eq!(
+        report["total"]["rx"], both,
+        "the small ones came over AF_XDP"
+    );
 }

@@ -69,6 +69,8 @@ pub struct PacketContext {
     pub cpu: CpuId,
     /// The flow hash the dispatcher tagged the packet with (0: none).
     hash: u32,
+    /// The datagram came through the slow path (reassembled by the kernel).
+    from_kernel: bool,
     steering: Option<Arc<FlowSteering>>,
 }
 
@@ -80,6 +82,7 @@ impl PacketContext {
         Self {
             cpu,
             hash: 0,
+            from_kernel: false,
             steering: None,
         }
     }
@@ -88,6 +91,7 @@ impl PacketContext {
         Self {
             cpu,
             hash: 0,
+            from_kernel: false,
             steering: Some(steering),
         }
     }
@@ -99,6 +103,17 @@ impl PacketContext {
     /// recorded for the flow must use this hash.
     pub fn hash(&self) -> u32 {
         self.hash
+    }
+
+    /// Whether the packet is a datagram the kernel reassembled from
+    /// fragments, handed over by the engine's slow path rather than
+    /// received on an AF_XDP socket: its Ethernet addresses are zeros (the
+    /// frame was written for the handler), and a reply the handler asks
+    /// to transmit leaves through the kernel's UDP socket on the owned
+    /// port, which fragments it. A handler that keeps the frame's headers
+    /// for later replies must not send those through AF_XDP.
+    pub fn from_kernel(&self) -> bool {
+        self.from_kernel
     }
 
     fn steering(&self) -> Result<&FlowSteering, FlowSteerError> {
@@ -289,6 +304,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
         };
         slow.take(&mut self.slow_batch);
         let n = self.slow_batch.len();
+        self.ctx.from_kernel = true;
         for mut d in self.slow_batch.drain(..) {
             self.ctx.hash = d.hash;
             let app = &mut self.app;
@@ -297,6 +313,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
                 Ok(v) => v,
                 Err(panic) => {
                     self.local.app_panicked += 1;
+                    self.ctx.from_kernel = false;
                     resume_unwind(panic);
                 }
             };
@@ -306,6 +323,7 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
                 Verdict::Drop => slow.count(Event::Refused),
             }
         }
+        self.ctx.from_kernel = false;
         n
     }
 
@@ -387,6 +405,12 @@ pub struct EngineParts {
     pub(crate) tx: TxResources,
     /// Where consumption is recorded for the trace, when recording.
     pub(crate) trace: Option<Arc<crate::trace::TraceSink>>,
+    /// Replies through the kernel's UDP sockets on the owned ports (the
+    /// slow path's), for what AF_XDP cannot carry.
+    pub(crate) kernel: super::slow_path::KernelSender,
+    /// The interface's MTU at start (0: unknown): a reply whose IP
+    /// datagram is longer leaves through `kernel`, which fragments it.
+    pub(crate) mtu: u32,
 }
 
 impl std::fmt::Debug for EngineParts {

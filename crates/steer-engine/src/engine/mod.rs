@@ -67,6 +67,7 @@ pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
 use setup::EngineSetup;
+pub(crate) use slow_path::KernelSender;
 
 use crate::observe::{LiveStats, ObserveError, Observer};
 use publish::Publisher;

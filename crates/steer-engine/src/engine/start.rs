@@ -66,7 +66,7 @@ impl EngineBuilder {
         // Bound before the privileges go (a port below 1024 needs them).
         let slow = Arc::new(open_slow_path(&b, &host));
         drop_privileges(&mut b, &port, &claim)?;
-        let tables = build_tables(&mut b, &host, port, build_app)?;
+        let tables = build_tables(&mut b, &host, port, build_app, &slow)?;
         let workers = build_workers(&b, &host, &tables, &slow)?;
         let controls = Controls::new(tables.shared.clone(), b.hasher.clone(), host.cpus);
         let engine = run(b, host, tables, workers, slow)?;
@@ -212,7 +212,15 @@ fn open_slow_path(b: &EngineBuilder, host: &Host) -> SlowPath {
         .collect();
     ports.sort_unstable();
     ports.dedup();
-    SlowPath::open(&ports, &host.cpu_list)
+    SlowPath::open(&ports, &b.port.interface, &host.cpu_list)
+}
+
+/// The MTU of `interface` (sysfs), 0 when it cannot be read.
+fn interface_mtu(interface: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn drop_privileges(
@@ -269,6 +277,7 @@ fn build_tables(
     host: &Host,
     mut port: XdpPort,
     build_app: AppBuilder,
+    slow: &SlowPath,
 ) -> Result<Tables, EngineError> {
     let total_frames = port.total_frames() as usize;
     let sockets: Vec<QueueSocket> = port.take_sockets();
@@ -313,6 +322,8 @@ fn build_tables(
             multi_buffer: port.modes().multi_buffer,
         },
         trace: sink.clone(),
+        kernel: slow.sender(),
+        mtu: interface_mtu(&b.port.interface),
     });
     Ok(Tables {
         port,

@@ -15,9 +15,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::counters::{Event, SlowCounters};
+use super::counters::Event;
 use super::frame::reply_of;
-use super::socket::SlowSocket;
+use super::sender::KernelSender;
 
 /// Datagrams one worker's inbox holds (at most 64 KiB each).
 pub(crate) const INBOX_DATAGRAMS: usize = 64;
@@ -78,8 +78,7 @@ impl Inbox {
 #[derive(Debug, Clone)]
 pub(crate) struct SlowWorker {
     pub(crate) inbox: Arc<Inbox>,
-    pub(crate) sockets: Arc<Vec<SlowSocket>>,
-    pub(crate) counters: Arc<SlowCounters>,
+    pub(crate) sender: KernelSender,
 }
 
 impl SlowWorker {
@@ -98,29 +97,18 @@ impl SlowWorker {
     /// counted as answered, refused (no UDP datagram from an owned port)
     /// or failed.
     pub(crate) fn reply(&self, frame: &[u8], ifindex: u32) {
-        let Some(r) = reply_of(frame) else {
-            return self.counters.add(Event::Refused);
-        };
-        let socket = self
-            .sockets
-            .iter()
-            .find(|s| s.port == r.from.port() && s.v6 == r.from.is_ipv6());
-        let (Some(socket), true) = (socket, r.from.is_ipv6() == r.to.is_ipv6()) else {
-            return self.counters.add(Event::Refused);
-        };
-        let payload = &frame[r.payload];
-        match socket.send(payload, r.from.ip(), r.to, ifindex) {
-            Ok(n) => self.counters.add(Event::Answered(n)),
-            Err(e) => {
-                tracing::debug!(error = %e, to = %r.to, "slow-path reply not sent");
-                self.counters.add(Event::SendFailed);
+        match reply_of(frame) {
+            Some(r) if r.from.is_ipv6() == r.to.is_ipv6() => {
+                // Counted answered or failed by the sender.
+                let _ = self.sender.send(&frame[r.payload], r.from, r.to, ifindex);
             }
+            _ => self.count(Event::Refused),
         }
     }
 
-    /// A datagram the handler consumed (`answered: false` and no reply).
+    /// Counts what became of a datagram without a reply.
     pub(crate) fn count(&self, event: Event) {
-        self.counters.add(event);
+        self.sender.counters.add(event);
     }
 }
 
@@ -139,8 +127,10 @@ mod tests {
     fn worker() -> SlowWorker {
         SlowWorker {
             inbox: Arc::new(Inbox::default()),
-            sockets: Arc::new(Vec::new()),
-            counters: Arc::new(SlowCounters::default()),
+            sender: KernelSender {
+                sockets: Arc::new(Vec::new()),
+                counters: Arc::new(super::super::counters::SlowCounters::default()),
+            },
         }
     }
 
@@ -165,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_that_is_no_datagram_from_an_owned_port_is_refused() {
+    fn a_reply_that_is_no_datagram_is_refused_and_one_from_no_owned_port_fails() {
         let w = worker();
         w.reply(&[0u8; 10], 0);
         let frame = steer_core::packet::build::FrameBuilder::udp(
@@ -176,7 +166,7 @@ mod tests {
         )
         .build();
         w.reply(&frame, 0); // no socket on port 9000 here
-        let s = w.counters.snapshot();
-        assert_eq!((s.refused, s.answered), (2, 0));
+        let s = w.sender.counters.snapshot();
+        assert_eq!((s.refused, s.send_failed, s.answered), (1, 1, 0));
     }
 }

@@ -45,6 +45,7 @@ mod counters;
 mod frame;
 mod inbox;
 mod reader;
+mod sender;
 mod socket;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -57,6 +58,7 @@ use steer_core::wake::Doorbell;
 pub(crate) use counters::Event;
 pub(crate) use inbox::{Datagram, SlowWorker};
 pub(crate) use reader::Reader;
+pub(crate) use sender::KernelSender;
 
 use crate::observe::SlowPathStats;
 use reader::{ReaderParts, Target};
@@ -79,11 +81,11 @@ impl std::fmt::Debug for SlowPath {
 }
 
 impl SlowPath {
-    /// Binds the sockets of the owned UDP `ports` (a port that cannot be
-    /// bound is logged and counted) and makes an inbox for each worker
-    /// CPU in `cpus`.
-    pub(crate) fn open(ports: &[u16], cpus: &[CpuId]) -> Self {
-        let opened = socket::open(ports);
+    /// Binds the sockets of the owned UDP `ports` to `interface` (a port
+    /// that cannot be bound is logged and counted) and makes an inbox for
+    /// each worker CPU in `cpus`.
+    pub(crate) fn open(ports: &[u16], interface: &str, cpus: &[CpuId]) -> Self {
+        let opened = socket::open(ports, Some(interface));
         Self {
             counters: Arc::new(counters::SlowCounters::new(
                 opened.sockets.len(),
@@ -107,9 +109,17 @@ impl SlowPath {
         let (_, inbox) = self.inboxes.iter().find(|(c, _)| *c == cpu)?;
         Some(SlowWorker {
             inbox: Arc::clone(inbox),
+            sender: self.sender(),
+        })
+    }
+
+    /// Replies through the sockets, for whoever else answers (flow
+    /// delivery).
+    pub(crate) fn sender(&self) -> KernelSender {
+        KernelSender {
             sockets: Arc::clone(&self.sockets),
             counters: Arc::clone(&self.counters),
-        })
+        }
     }
 
     /// Starts the reader thread, once the workers run (`bell` gives each

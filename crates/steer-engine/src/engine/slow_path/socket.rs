@@ -1,5 +1,8 @@
 //! The slow path's kernel UDP sockets: one IPv4 and one IPv6 (v6-only)
-//! socket bound on the wildcard address of each owned UDP port, receiving
+//! socket bound on the wildcard address of each owned UDP port and to the
+//! engine's interface (SO_BINDTODEVICE: the engine owns the port on that
+//! interface only, as its XDP program does, so engines on two interfaces
+//! can own the same port), receiving
 //! with IP_PKTINFO / IPV6_RECVPKTINFO (the address each datagram was sent
 //! to) and replying from that address (the same control message on
 //! `sendmsg`), so a reply leaves from where its request went, on a host
@@ -58,13 +61,14 @@ pub(crate) struct Opened {
     pub(crate) failed: u64,
 }
 
-/// Opens an IPv4 and an IPv6 socket on each of `ports`; a failure is
-/// logged and counted, not returned.
-pub(crate) fn open(ports: &[u16]) -> Opened {
+/// Opens an IPv4 and an IPv6 socket on each of `ports`, bound to
+/// `interface` (`None`: any interface); a failure is logged and counted,
+/// not returned.
+pub(crate) fn open(ports: &[u16], interface: Option<&str>) -> Opened {
     let mut opened = Opened::default();
     for &port in ports {
         for v6 in [false, true] {
-            match open_one(port, v6) {
+            match open_one(port, v6, interface) {
                 Ok(socket) => opened.sockets.push(SlowSocket {
                     port,
                     v6,
@@ -86,7 +90,7 @@ pub(crate) fn open(ports: &[u16]) -> Opened {
     opened
 }
 
-fn open_one(port: u16, v6: bool) -> nix::Result<UdpSocket> {
+fn open_one(port: u16, v6: bool, interface: Option<&str>) -> nix::Result<UdpSocket> {
     let family = if v6 {
         AddressFamily::Inet6
     } else {
@@ -98,6 +102,9 @@ fn open_one(port: u16, v6: bool) -> nix::Result<UdpSocket> {
         SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
         None,
     )?;
+    if let Some(name) = interface {
+        setsockopt(&fd, sockopt::BindToDevice, &std::ffi::OsString::from(name))?;
+    }
     if v6 {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
         setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
@@ -278,7 +285,7 @@ mod tests {
     #[test]
     fn a_datagram_comes_with_its_destination_and_the_reply_leaves_from_it() {
         let port = free_port();
-        let opened = open(&[port]);
+        let opened = open(&[port], None);
         assert_eq!(opened.failed, 0);
         assert_eq!(opened.sockets.len(), 2);
         for (s, local) in opened.sockets.iter().zip(["127.0.0.1", "::1"]) {
@@ -300,9 +307,26 @@ mod tests {
     }
 
     #[test]
+    fn sockets_bound_to_two_interfaces_share_a_port_and_see_their_own() {
+        let port = free_port();
+        // Two devices every test host has: loopback, and a dummy-free
+        // check that binding to a missing one fails (counted).
+        let on_lo = open(&[port], Some("lo"));
+        assert_eq!(on_lo.failed, 0);
+        let missing = open(&[port], Some("nonexistent0"));
+        assert_eq!(missing.failed, 2, "no such device");
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.send_to(b"on lo", ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 16];
+        let r = recv_one(&on_lo.sockets[0], &mut buf);
+        assert_eq!(&buf[..r.len], b"on lo");
+        assert_eq!(r.ifindex, 1, "loopback's index");
+    }
+
+    #[test]
     fn a_closed_socket_frees_its_port_and_reads_nothing() {
         let port = free_port();
-        let opened = open(&[port]);
+        let opened = open(&[port], None);
         assert!(UdpSocket::bind(("127.0.0.1", port)).is_err(), "held");
         for s in &opened.sockets {
             s.close();
@@ -318,7 +342,7 @@ mod tests {
     #[test]
     fn a_datagram_longer_than_the_buffer_is_marked_cut() {
         let port = free_port();
-        let opened = open(&[port]);
+        let opened = open(&[port], None);
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         peer.send_to(&[7u8; 100], ("127.0.0.1", port)).unwrap();
         let mut buf = [0u8; 10];
@@ -330,7 +354,7 @@ mod tests {
     fn a_port_someone_else_holds_is_counted_not_fatal() {
         let held = UdpSocket::bind("0.0.0.0:0").unwrap();
         let port = held.local_addr().unwrap().port();
-        let opened = open(&[port]);
+        let opened = open(&[port], None);
         assert!(opened.failed >= 1);
         assert!(opened.sockets.iter().all(|s| s.v6));
         assert!(
