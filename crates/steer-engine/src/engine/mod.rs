@@ -11,7 +11,12 @@
 //! - the worker on the `j`-th CPU transmits on socket `j % queues` (sockets
 //!   are shared through a mutex taken once per batch; with as many queues as
 //!   CPUs each socket has one rx and one tx user on the same thread);
-//! - handlers release frames to a spare pool that sockets top up from.
+//! - handlers release frames to a spare pool that sockets top up from;
+//! - a kernel UDP socket on each owned UDP port (the slow path) gets the
+//!   datagrams the kernel reassembled from fragments, which the XDP
+//!   program leaves to it; a thread of its own hands each to the worker of
+//!   its flow, whose handler answers it through that socket
+//!   ([`PacketContext::from_kernel`]).
 //!
 //! ```no_run
 //! use steer_engine::engine::{Engine, Verdict};
