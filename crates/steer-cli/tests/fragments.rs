@@ -149,7 +149,8 @@ fn steer_echo_answers_fragmented_datagrams_and_small_ones_keep_the_xdp_path() {
     let _ = std::fs::remove_file(&json);
     let both = u64::from(2 * ROUNDS);
     let slow = &report["slow_path"];
-    assert_eq!(slow["sockets"], 2, "an IPv4 and an IPv6 socket: {slow}");
+    // The host end's IPv4, IPv6 and IPv6 link-local addresses.
+    assert!(slow["sockets"].as_u64().unwrap() >= 2, "{slow}");
     assert_eq!(slow["bind_failed"], 0, "{slow}");
     assert_eq!(
         slow["received"], both,

@@ -2,9 +2,10 @@
 //! states, says in the log when one was restarted after its handler
 //! panicked (once per new count) and when one dies (past its restart limit:
 //! its rx queues and flows already moved to the survivors), and acts when none is
-//! left, as [`WorkerLoss`] says: fail open (the engine's own kernel
-//! sockets on the owned ports close, and the XDP program passes owned
-//! traffic to the kernel, whose sockets on the port get it, instead of
+//! left (the engine's own kernel sockets on the owned ports close: nobody
+//! is left to answer there), as [`WorkerLoss`] says: fail open (the XDP
+//! program passes owned traffic to the kernel, whose sockets on the port
+//! get it, instead of
 //! redirecting it into sockets nobody reads) or fail closed (the engine
 //! reports it, [`Engine::workers_lost`](super::Engine::workers_lost), and
 //! the command exits non-zero).
@@ -55,8 +56,9 @@ pub(super) struct HealthWatcher {
 }
 
 impl HealthWatcher {
-    /// Starts watching `states`; `switch` fails the program open, after
-    /// `release` freed the owned ports (the slow path's sockets).
+    /// Starts watching `states`; `switch` fails the program open. When no
+    /// worker is left, `release` frees the owned ports (the slow path's
+    /// sockets) first, in either mode.
     pub(super) fn start(
         interface: String,
         states: WorkerStates,
@@ -77,7 +79,8 @@ impl HealthWatcher {
                         break;
                     }
                     for event in seen.update(&states.reports()) {
-                        if event == Event::AllLost && on_loss == WorkerLoss::FailOpen {
+                        if event == Event::AllLost {
+                            // Nobody is left to answer on the slow path.
                             release();
                         }
                         act(&interface, event, switch.as_ref(), on_loss, &health);

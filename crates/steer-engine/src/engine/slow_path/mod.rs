@@ -8,8 +8,9 @@
 //! reassembler is hardened and budgeted (`net.ipv4.ipfrag_high_thresh`,
 //! `ipfrag_time`, and their IPv6 twins), where one in userspace would be
 //! new attack surface. What the engine adds is a kernel UDP socket bound
-//! on each owned port, IPv4 and IPv6 ([`socket`]), so the reassembled
-//! datagram has somewhere to go instead of an ICMP port unreachable.
+//! on each owned port for each address of its interface, IPv4 and IPv6
+//! ([`socket`]), so the reassembled datagram has somewhere to go instead
+//! of an ICMP port unreachable.
 //!
 //! The path of such a datagram: the kernel reassembles it and queues it
 //! on the slow-path socket; the reader thread ([`reader`]) reads it, writes
@@ -37,9 +38,9 @@
 //! a reply the socket does not take at once is dropped (`send_failed`).
 //! A port another process holds is a warning and a `bind_failed` count,
 //! not a start failure: the XDP path still serves its whole datagrams.
-//! When every worker is gone and the engine fails open, the sockets close
-//! ([`SlowPath::release`]): the owned ports are free for a kernel server
-//! to take the traffic over.
+//! When every worker is gone the sockets close ([`SlowPath::release`]):
+//! nobody is left to answer, and failing open, the owned ports are free
+//! for a kernel server to take the traffic over.
 
 mod counters;
 mod frame;
@@ -81,11 +82,19 @@ impl std::fmt::Debug for SlowPath {
 }
 
 impl SlowPath {
-    /// Binds the sockets of the owned UDP `ports` to `interface` (a port
-    /// that cannot be bound is logged and counted) and makes an inbox for
-    /// each worker CPU in `cpus`.
+    /// Binds the sockets of the owned UDP `ports` on the addresses of
+    /// `interface` (a port that cannot be bound is logged and counted) and
+    /// makes an inbox for each worker CPU in `cpus`.
     pub(crate) fn open(ports: &[u16], interface: &str, cpus: &[CpuId]) -> Self {
-        let opened = socket::open(ports, Some(interface));
+        let addrs = socket::interface_addrs(interface);
+        if addrs.is_empty() && !ports.is_empty() {
+            tracing::warn!(
+                interface,
+                "the interface has no IP address: fragmented datagrams to the owned UDP \
+                 ports are not answered"
+            );
+        }
+        let opened = socket::open(ports, &addrs, Some(interface));
         Self {
             counters: Arc::new(counters::SlowCounters::new(
                 opened.sockets.len(),
@@ -165,9 +174,9 @@ impl SlowPath {
         }
     }
 
-    /// Every worker is gone and the engine fails open: the reader stops
-    /// and the sockets close, so a kernel socket of another server can
-    /// bind the owned ports and get their traffic.
+    /// Every worker is gone: the reader stops and the sockets close, so a
+    /// kernel socket of another server can bind the owned ports and get
+    /// their traffic (when the engine fails open).
     pub(crate) fn release(&self) {
         self.stop_reader();
         for s in self.sockets.iter() {

@@ -36,7 +36,7 @@ impl KernelSender {
         let socket = self
             .sockets
             .iter()
-            .find(|s| s.port == from.port() && s.v6 == from.is_ipv6());
+            .find(|s| s.port == from.port() && s.addr == from.ip());
         let sent = match socket {
             Some(s) => s.send(payload, from.ip(), to, ifindex),
             None => Err(std::io::Error::new(

@@ -1,12 +1,12 @@
-//! The slow path's kernel UDP sockets: one IPv4 and one IPv6 (v6-only)
-//! socket bound on the wildcard address of each owned UDP port and to the
-//! engine's interface (SO_BINDTODEVICE: the engine owns the port on that
-//! interface only, as its XDP program does, so engines on two interfaces
-//! can own the same port), receiving
-//! with IP_PKTINFO / IPV6_RECVPKTINFO (the address each datagram was sent
-//! to) and replying from that address (the same control message on
-//! `sendmsg`), so a reply leaves from where its request went, on a host
-//! with several addresses too.
+//! The slow path's kernel UDP sockets: one socket per owned UDP port and
+//! per address of the engine's interface (IPv4 and IPv6, link-local too),
+//! bound to that address and to the interface (SO_BINDTODEVICE). So the
+//! engine holds the port where its XDP program owns it and nowhere else:
+//! the same port stays free on loopback and the other interfaces' addresses,
+//! and engines on two interfaces can own the same port. Each receives with
+//! IP_PKTINFO / IPV6_RECVPKTINFO (the address a datagram was sent to) and
+//! replies from that address (the same control message on `sendmsg`).
+//! An address added to the interface after start has no socket.
 //!
 //! Invariants: every socket is non-blocking (neither the reader nor a
 //! worker ever waits on one; its lock is held for one call); a port
@@ -31,8 +31,8 @@ use tracing::warn;
 pub(crate) struct SlowSocket {
     /// The owned port it is bound on.
     pub(crate) port: u16,
-    /// Whether it is the IPv6 one.
-    pub(crate) v6: bool,
+    /// The address it is bound on.
+    pub(crate) addr: IpAddr,
     /// `None` once closed.
     socket: Mutex<Option<UdpSocket>>,
 }
@@ -56,29 +56,52 @@ pub(crate) struct Received {
 #[derive(Debug, Default)]
 pub(crate) struct Opened {
     pub(crate) sockets: Vec<SlowSocket>,
-    /// Sockets that could not be bound (the port is someone else's, or the
-    /// address family is off).
+    /// Sockets that could not be bound (the port is someone else's on that
+    /// address, or the address is gone).
     pub(crate) failed: u64,
 }
 
-/// Opens an IPv4 and an IPv6 socket on each of `ports`, bound to
-/// `interface` (`None`: any interface); a failure is logged and counted,
-/// not returned.
-pub(crate) fn open(ports: &[u16], interface: Option<&str>) -> Opened {
+/// The IP addresses of `interface` with their scope (the interface's
+/// index for an IPv6 link-local address, else 0), as the kernel lists
+/// them now.
+pub(crate) fn interface_addrs(interface: &str) -> Vec<(IpAddr, u32)> {
+    let Ok(all) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut addrs: Vec<(IpAddr, u32)> = all
+        .filter(|a| a.interface_name == interface)
+        .filter_map(|a| {
+            let addr = a.address?;
+            if let Some(v4) = addr.as_sockaddr_in() {
+                return Some((IpAddr::V4(v4.ip()), 0));
+            }
+            let v6 = addr.as_sockaddr_in6()?;
+            Some((IpAddr::V6(v6.ip()), v6.scope_id()))
+        })
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    addrs
+}
+
+/// Opens a socket on each of `ports` for each of `addrs` (address and
+/// scope), bound to `interface` (`None`: any interface); a failure is
+/// logged and counted, not returned.
+pub(crate) fn open(ports: &[u16], addrs: &[(IpAddr, u32)], interface: Option<&str>) -> Opened {
     let mut opened = Opened::default();
     for &port in ports {
-        for v6 in [false, true] {
-            match open_one(port, v6, interface) {
+        for &(addr, scope) in addrs {
+            match open_one(port, addr, scope, interface) {
                 Ok(socket) => opened.sockets.push(SlowSocket {
                     port,
-                    v6,
+                    addr,
                     socket: Mutex::new(Some(socket)),
                 }),
                 Err(e) => {
                     opened.failed += 1;
                     warn!(
                         port,
-                        family = if v6 { "ipv6" } else { "ipv4" },
+                        %addr,
                         error = %e,
                         "cannot bind the slow-path socket of an owned UDP port: fragmented \
                          datagrams to it are not answered (is another process on that port?)"
@@ -90,8 +113,13 @@ pub(crate) fn open(ports: &[u16], interface: Option<&str>) -> Opened {
     opened
 }
 
-fn open_one(port: u16, v6: bool, interface: Option<&str>) -> nix::Result<UdpSocket> {
-    let family = if v6 {
+fn open_one(
+    port: u16,
+    addr: IpAddr,
+    scope: u32,
+    interface: Option<&str>,
+) -> nix::Result<UdpSocket> {
+    let family = if addr.is_ipv6() {
         AddressFamily::Inet6
     } else {
         AddressFamily::Inet
@@ -105,19 +133,25 @@ fn open_one(port: u16, v6: bool, interface: Option<&str>) -> nix::Result<UdpSock
     if let Some(name) = interface {
         setsockopt(&fd, sockopt::BindToDevice, &std::ffi::OsString::from(name))?;
     }
-    if v6 {
-        setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
-        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
-        bind(
-            fd.as_raw_fd(),
-            &SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)),
-        )?;
-    } else {
-        setsockopt(&fd, sockopt::Ipv4PacketInfo, &true)?;
-        bind(
-            fd.as_raw_fd(),
-            &SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)),
-        )?;
+    // An IPv6 address still in duplicate address detection (tentative)
+    // cannot be bound otherwise; it is the interface's all the same.
+    setsockopt(&fd, sockopt::IpFreebind, &true)?;
+    match addr {
+        IpAddr::V6(ip) => {
+            setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+            setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
+            bind(
+                fd.as_raw_fd(),
+                &SockaddrIn6::from(SocketAddrV6::new(ip, port, 0, scope)),
+            )?;
+        }
+        IpAddr::V4(ip) => {
+            setsockopt(&fd, sockopt::Ipv4PacketInfo, &true)?;
+            bind(
+                fd.as_raw_fd(),
+                &SockaddrIn::from(SocketAddrV4::new(ip, port)),
+            )?;
+        }
     }
     Ok(UdpSocket::from(fd))
 }
@@ -272,6 +306,13 @@ mod tests {
         }
     }
 
+    fn loopback() -> Vec<(IpAddr, u32)> {
+        vec![
+            (Ipv4Addr::LOCALHOST.into(), 0),
+            (Ipv6Addr::LOCALHOST.into(), 0),
+        ]
+    }
+
     fn recv_one(s: &SlowSocket, buf: &mut [u8]) -> Received {
         for _ in 0..1000 {
             if let Some(r) = s.recv(buf).unwrap() {
@@ -285,7 +326,7 @@ mod tests {
     #[test]
     fn a_datagram_comes_with_its_destination_and_the_reply_leaves_from_it() {
         let port = free_port();
-        let opened = open(&[port], None);
+        let opened = open(&[port], &loopback(), None);
         assert_eq!(opened.failed, 0);
         assert_eq!(opened.sockets.len(), 2);
         for (s, local) in opened.sockets.iter().zip(["127.0.0.1", "::1"]) {
@@ -307,14 +348,17 @@ mod tests {
     }
 
     #[test]
-    fn sockets_bound_to_two_interfaces_share_a_port_and_see_their_own() {
+    fn sockets_are_bound_to_the_interface_and_its_addresses() {
         let port = free_port();
-        // Two devices every test host has: loopback, and a dummy-free
-        // check that binding to a missing one fails (counted).
-        let on_lo = open(&[port], Some("lo"));
+        // Loopback's addresses, and a missing device (counted, not fatal).
+        let lo = interface_addrs("lo");
+        assert!(lo.contains(&(Ipv4Addr::LOCALHOST.into(), 0)), "{lo:?}");
+        let on_lo = open(&[port], &lo[..1], Some("lo"));
         assert_eq!(on_lo.failed, 0);
-        let missing = open(&[port], Some("nonexistent0"));
+        assert_eq!(on_lo.sockets[0].addr, IpAddr::from(Ipv4Addr::LOCALHOST));
+        let missing = open(&[port], &loopback(), Some("nonexistent0"));
         assert_eq!(missing.failed, 2, "no such device");
+        assert!(interface_addrs("nonexistent0").is_empty());
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         peer.send_to(b"on lo", ("127.0.0.1", port)).unwrap();
         let mut buf = [0u8; 16];
@@ -326,7 +370,7 @@ mod tests {
     #[test]
     fn a_closed_socket_frees_its_port_and_reads_nothing() {
         let port = free_port();
-        let opened = open(&[port], None);
+        let opened = open(&[port], &loopback(), None);
         assert!(UdpSocket::bind(("127.0.0.1", port)).is_err(), "held");
         for s in &opened.sockets {
             s.close();
@@ -342,7 +386,7 @@ mod tests {
     #[test]
     fn a_datagram_longer_than_the_buffer_is_marked_cut() {
         let port = free_port();
-        let opened = open(&[port], None);
+        let opened = open(&[port], &loopback(), None);
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         peer.send_to(&[7u8; 100], ("127.0.0.1", port)).unwrap();
         let mut buf = [0u8; 10];
@@ -354,9 +398,9 @@ mod tests {
     fn a_port_someone_else_holds_is_counted_not_fatal() {
         let held = UdpSocket::bind("0.0.0.0:0").unwrap();
         let port = held.local_addr().unwrap().port();
-        let opened = open(&[port], None);
-        assert!(opened.failed >= 1);
-        assert!(opened.sockets.iter().all(|s| s.v6));
+        let opened = open(&[port], &loopback(), None);
+        assert_eq!(opened.failed, 1, "the IPv4 one");
+        assert!(opened.sockets.iter().all(|s| s.addr.is_ipv6()));
         assert!(
             opened
                 .sockets
@@ -364,5 +408,12 @@ mod tests {
                 .all(|s| s.recv(&mut [0u8; 8]).unwrap().is_none()),
             "non-blocking: nothing to read is no wait"
         );
+    }
+
+    #[test]
+    fn the_port_stays_free_on_other_addresses() {
+        let port = free_port();
+        let _opened = open(&[port], &[(Ipv4Addr::LOCALHOST.into(), 0)], Some("lo"));
+        assert!(UdpSocket::bind(("127.0.0.2", port)).is_ok());
     }
 }
