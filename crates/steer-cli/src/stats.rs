@@ -190,6 +190,9 @@ pub fn report(live: &LiveStats) -> String {
     if let Some(line) = flows_line(live) {
         let _ = writeln!(out, "{line}");
     }
+    if let Some(line) = slow_path_line(live) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push('\n');
     let _ = writeln!(
         out,
@@ -345,6 +348,37 @@ pub fn flows_line(live: &LiveStats) -> Option<String> {
     ))
 }
 
+/// The slow path (fragmented datagrams the kernel reassembled, answered
+/// through the engine's kernel sockets), when it has sockets or a port it
+/// could not bind.
+pub fn slow_path_line(live: &LiveStats) -> Option<String> {
+    let s = &live.slow_path;
+    if s.sockets == 0 && s.bind_failed == 0 {
+        return None;
+    }
+    let mut line = format!(
+        "slow path (reassembled datagrams): {} received ({} B), {} answered ({} B), {} consumed, \
+         {} refused; dropped: too large {}, queue full {}, send failed {}; sockets {}",
+        s.received,
+        s.received_bytes,
+        s.answered,
+        s.answered_bytes,
+        s.consumed,
+        s.refused,
+        s.too_large,
+        s.queue_full,
+        s.send_failed,
+        s.sockets,
+    );
+    if s.bind_failed > 0 {
+        line.push_str(&format!(
+            " ({} NOT BOUND: port taken, fragments not answered)",
+            s.bind_failed
+        ));
+    }
+    Some(line)
+}
+
 /// Where the UMEM frames are.
 pub fn frames_line(live: &LiveStats) -> String {
     let f = &live.frames;
@@ -396,6 +430,25 @@ mod tests {
             "{}",
             headline(&live)
         );
+    }
+
+    #[test]
+    fn the_slow_path_shows_once_it_has_sockets_and_says_when_a_port_is_not_bound() {
+        let mut live = LiveStats::empty("eth9");
+        assert_eq!(slow_path_line(&live), None);
+        assert!(!report(&live).contains("slow path"));
+        live.slow_path.sockets = 2;
+        live.slow_path.received = 3;
+        live.slow_path.received_bytes = 9000;
+        live.slow_path.answered = 2;
+        live.slow_path.queue_full = 1;
+        let line = slow_path_line(&live).unwrap();
+        assert!(line.contains("3 received (9000 B), 2 answered"), "{line}");
+        assert!(line.contains("queue full 1"), "{line}");
+        assert!(!line.contains("NOT BOUND"), "{line}");
+        assert!(report(&live).contains(&line));
+        live.slow_path.bind_failed = 1;
+        assert!(slow_path_line(&live).unwrap().contains("1 NOT BOUND"));
     }
 
     #[test]

@@ -123,7 +123,10 @@ int steer_xdp(struct xdp_md *ctx)
 		if ((void *)(ip + 1) > data_end || ip->ihl < 5)
 			return pass();
 		/* Non-first fragments carry no ports; first fragments are
-		 * left to the kernel too (steer does not reassemble). */
+		 * left to the kernel too: the kernel reassembles, and the
+		 * engine's slow-path socket on the owned port gets the whole
+		 * datagram. IPv6 fragments (next header 44) pass below, like
+		 * every extension header. */
 		if (ip->frag_off & bpf_htons(0x3fff))
 			return pass();
 		l4 = (__u8 *)ip + ip->ihl * 4;

@@ -103,6 +103,21 @@ pub trait Handler<D, P> {
     /// staging order. The default does nothing.
     #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
+    /// Work that reaches the worker outside its rx queues and rings (the
+    /// engine's slow path: datagrams the kernel reassembled): the runtime
+    /// calls it once per round, on the worker's thread, and counts what it
+    /// returns as work done (a round with work is flushed). It must not
+    /// block. The default has none.
+    fn poll_side(&mut self, _pool: &mut P) -> usize {
+        0
+    }
+    /// Whether [`Handler::poll_side`] has work waiting: checked by a worker
+    /// about to sleep, after it announced the sleep (whoever queues side
+    /// work rings the worker's doorbell after queuing it). The default has
+    /// none.
+    fn side_pending(&self) -> bool {
+        false
+    }
 }
 
 impl<D, P, F: FnMut(D, &mut P)> Handler<D, P> for F {

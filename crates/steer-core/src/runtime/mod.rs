@@ -687,6 +687,13 @@ where
         self.common.states.snapshot()
     }
 
+    /// The doorbell of the worker on `cpu` (`None`: no worker there), for
+    /// whoever queues it side work ([`crate::dispatch::Handler::poll_side`]):
+    /// queue first, then ring.
+    pub fn doorbell(&self, cpu: CpuId) -> Option<Arc<Doorbell>> {
+        self.common.bells.get(cpu).and_then(Clone::clone)
+    }
+
     /// A handle on the workers' states that outlives borrows of the
     /// runtime (for a watcher thread).
     pub fn worker_states_handle(&self) -> WorkerStates {

@@ -332,7 +332,10 @@ where
             if self.common.orphan_count.load(Ordering::Relaxed) > 0 {
                 self.adopt();
             }
-            let work = self.resume_interrupted() + self.poll_sources() + self.drain_rings();
+            let work = self.resume_interrupted()
+                + self.poll_sources()
+                + self.drain_rings()
+                + self.handler.poll_side(&mut self.pool);
             if work > 0 {
                 self.flush();
                 empty_naps = 0;
@@ -415,6 +418,7 @@ where
                 let inbound = &self.inbound;
                 let rx = &self.rx;
                 let common = &self.common;
+                let handler = &self.handler;
                 // Counted, and the counters published, before the sleep:
                 // they stay true while it lasts.
                 self.local.sleeps += 1;
@@ -427,6 +431,7 @@ where
                             || common.orphan_count.load(Ordering::SeqCst) > 0
                             || inbound.iter().any(|i| !i.consumer.is_empty())
                             || rx.iter().any(|p| p.source.has_pending())
+                            || handler.side_pending()
                     },
                     self.common.cfg.sleep_timeout,
                 );

@@ -21,6 +21,7 @@ use steer_xdp::frames::{RawFrame, TxPath, TxResources, UmemPool};
 use steer_xdp::{Frame, UmemView};
 
 use super::counters::{EngineCounters, WorkerCounts};
+use super::slow_path::{Datagram, Event, SlowWorker};
 use super::steering::{FlowSteerError, FlowSteering};
 use steer_core::flow::{FlowHasher, KeyedHasher};
 use steer_core::policy::RecordOutcome;
@@ -68,6 +69,8 @@ pub struct PacketContext {
     pub cpu: CpuId,
     /// The flow hash the dispatcher tagged the packet with (0: none).
     hash: u32,
+    /// The datagram came through the slow path (reassembled by the kernel).
+    from_kernel: bool,
     steering: Option<Arc<FlowSteering>>,
 }
 
@@ -79,6 +82,7 @@ impl PacketContext {
         Self {
             cpu,
             hash: 0,
+            from_kernel: false,
             steering: None,
         }
     }
@@ -87,6 +91,7 @@ impl PacketContext {
         Self {
             cpu,
             hash: 0,
+            from_kernel: false,
             steering: Some(steering),
         }
     }
@@ -98,6 +103,17 @@ impl PacketContext {
     /// recorded for the flow must use this hash.
     pub fn hash(&self) -> u32 {
         self.hash
+    }
+
+    /// Whether the packet is a datagram the kernel reassembled from
+    /// fragments, handed over by the engine's slow path rather than
+    /// received on an AF_XDP socket: its Ethernet addresses are zeros (the
+    /// frame was written for the handler), and a reply the handler asks
+    /// to transmit leaves through the kernel's UDP socket on the owned
+    /// port, which fragments it. A handler that keeps the frame's headers
+    /// for later replies must not send those through AF_XDP.
+    pub fn from_kernel(&self) -> bool {
+        self.from_kernel
     }
 
     fn steering(&self) -> Result<&FlowSteering, FlowSteerError> {
@@ -198,6 +214,11 @@ pub(crate) struct WorkerHandler {
     pub(crate) tx: TxPath,
     pub(crate) counters: Arc<EngineCounters>,
     pub(crate) local: WorkerCounts,
+    /// The worker's side of the slow path (reassembled datagrams from the
+    /// kernel sockets), if any socket is bound.
+    pub(crate) slow: Option<SlowWorker>,
+    /// Datagrams taken from the slow path this round.
+    pub(crate) slow_batch: Vec<Datagram>,
 }
 
 impl WorkerHandler {
@@ -275,6 +296,41 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
         }
     }
 
+    /// Runs the handler on the slow path's datagrams waiting for this
+    /// worker (a few per round); replies go out through the kernel socket.
+    fn poll_side(&mut self, _pool: &mut UmemPool) -> usize {
+        let Some(slow) = &self.slow else {
+            return 0;
+        };
+        slow.take(&mut self.slow_batch);
+        let n = self.slow_batch.len();
+        self.ctx.from_kernel = true;
+        for mut d in self.slow_batch.drain(..) {
+            self.ctx.hash = d.hash;
+            let app = &mut self.app;
+            let ctx = &self.ctx;
+            let verdict = match catch_unwind(AssertUnwindSafe(|| app.handle(&mut d.frame, ctx))) {
+                Ok(v) => v,
+                Err(panic) => {
+                    self.local.app_panicked += 1;
+                    self.ctx.from_kernel = false;
+                    resume_unwind(panic);
+                }
+            };
+            match verdict {
+                Verdict::Transmit(len) => slow.reply(&d.frame[..len.min(d.frame.len())], d.ifindex),
+                Verdict::Consume => slow.count(Event::Consumed),
+                Verdict::Drop => slow.count(Event::Refused),
+            }
+        }
+        self.ctx.from_kernel = false;
+        n
+    }
+
+    fn side_pending(&self) -> bool {
+        self.slow.as_ref().is_some_and(SlowWorker::is_pending)
+    }
+
     fn flush(&mut self, _pool: &mut UmemPool) {
         self.app.flush();
         let sent = self.tx.flush();
@@ -349,6 +405,12 @@ pub struct EngineParts {
     pub(crate) tx: TxResources,
     /// Where consumption is recorded for the trace, when recording.
     pub(crate) trace: Option<Arc<crate::trace::TraceSink>>,
+    /// Replies through the kernel's UDP sockets on the owned ports (the
+    /// slow path's), for what AF_XDP cannot carry.
+    pub(crate) kernel: super::slow_path::KernelSender,
+    /// The interface's MTU at start (0: unknown): a reply whose IP
+    /// datagram is longer leaves through `kernel`, which fragments it.
+    pub(crate) mtu: u32,
 }
 
 impl std::fmt::Debug for EngineParts {

@@ -2,8 +2,10 @@
 //! states, says in the log when one was restarted after its handler
 //! panicked (once per new count) and when one dies (past its restart limit:
 //! its rx queues and flows already moved to the survivors), and acts when none is
-//! left, as [`WorkerLoss`] says: fail open (the XDP program passes owned
-//! traffic to the kernel, whose sockets on the port get it, instead of
+//! left (the engine's own kernel sockets on the owned ports close: nobody
+//! is left to answer there), as [`WorkerLoss`] says: fail open (the XDP
+//! program passes owned traffic to the kernel, whose sockets on the port
+//! get it, instead of
 //! redirecting it into sockets nobody reads) or fail closed (the engine
 //! reports it, [`Engine::workers_lost`](super::Engine::workers_lost), and
 //! the command exits non-zero).
@@ -54,13 +56,16 @@ pub(super) struct HealthWatcher {
 }
 
 impl HealthWatcher {
-    /// Starts watching `states`; `switch` fails the program open.
+    /// Starts watching `states`; `switch` fails the program open. When no
+    /// worker is left, `release` frees the owned ports (the slow path's
+    /// sockets) first, in either mode.
     pub(super) fn start(
         interface: String,
         states: WorkerStates,
         switch: Option<OwnedActionSwitch>,
         on_loss: WorkerLoss,
         health: Arc<Health>,
+        release: Box<dyn Fn() + Send>,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -74,6 +79,10 @@ impl HealthWatcher {
                         break;
                     }
                     for event in seen.update(&states.reports()) {
+                        if event == Event::AllLost {
+                            // Nobody is left to answer on the slow path.
+                            release();
+                        }
                         act(&interface, event, switch.as_ref(), on_loss, &health);
                     }
                 }

@@ -11,7 +11,12 @@
 //! - the worker on the `j`-th CPU transmits on socket `j % queues` (sockets
 //!   are shared through a mutex taken once per batch; with as many queues as
 //!   CPUs each socket has one rx and one tx user on the same thread);
-//! - handlers release frames to a spare pool that sockets top up from.
+//! - handlers release frames to a spare pool that sockets top up from;
+//! - a kernel UDP socket on each owned UDP port (the slow path) gets the
+//!   datagrams the kernel reassembled from fragments, which the XDP
+//!   program leaves to it; a thread of its own hands each to the worker of
+//!   its flow, whose handler answers it through that socket
+//!   ([`PacketContext::from_kernel`]).
 //!
 //! ```no_run
 //! use steer_engine::engine::{Engine, Verdict};
@@ -39,6 +44,8 @@ mod nic_check;
 mod privileges;
 mod publish;
 mod setup;
+/// Fragmented UDP datagrams: the kernel reassembles, the engine answers.
+mod slow_path;
 mod start;
 mod stats;
 mod steering;
@@ -65,6 +72,7 @@ pub use steering::FlowSteerError;
 
 use counters::EngineCounters;
 use setup::EngineSetup;
+pub(crate) use slow_path::KernelSender;
 
 use crate::observe::{LiveStats, ObserveError, Observer};
 use publish::Publisher;
@@ -150,6 +158,8 @@ pub struct Engine {
     stats_path: Option<PathBuf>,
     /// Set before the workers stop: tasks on the workers get a grace period.
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// The slow path (reassembled datagrams) and its reader thread.
+    slow: Arc<slow_path::SlowPath>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -261,6 +271,7 @@ impl Engine {
         let mut stats =
             EngineStats::collect(&self.cpus, shared, &self.counters, self.started.elapsed());
         stats.multi_buffer = self.port.counters().into();
+        stats.slow_path = self.slow.stats();
         stats
     }
 
@@ -319,6 +330,8 @@ impl Engine {
             o.stop();
         }
         self.publisher = None;
+        // Nothing more reaches the workers' slow-path inboxes.
+        self.slow.stop_reader();
         let program = self.port.program_stats().ok();
         // Readers and acceptors see the end; replies stop before the sockets go.
         self.stopping
@@ -400,6 +413,7 @@ impl Drop for Engine {
         if let Some(mut o) = self.observer.take() {
             o.stop();
         }
+        self.slow.stop_reader();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.app.stop();

@@ -40,6 +40,8 @@ pub(super) struct Publisher {
     pub(super) app: Arc<dyn super::Application>,
     /// The workers' states.
     pub(super) workers: WorkerStates,
+    /// The slow path's counters.
+    pub(super) slow: Arc<super::slow_path::SlowPath>,
 }
 
 impl Publisher {
@@ -157,6 +159,7 @@ impl Publisher {
                     restarts: r.restarts,
                 })
                 .collect(),
+            slow_path: self.slow.stats(),
         }
     }
 }

@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::app::{Application, PacketContext, WorkerHandler};
 use super::counters::{EngineCounters, WorkerCounts};
+use super::slow_path::SlowPath;
 use super::steering::FlowSteering;
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
@@ -50,6 +51,8 @@ pub(super) struct EngineSetup {
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
     pub(super) hooks: Option<HookFactory>,
+    /// The slow path's sockets and the workers' inboxes.
+    pub(super) slow: Arc<SlowPath>,
 }
 
 /// How long a stopping worker lets the tasks it runs see the stop and end.
@@ -112,6 +115,8 @@ impl Setup<RawFrame> for EngineSetup {
             tx: TxPath::new(socket, Arc::clone(self.pool.spare()), self.ring_size),
             counters: Arc::clone(&self.counters),
             local: WorkerCounts::default(),
+            slow: self.slow.worker(cpu),
+            slow_batch: Vec::new(),
         }
     }
 

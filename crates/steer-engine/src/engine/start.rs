@@ -42,6 +42,7 @@ use super::nic_check;
 use super::privileges;
 use super::publish::Publisher;
 use super::setup::EngineSetup;
+use super::slow_path::SlowPath;
 use super::steering::FlowSteering;
 use super::{Engine, EngineError, Runtime};
 use crate::observe::{
@@ -62,11 +63,13 @@ impl EngineBuilder {
         let host = Host::of(&mut b)?;
         let claim = claim(&b)?;
         let port = open_port(&mut b, &claim)?;
+        // Bound before the privileges go (a port below 1024 needs them).
+        let slow = Arc::new(open_slow_path(&b, &host));
         drop_privileges(&mut b, &port, &claim)?;
-        let tables = build_tables(&mut b, &host, port, build_app)?;
-        let workers = build_workers(&b, &host, &tables)?;
+        let tables = build_tables(&mut b, &host, port, build_app, &slow)?;
+        let workers = build_workers(&b, &host, &tables, &slow)?;
         let controls = Controls::new(tables.shared.clone(), b.hasher.clone(), host.cpus);
-        let engine = run(b, host, tables, workers)?;
+        let engine = run(b, host, tables, workers, slow)?;
         observe(engine, claim, controls)
     }
 }
@@ -196,6 +199,30 @@ fn open_port(b: &mut EngineBuilder, claim: &Claim) -> Result<XdpPort, EngineErro
 
 /// Step 4: another user, or fewer capabilities, before the engine starts
 /// any thread: they inherit the rest.
+/// Step 3, after the port: the slow path's kernel sockets on the owned
+/// UDP ports (fragmented datagrams, reassembled by the kernel), one inbox
+/// per worker.
+fn open_slow_path(b: &EngineBuilder, host: &Host) -> SlowPath {
+    let mut ports: Vec<u16> = b
+        .port
+        .owned
+        .iter()
+        .filter(|(proto, _)| *proto == steer_xdp::Proto::Udp)
+        .map(|&(_, port)| port)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    SlowPath::open(&ports, &b.port.interface, &host.cpu_list)
+}
+
+/// The MTU of `interface` (sysfs), 0 when it cannot be read.
+fn interface_mtu(interface: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn drop_privileges(
     b: &mut EngineBuilder,
     port: &XdpPort,
@@ -250,6 +277,7 @@ fn build_tables(
     host: &Host,
     mut port: XdpPort,
     build_app: AppBuilder,
+    slow: &SlowPath,
 ) -> Result<Tables, EngineError> {
     let total_frames = port.total_frames() as usize;
     let sockets: Vec<QueueSocket> = port.take_sockets();
@@ -294,6 +322,8 @@ fn build_tables(
             multi_buffer: port.modes().multi_buffer,
         },
         trace: sink.clone(),
+        kernel: slow.sender(),
+        mtu: interface_mtu(&b.port.interface),
     });
     Ok(Tables {
         port,
@@ -323,7 +353,12 @@ struct Workers {
 /// in a mio poll or in its own tokio runtime when it runs tasks; its setup
 /// (pool, tx sockets, steering, hooks) and each rx queue's source; the
 /// NIC checked against the queues opened.
-fn build_workers(b: &EngineBuilder, host: &Host, t: &Tables) -> Result<Workers, EngineError> {
+fn build_workers(
+    b: &EngineBuilder,
+    host: &Host,
+    t: &Tables,
+    slow: &Arc<SlowPath>,
+) -> Result<Workers, EngineError> {
     let n = host.cpu_list.len();
     let mut sleepers = Vec::with_capacity(n);
     let mut tasks = Vec::new();
@@ -373,6 +408,7 @@ fn build_workers(b: &EngineBuilder, host: &Host, t: &Tables) -> Result<Workers, 
         stopping: Arc::clone(&stopping),
         steering,
         hooks: b.hooks.clone(),
+        slow: Arc::clone(slow),
     });
     let sources = t
         .sockets
@@ -415,10 +451,19 @@ fn build_workers(b: &EngineBuilder, host: &Host, t: &Tables) -> Result<Workers, 
 
 /// Step 7: the runtime started on the workers, the publisher of its
 /// numbers, and the health and hotplug watchers; the engine assembled.
-fn run(b: EngineBuilder, host: Host, mut t: Tables, w: Workers) -> Result<Engine, EngineError> {
+fn run(
+    b: EngineBuilder,
+    host: Host,
+    mut t: Tables,
+    w: Workers,
+    slow: Arc<SlowPath>,
+) -> Result<Engine, EngineError> {
     let interface = b.port.interface.clone();
     let switches = Arc::clone(&t.shared.switches);
     let runtime = Runtime::start(b.runtime, t.shared.clone(), w.setup, w.sources)?;
+    slow.start_reader(b.hasher.clone(), t.shared.clone(), |cpu| {
+        runtime.doorbell(cpu)
+    })?;
     let workers = runtime.worker_states_handle();
     let publisher = Arc::new(Publisher {
         interface: interface.clone(),
@@ -431,6 +476,7 @@ fn run(b: EngineBuilder, host: Host, mut t: Tables, w: Workers) -> Result<Engine
         started: Instant::now(),
         app: Arc::clone(&t.app),
         workers: workers.clone(),
+        slow: Arc::clone(&slow),
     });
     let health_state = Arc::new(Health::default());
     let switch = match t.port.program().owned_action_switch() {
@@ -440,12 +486,17 @@ fn run(b: EngineBuilder, host: Host, mut t: Tables, w: Workers) -> Result<Engine
             None
         }
     };
+    let release = {
+        let slow = Arc::clone(&slow);
+        Box::new(move || slow.release())
+    };
     let health = HealthWatcher::start(
         interface.clone(),
         workers,
         switch,
         b.on_worker_loss,
         Arc::clone(&health_state),
+        release,
     )?;
     let hotplug = match b.hotplug_watch {
         Some(every) => HotplugWatcher::start(&host.topology, every, switches)?,
@@ -479,6 +530,7 @@ fn run(b: EngineBuilder, host: Host, mut t: Tables, w: Workers) -> Result<Engine
         metrics_addr: None,
         stats_path: None,
         stopping: w.stopping,
+        slow,
     })
 }
 

@@ -84,6 +84,9 @@ pub struct EngineStats {
     pub elapsed: Duration,
     /// Packets that spanned several UMEM frames (multi-buffer AF_XDP).
     pub multi_buffer: MultiBufferStats,
+    /// The slow path: fragmented datagrams the kernel reassembled, read
+    /// from the engine's kernel sockets and answered through them.
+    pub slow_path: crate::observe::SlowPathStats,
 }
 
 /// Multi-buffer packets (spanning several UMEM frames), summed over the
@@ -144,6 +147,7 @@ impl EngineStats {
             balance: shared.balance.stats(),
             elapsed,
             multi_buffer: MultiBufferStats::default(),
+            slow_path: crate::observe::SlowPathStats::default(),
         }
     }
 
@@ -338,6 +342,7 @@ impl EngineStats {
                 "transmitted": self.multi_buffer.transmitted,
                 "refused": self.multi_buffer.refused,
             },
+            "slow_path": self.slow_path,
             "per_cpu": self.per_cpu.iter().map(CpuRow::json).collect::<Vec<_>>(),
             "total": self.total.json(),
         })

@@ -67,7 +67,9 @@ impl FlowDemux {
             }
             return Some(f);
         }
-        let f = self.hub.flow_for(key, ctx.hash(), packet, ctx.cpu)?;
+        let f = self
+            .hub
+            .flow_for(key, ctx.hash(), packet, ctx.cpu, ctx.from_kernel())?;
         self.cache.insert(key, Arc::clone(&f));
         Some(f)
     }

@@ -357,7 +357,11 @@ pub struct FlowWriter {
 impl FlowWriter {
     /// Sends `payload` to the flow's peer: the flow's turned-around headers,
     /// the payload, fresh lengths and checksums, transmitted from the
-    /// AF_XDP socket of the calling thread's CPU.
+    /// AF_XDP socket of the calling thread's CPU. A reply longer than the
+    /// link's MTU, and every reply of a flow whose first datagram the
+    /// kernel reassembled from fragments, leaves through the engine's
+    /// kernel UDP socket on the owned port instead (the kernel fragments
+    /// it).
     pub fn send(&self, payload: &[u8]) -> Result<(), SendError> {
         self.hub.send(&self.shared, payload)
     }

@@ -78,7 +78,7 @@ use steer_core::record::Recorder;
 use steer_xdp::Frame;
 use tracing::warn;
 
-use crate::engine::{Application, Engine, EngineBuilder, EngineParts, PacketHandler};
+use crate::engine::{Application, Engine, EngineBuilder, EngineParts, KernelSender, PacketHandler};
 use crate::probe::LiveProbe;
 use steer_xdp::frames::{lock, scatter, send_or_recycle, TxResources};
 
@@ -202,6 +202,12 @@ pub(crate) struct Hub {
     trace: Option<Arc<crate::trace::TraceSink>>,
     /// The transmit resources replies use (taken away at stop).
     tx: RwLock<Option<TxResources>>,
+    /// Replies AF_XDP cannot carry (a flow born from a datagram the kernel
+    /// reassembled, a reply longer than a frame) leave through the kernel.
+    kernel: KernelSender,
+    /// The interface's MTU (0: unknown): longer replies go through
+    /// `kernel`, which fragments them.
+    mtu: u32,
     stopped: AtomicBool,
     accepted: AtomicU64,
     accept_drops: AtomicU64,
@@ -254,6 +260,8 @@ impl Hub {
             shared: parts.shared.clone(),
             trace: parts.trace.clone(),
             tx: RwLock::new(Some(parts.tx.clone())),
+            kernel: parts.kernel.clone(),
+            mtu: parts.mtu,
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             accept_drops: AtomicU64::new(0),
@@ -327,13 +335,14 @@ impl Hub {
         hash: u32,
         frame: &[u8],
         cpu: CpuId,
+        from_kernel: bool,
     ) -> Option<Arc<FlowShared>> {
         let mut guard = self.admissions();
         let admissions = &mut *guard;
         if let Some(f) = admissions.table.get(&key) {
             return Some(Arc::clone(f));
         }
-        let template = ReplyTemplate::from_request(frame)?;
+        let template = ReplyTemplate::from_request(frame)?.through_kernel(from_kernel);
         let home = self.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
         let now = mono_ns();
         let listener = self.accept_index(cpu);
@@ -481,10 +490,22 @@ impl Hub {
         }
     }
 
-    /// Sends `payload` on `flow` from the socket of the calling thread's CPU.
+    /// Sends `payload` on `flow` from the socket of the calling thread's
+    /// CPU; through the kernel's socket on the owned port instead for a
+    /// flow born from a datagram the kernel reassembled, or a reply longer
+    /// than the link's MTU or a frame (the kernel fragments it).
     pub(crate) fn send(&self, flow: &FlowShared, payload: &[u8]) -> Result<(), SendError> {
         let tx = self.tx.read().unwrap_or_else(PoisonError::into_inner);
         let tx = tx.as_ref().ok_or(SendError::Stopped)?;
+        let over_mtu = self.mtu > 0 && flow.template.ip_len_for(payload.len()) > self.mtu as usize;
+        if flow.template.is_through_kernel() || over_mtu {
+            let failed = if over_mtu {
+                SendError::TooLarge
+            } else {
+                SendError::TxFull
+            };
+            return self.send_through_kernel(flow, payload, failed);
+        }
         let cpu = steer_topology::thread::current_cpu().unwrap_or(0);
         let index = self.cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
         let socket = &tx.sockets[index % tx.sockets.len()];
@@ -516,7 +537,7 @@ impl Hub {
                     Ok(len) => len,
                     Err(reply::TooLarge) => {
                         tx.spare.put(frame);
-                        return Err(SendError::TooLarge);
+                        return self.send_through_kernel(flow, payload, SendError::TooLarge);
                     }
                 };
                 let mut s = lock(socket);
@@ -530,7 +551,7 @@ impl Hub {
             }
             Err(reply::TooLarge) => {
                 tx.spare.put(frame);
-                return Err(SendError::TooLarge);
+                return self.send_through_kernel(flow, payload, SendError::TooLarge);
             }
         };
         let mut socket = lock(socket);
@@ -546,6 +567,23 @@ impl Hub {
         if counts.dropped > 0 {
             return Err(SendError::TxFull);
         }
+        flow.sent.fetch_add(1, Ordering::Relaxed);
+        flow.replied();
+        Ok(())
+    }
+}
+
+impl Hub {
+    /// Sends `payload` on `flow` through the kernel's UDP socket on the
+    /// owned port (the slow path's); `failed` is the error when it cannot.
+    fn send_through_kernel(
+        &self,
+        flow: &FlowShared,
+        payload: &[u8],
+        failed: SendError,
+    ) -> Result<(), SendError> {
+        let (from, to) = flow.template.addrs().ok_or(failed)?;
+        self.kernel.send(payload, from, to, 0).map_err(|_| failed)?;
         flow.sent.fetch_add(1, Ordering::Relaxed);
         flow.replied();
         Ok(())

@@ -3,11 +3,17 @@
 //! first packet, turned around, and stamped in front of each payload the
 //! application sends, with lengths and checksums filled in.
 //!
+//! A flow whose first datagram came through the engine's slow path (the
+//! kernel reassembled it) has no Ethernet addresses to turn around: its
+//! template is marked [`ReplyTemplate::through_kernel`], and its replies
+//! leave through the kernel's UDP socket on the owned port, addressed by
+//! [`ReplyTemplate::addrs`].
+//!
 //! Invariant: a template is only built from a frame that parsed as a whole
 //! UDP datagram, so `udp_offset + 8 <= headers.len()` and the IP header sits
 //! at `ip_offset`; `write` checks the room of the destination buffer.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use steer_core::packet::{parse, IpVersion, Ipv4Packet, Ipv6Packet, UdpPacket};
 
@@ -20,6 +26,9 @@ pub(crate) struct ReplyTemplate {
     ip: IpVersion,
     ip_offset: usize,
     udp_offset: usize,
+    /// Built from a datagram the kernel reassembled: replies go through
+    /// the kernel's socket.
+    kernel: bool,
 }
 
 /// The reply does not fit the frame.
@@ -40,12 +49,55 @@ impl ReplyTemplate {
             ip: layers.ip,
             ip_offset: layers.l3_offset,
             udp_offset: layers.l4_offset,
+            kernel: false,
         })
+    }
+
+    /// The same template, marked as built from a datagram the kernel
+    /// reassembled (`from_kernel`): its replies must leave through the
+    /// kernel's socket (the frame's Ethernet addresses are not real).
+    pub(crate) fn through_kernel(mut self, from_kernel: bool) -> Self {
+        self.kernel = from_kernel;
+        self
+    }
+
+    /// Whether replies must leave through the kernel's socket.
+    pub(crate) fn is_through_kernel(&self) -> bool {
+        self.kernel
+    }
+
+    /// The reply's source (the owned address and port) and destination
+    /// (the peer).
+    pub(crate) fn addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        let h = &self.headers;
+        let at = |off: usize, n: usize| h.get(self.ip_offset + off..self.ip_offset + off + n);
+        let (src, dst): (IpAddr, IpAddr) = match self.ip {
+            IpVersion::V4 => {
+                let s: [u8; 4] = at(12, 4)?.try_into().ok()?;
+                let d: [u8; 4] = at(16, 4)?.try_into().ok()?;
+                (Ipv4Addr::from(s).into(), Ipv4Addr::from(d).into())
+            }
+            IpVersion::V6 => {
+                let s: [u8; 16] = at(8, 16)?.try_into().ok()?;
+                let d: [u8; 16] = at(24, 16)?.try_into().ok()?;
+                (Ipv6Addr::from(s).into(), Ipv6Addr::from(d).into())
+            }
+        };
+        let udp = h.get(self.udp_offset..self.udp_offset + 4)?;
+        let sport = u16::from_be_bytes([udp[0], udp[1]]);
+        let dport = u16::from_be_bytes([udp[2], udp[3]]);
+        Some((SocketAddr::new(src, sport), SocketAddr::new(dst, dport)))
     }
 
     /// The length of the frame carrying a payload of `payload` bytes.
     pub(crate) fn len_for(&self, payload: usize) -> usize {
         self.headers.len() + payload
+    }
+
+    /// The length of the IP datagram carrying a payload of `payload`
+    /// bytes (what the link's MTU bounds).
+    pub(crate) fn ip_len_for(&self, payload: usize) -> usize {
+        self.headers.len() - self.ip_offset + payload
     }
 
     /// Writes headers + `payload` into `buf`; returns the frame length.
@@ -131,6 +183,24 @@ mod tests {
                     "{src} vlan {vlan}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_reply_addresses_are_the_request_turned_around() {
+        for (peer, local) in [
+            ("10.0.0.2:4000", "10.0.0.1:53"),
+            ("[2001:db8::2]:4000", "[2001:db8::1]:53"),
+        ] {
+            let (peer, local): (SocketAddr, SocketAddr) =
+                (peer.parse().unwrap(), local.parse().unwrap());
+            let f = FrameBuilder::udp(peer.ip(), local.ip(), peer.port(), local.port()).build();
+            let t = ReplyTemplate::from_request(&f).unwrap();
+            assert_eq!(t.addrs(), Some((local, peer)));
+            let ip_header = if local.is_ipv4() { 20 } else { 40 };
+            assert_eq!(t.ip_len_for(3000), ip_header + 8 + 3000);
+            assert!(!t.is_through_kernel());
+            assert!(t.through_kernel(true).is_through_kernel());
         }
     }
 

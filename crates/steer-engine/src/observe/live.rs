@@ -72,6 +72,44 @@ pub struct LiveStats {
     /// Each worker: up or dead, its restarts and its last panic message.
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,
+    /// The slow path: datagrams the kernel reassembled from fragments,
+    /// read from the engine's kernel sockets on the owned UDP ports (all 0
+    /// from an engine that predates it).
+    #[serde(default)]
+    pub slow_path: SlowPathStats,
+}
+
+/// The slow path's counters: fragmented datagrams to an owned UDP port,
+/// reassembled by the kernel, read from the engine's kernel socket on that
+/// port, handed to the flow's worker and answered through the socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlowPathStats {
+    /// Kernel sockets bound (an IPv4 and an IPv6 one per owned UDP port).
+    pub sockets: u64,
+    /// Sockets that could not be bound (the port is another process's):
+    /// fragmented datagrams to it are not answered.
+    pub bind_failed: u64,
+    /// Datagrams read from the sockets.
+    pub received: u64,
+    /// Their payload bytes.
+    pub received_bytes: u64,
+    /// Replies sent back through the sockets.
+    pub answered: u64,
+    /// Their payload bytes.
+    pub answered_bytes: u64,
+    /// Datagrams the handler consumed without a reply.
+    pub consumed: u64,
+    /// Datagrams the handler refused, or whose reply was no UDP datagram
+    /// from an owned port.
+    pub refused: u64,
+    /// Dropped: longer than the read buffer (cut by the kernel).
+    pub too_large: u64,
+    /// Dropped: the flow's worker had its slow-path queue full, or no
+    /// worker was left.
+    pub queue_full: u64,
+    /// Replies the socket did not take (its send buffer full, or an error).
+    pub send_failed: u64,
 }
 
 /// One worker's health in a [`LiveStats`].
@@ -115,6 +153,7 @@ impl LiveStats {
             balance: BalanceStats::default(),
             flows: None,
             workers: Vec::new(),
+            slow_path: SlowPathStats::default(),
         }
     }
 

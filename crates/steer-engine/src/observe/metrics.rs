@@ -322,6 +322,7 @@ fn registry(live: &LiveStats) -> prometheus::Result<Registry> {
         flow_budget(&f, flows)?;
     }
     workers(&f, &live.workers)?;
+    slow_path(&f, &live.slow_path)?;
     let updates = f.counters(
         "steer_desired_table_updates_total",
         "Desired-CPU table writes by reason (rps_record_sock_flow analog); each may move a flow and call the steering hook.",
@@ -424,6 +425,49 @@ fn flow_budget(f: &Families, h: &super::live::HubStats) -> prometheus::Result<()
         "Per-flow resources the application could not get or use (a proxy's backend socket).",
     )?
     .inc_by(h.backend_errors);
+    Ok(())
+}
+
+/// The slow path's families: fragmented datagrams the kernel reassembled,
+/// answered through the engine's kernel sockets.
+fn slow_path(f: &Families, s: &super::live::SlowPathStats) -> prometheus::Result<()> {
+    let datagrams = f.counters(
+        "steer_slow_path_datagrams_total",
+        "Datagrams on the slow path (reassembled by the kernel from fragments, read from the engine's kernel socket on an owned UDP port), by outcome: received, answered, consumed, refused (by the handler, or its reply was no datagram from an owned port), too_large, queue_full (the flow's worker had no room, or no worker was left), send_failed.",
+        "outcome",
+    )?;
+    for (outcome, n) in [
+        ("received", s.received),
+        ("answered", s.answered),
+        ("consumed", s.consumed),
+        ("refused", s.refused),
+        ("too_large", s.too_large),
+        ("queue_full", s.queue_full),
+        ("send_failed", s.send_failed),
+    ] {
+        datagrams.with_label_values(&[outcome]).inc_by(n);
+    }
+    let bytes = f.counters(
+        "steer_slow_path_bytes_total",
+        "Payload bytes on the slow path, by direction: received (datagrams read) or answered (replies sent).",
+        "direction",
+    )?;
+    bytes
+        .with_label_values(&["received"])
+        .inc_by(s.received_bytes);
+    bytes
+        .with_label_values(&["answered"])
+        .inc_by(s.answered_bytes);
+    let sockets = f.gauges(
+        "steer_slow_path_sockets",
+        "The slow path's kernel sockets (an IPv4 and an IPv6 one per owned UDP port), by state: bound, or failed (the port is another process's: its fragmented datagrams are not answered).",
+        &["state"],
+    )?;
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    sockets.with_label_values(&["bound"]).set(gauge(s.sockets));
+    sockets
+        .with_label_values(&["failed"])
+        .set(gauge(s.bind_failed));
     Ok(())
 }
 
@@ -674,6 +718,11 @@ mod tests {
             backend_errors: 1,
             ..Default::default()
         });
+        live.slow_path.sockets = 2;
+        live.slow_path.received = 4;
+        live.slow_path.received_bytes = 12000;
+        live.slow_path.answered = 3;
+        live.slow_path.queue_full = 1;
         live
     }
 
@@ -708,6 +757,12 @@ mod tests {
             "steer_flows_evicted_total{reason=\"unassured\"} 7000",
             "steer_flows_evicted_total{reason=\"idle\"} 0",
             "steer_flows_backend_errors_total 1",
+            "steer_slow_path_datagrams_total{outcome=\"received\"} 4",
+            "steer_slow_path_datagrams_total{outcome=\"answered\"} 3",
+            "steer_slow_path_datagrams_total{outcome=\"queue_full\"} 1",
+            "steer_slow_path_bytes_total{direction=\"received\"} 12000",
+            "steer_slow_path_sockets{state=\"bound\"} 2",
+            "steer_slow_path_sockets{state=\"failed\"} 0",
             "# TYPE steer_balancer_rounds_total counter",
             "# TYPE steer_softnet_dropped_total counter",
             "# TYPE steer_umem_frames gauge",

@@ -78,8 +78,8 @@ pub use endpoint::{
     StatsEndpoint, StatsReply, DEFAULT_RUN_DIR,
 };
 pub use live::{
-    CpuCounters, DesiredCounters, FrameCounters, HubStats, LiveStats, SocketCounters, WorkerStatus,
-    FORMAT_VERSION,
+    CpuCounters, DesiredCounters, FrameCounters, HubStats, LiveStats, SlowPathStats,
+    SocketCounters, WorkerStatus, FORMAT_VERSION,
 };
 
 /// What the observer serves: a snapshot on request and, to a stats-socket
