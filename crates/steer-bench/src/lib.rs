@@ -64,6 +64,9 @@ pub mod seeds;
 pub mod servers;
 /// sockperf report parsing and the compare-kernel report.
 pub mod sockperf;
+/// Where the kernel processed received packets, per CPU
+/// (/proc/net/softnet_stat), split by the CPU a reader was on.
+pub mod softnet;
 /// Whether the runs agree: each headline number's spread across runs.
 pub mod spread;
 /// The syscalls (clock, sleeps, pinning, lock, namespaces, signals).

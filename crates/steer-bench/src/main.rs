@@ -162,10 +162,18 @@ struct TransparentArgs {
     /// Interleaved runs of every mode.
     #[arg(long, default_value_t = 1)]
     runs: u32,
+    /// The modes of each run, in order: none, pass, kernel-rfs, llc,
+    /// always, llc-2llc, always-2llc (the last two on a 2-LLC model).
+    #[arg(long, default_value = steer_bench::transparent::ALL_MODES,
+          value_parser = steer_bench::transparent::parse_modes)]
+    modes: ModeList,
     /// Write every result here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
 }
+
+/// `--modes` as clap holds it.
+type ModeList = Vec<steer_bench::transparent::RunSpec>;
 
 fn run_transparent(a: &TransparentArgs) -> Result<()> {
     use steer_bench::transparent::{self, TransparentConfig};
@@ -177,6 +185,7 @@ fn run_transparent(a: &TransparentArgs) -> Result<()> {
         );
     }
     let cfg = TransparentConfig {
+        modes: a.modes.clone(),
         steer_bin,
         secs: a.secs.max(1),
         streams: a.streams.max(1),

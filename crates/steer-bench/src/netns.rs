@@ -15,6 +15,7 @@ use std::{
     fs::{self, File},
     net::Ipv4Addr,
     os::fd::AsFd,
+    path::{Path, PathBuf},
 };
 
 use anyhow::{bail, Context, Result};
@@ -152,7 +153,7 @@ impl Drop for TestBed {
 /// restored on drop.
 #[derive(Debug)]
 pub struct RpsGuard {
-    saved: Vec<(String, String)>,
+    saved: Vec<(PathBuf, String)>,
 }
 
 /// Entries per rx queue flow table.
@@ -164,28 +165,37 @@ impl RpsGuard {
     /// Steers `interface`'s received packets to the CPUs of `mask` (hex, as
     /// sysfs wants it) with RFS on.
     pub fn configure(interface: &str, mask: &str) -> Result<Self> {
+        Self::configure_under(Path::new("/"), interface, mask)
+    }
+
+    /// As [`configure`](Self::configure), with /proc and /sys found under
+    /// `root` (a test's scratch tree). On an error, what was already
+    /// written is written back before it returns.
+    pub fn configure_under(root: &Path, interface: &str, mask: &str) -> Result<Self> {
         let mut guard = RpsGuard { saved: Vec::new() };
-        let mut set = |path: String, value: String| -> Result<()> {
-            let old = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-            fs::write(&path, &value).with_context(|| format!("writing {value} to {path}"))?;
+        let mut set = |path: PathBuf, value: String| -> Result<()> {
+            let old =
+                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            fs::write(&path, &value)
+                .with_context(|| format!("writing {value} to {}", path.display()))?;
             guard.saved.push((path, old.trim().to_owned()));
             Ok(())
         };
         set(
-            "/proc/sys/net/core/rps_sock_flow_entries".into(),
+            root.join("proc/sys/net/core/rps_sock_flow_entries"),
             RPS_SOCK_FLOW_ENTRIES.to_string(),
         )?;
-        let dir = format!("/sys/class/net/{interface}/queues");
+        let dir = root.join(format!("sys/class/net/{interface}/queues"));
         let mut queues: Vec<String> = fs::read_dir(&dir)
-            .with_context(|| format!("reading {dir}"))?
+            .with_context(|| format!("reading {}", dir.display()))?
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with("rx-"))
             .collect();
         queues.sort();
         for q in queues {
-            set(format!("{dir}/{q}/rps_cpus"), mask.to_owned())?;
-            set(format!("{dir}/{q}/rps_flow_cnt"), RPS_FLOW_CNT.to_string())?;
+            set(dir.join(&q).join("rps_cpus"), mask.to_owned())?;
+            set(dir.join(&q).join("rps_flow_cnt"), RPS_FLOW_CNT.to_string())?;
         }
         Ok(guard)
     }
@@ -196,8 +206,8 @@ impl Drop for RpsGuard {
         for (path, value) in self.saved.iter().rev() {
             if let Err(e) = fs::write(path, value) {
                 // The interface may be gone already; the sysctl must come back.
-                if !path.starts_with("/sys/class/net/") {
-                    warn!("restoring {path} to {value}: {e}");
+                if !path.to_string_lossy().contains("/sys/class/net/") {
+                    warn!("restoring {} to {value}: {e}", path.display());
                 }
             }
         }
@@ -233,5 +243,73 @@ mod tests {
         );
         assert!(parse_mac("02:ab").is_err());
         assert_eq!(fmt_mac(&[2, 0xab, 0, 0, 0, 1]), "02:ab:00:00:00:01");
+    }
+
+    /// A scratch /proc and /sys with `queues` rx queues on `dev`, every
+    /// value "0" (as a fresh kernel has them).
+    fn scratch(name: &str, dev: &str, queues: u32) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("rps-guard-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("proc/sys/net/core")).unwrap();
+        fs::write(root.join("proc/sys/net/core/rps_sock_flow_entries"), "0\n").unwrap();
+        for q in 0..queues {
+            let d = root.join(format!("sys/class/net/{dev}/queues/rx-{q}"));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("rps_cpus"), "0\n").unwrap();
+            fs::write(d.join("rps_flow_cnt"), "0\n").unwrap();
+        }
+        fs::create_dir_all(root.join(format!("sys/class/net/{dev}/queues/tx-0"))).unwrap();
+        root
+    }
+
+    fn read(root: &Path, rel: &str) -> String {
+        fs::read_to_string(root.join(rel))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_guard_sets_rfs_on_every_rx_queue_and_restores_on_drop() {
+        let root = scratch("ok", "v0", 2);
+        let guard = RpsGuard::configure_under(&root, "v0", "3").unwrap();
+        assert_eq!(
+            read(&root, "proc/sys/net/core/rps_sock_flow_entries"),
+            "32768"
+        );
+        for q in ["rx-0", "rx-1"] {
+            let d = format!("sys/class/net/v0/queues/{q}");
+            assert_eq!(read(&root, &format!("{d}/rps_cpus")), "3");
+            assert_eq!(read(&root, &format!("{d}/rps_flow_cnt")), "16384");
+        }
+        assert!(!root.join("sys/class/net/v0/queues/tx-0/rps_cpus").exists());
+        drop(guard);
+        assert_eq!(read(&root, "proc/sys/net/core/rps_sock_flow_entries"), "0");
+        for q in ["rx-0", "rx-1"] {
+            let d = format!("sys/class/net/v0/queues/{q}");
+            assert_eq!(read(&root, &format!("{d}/rps_cpus")), "0");
+            assert_eq!(read(&root, &format!("{d}/rps_flow_cnt")), "0");
+        }
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_failure_half_way_writes_back_what_was_set() {
+        // rx-1 has no rps_flow_cnt: setting it fails after rx-0 and the
+        // sysctl were written.
+        let root = scratch("fail", "v0", 2);
+        fs::remove_file(root.join("sys/class/net/v0/queues/rx-1/rps_flow_cnt")).unwrap();
+        assert!(RpsGuard::configure_under(&root, "v0", "3").is_err());
+        assert_eq!(read(&root, "proc/sys/net/core/rps_sock_flow_entries"), "0");
+        assert_eq!(read(&root, "sys/class/net/v0/queues/rx-0/rps_cpus"), "0");
+        assert_eq!(
+            read(&root, "sys/class/net/v0/queues/rx-0/rps_flow_cnt"),
+            "0"
+        );
+        assert_eq!(read(&root, "sys/class/net/v0/queues/rx-1/rps_cpus"), "0");
+        // An interface that is not there sets nothing either.
+        assert!(RpsGuard::configure_under(&root, "nope", "3").is_err());
+        assert_eq!(read(&root, "proc/sys/net/core/rps_sock_flow_entries"), "0");
+        let _ = fs::remove_dir_all(&root);
     }
 }
