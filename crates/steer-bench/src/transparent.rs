@@ -173,8 +173,13 @@ impl TransparentResult {
     /// A lower bound on the share of the server's data packets processed
     /// on the reader's CPU: everything on that CPU less every ACK (which
     /// may all have been there), over the data packets. `None` without
-    /// data.
+    /// data, or when other traffic (more than 5% of the bed's packets)
+    /// makes the counters someone else's.
     pub fn data_on_reader_at_least(&self) -> Option<f64> {
+        let bed = self.server_rx_packets + self.client_rx_packets;
+        if self.others_packets() > i64::try_from(bed / 20).unwrap_or(i64::MAX) {
+            return None;
+        }
         let on = self
             .softnet
             .processed_on_reader
@@ -465,7 +470,11 @@ pub fn table(results: &[TransparentResult]) -> String {
                 f1(r.softnet.reader_share().map(|x| x * 100.0))
             ),
             r.softnet.processed_elsewhere.to_string(),
-            r.softnet.rps().to_string(),
+            format!(
+                "{} ({} on reader's)",
+                r.softnet.rps(),
+                r.softnet.rps_on_reader
+            ),
             r.server_rx_packets.to_string(),
             r.client_rx_packets.to_string(),
             r.others_packets().to_string(),
@@ -523,19 +532,22 @@ mod tests {
                 rps_elsewhere: 0,
             },
             server_rx_packets: 600,
-            client_rx_packets: 350,
+            client_rx_packets: 380,
         };
-        assert_eq!(r.others_packets(), 50);
+        assert_eq!(r.others_packets(), 20);
         let mut quiet = r.clone();
         quiet.client_rx_packets = 1000;
         assert_eq!(quiet.data_on_reader_at_least(), Some(0.0));
         assert_eq!(quiet.others_packets(), -600);
         quiet.server_rx_packets = 0;
         assert_eq!(quiet.data_on_reader_at_least(), None);
+        let mut noisy = r.clone();
+        noisy.softnet.processed_elsewhere += 1000;
+        assert_eq!(noisy.data_on_reader_at_least(), None);
         let t = table(&[r.clone(), r]);
         assert_eq!(t.lines().count(), 4);
         assert!(t.contains(
-            "| llc | live | 10 | 100 | 9 | 9 | 0.9 | 80 | 0 | 1 | 3.00 | 900 (90.0%) | 100 | 0 | 600 | 350 | 50 | 91.7% |"
+            "| llc | live | 10 | 100 | 9 | 9 | 0.9 | 80 | 0 | 1 | 3.00 | 900 (90.0%) | 100 | 0 (0 on reader's) | 600 | 380 | 20 | 86.7% |"
         ));
     }
 
