@@ -68,6 +68,7 @@ fn bad_input_gives_one_line() {
             "does not exist here",
         ),
         (&["load", "--weights", "2,0"][..], "--weights"),
+        (&["transparent", "--modes", "none,rfs"][..], "unknown mode"),
         (
             &["load", "--arrivals", "poisson"][..],
             "possible values: smooth, bursty",
