@@ -153,12 +153,22 @@ pub struct EngineArgs {
     /// then sleep: the guest haltpoll rule), `defer` (after work, nap
     /// --nap-us on a timer and poll again, --naps empty naps in a row
     /// before sleeping until woken: under steady load nobody has to wake
-    /// it, for up to --nap-us more latency), `coalesce` (`defer` while
-    /// packets come closer together than --nap-us, one empty nap, and
-    /// `sleep` while they come further apart) or `busy-poll` (never
-    /// sleep).
-    #[arg(long, value_enum, default_value = "sleep")]
-    pub idle: Idle,
+    /// it, for up to --nap-us more latency), `coalesce` (while packets
+    /// come close together, nap for a window sized to gather
+    /// --coalesce-batch of them, at most --coalesce-max-us; while they come
+    /// far apart, `sleep`: NIC adaptive interrupt moderation) or
+    /// `busy-poll` (never sleep). Default: `coalesce`, but `sleep` where
+    /// flows' tasks run on the workers (`steer proxy --runtime worker`),
+    /// whose own I/O would wait out the naps.
+    #[arg(long, value_enum)]
+    pub idle: Option<Idle>,
+    /// The longest nap of `--idle coalesce`, microseconds: the most
+    /// latency it adds to a packet [default: 200].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub coalesce_max_us: Option<u64>,
+    /// Packets a nap of `--idle coalesce` is sized to gather [default: 8].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub coalesce_batch: Option<u32>,
     /// The longest polling window of `--idle adaptive`, microseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub spin_max_us: u64,
@@ -166,15 +176,16 @@ pub struct EngineArgs {
     /// finding work.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub spin_budget: u8,
-    /// One nap of `--idle defer` or `coalesce`, microseconds: the most
-    /// latency it adds.
+    /// One nap of `--idle defer`, microseconds: the most latency it adds.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub nap_us: u64,
     /// Empty naps in a row before `--idle defer` sleeps until woken.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub naps: u32,
-    /// Empty rounds a worker spins before sleeping.
-    #[arg(long, default_value_t = 64)]
+    /// Empty rounds a worker spins before it naps or sleeps (each costs
+    /// CPU whether or not a packet comes; `--idle adaptive` spins for a
+    /// learned time instead).
+    #[arg(long, default_value_t = 0)]
     pub idle_spins: u32,
     /// Slots of each dispatcher-to-worker ring (a power of two).
     #[arg(long, default_value_t = 1024)]
@@ -297,8 +308,8 @@ pub enum Idle {
     Adaptive,
     /// Nap on a timer after work, then sleep until woken.
     Defer,
-    /// Nap on a timer after work while packets come closer together than
-    /// a nap; sleep until woken while they come further apart.
+    /// Nap for a window sized to gather a batch while packets come close
+    /// together; sleep until woken while they come far apart.
     Coalesce,
     /// Sleep until woken at once.
     Sleep,
@@ -347,20 +358,16 @@ impl EngineArgs {
             .policy(self.policy)
             .fast_path(self.fast_path.is_on())
             .balance(self.balance.is_on())
-            .busy_poll(self.busy_poll || self.idle == Idle::BusyPoll)
+            .busy_poll(self.busy_poll || self.idle == Some(Idle::BusyPoll))
             .defer(match self.idle {
-                Idle::Defer => Some(steer_core::runtime::Defer {
+                Some(Idle::Defer) => Some(steer_core::runtime::Defer {
                     nap: Duration::from_micros(self.nap_us),
                     empty_naps: self.naps,
-                    when_dense: false,
                 }),
-                Idle::Coalesce => Some(steer_core::runtime::Defer::coalescing(
-                    Duration::from_micros(self.nap_us),
-                )),
                 _ => None,
             })
             .idle_spins(self.idle_spins)
-            .adaptive((self.idle == Idle::Adaptive).then(|| {
+            .adaptive((self.idle == Some(Idle::Adaptive)).then(|| {
                 let max = Duration::from_micros(self.spin_max_us);
                 steer_core::runtime::AdaptiveSpin {
                     grow_start: steer_core::runtime::AdaptiveSpin::default()
@@ -442,7 +449,32 @@ impl EngineArgs {
             Rps::Local => builder = builder.rps(RpsMode::Local),
             Rps::Spread => builder = builder.rps(RpsMode::Spread),
         }
+        if let Some(coalesce) = self.coalesce() {
+            builder = builder.coalesce(coalesce);
+        }
         Ok(builder)
+    }
+
+    /// Receive coalescing as the flags ask: `None` to keep the engine's
+    /// default (no `--idle`, no coalescing flag), `Some(None)` for none
+    /// (another `--idle`), or the settings.
+    fn coalesce(&self) -> Option<Option<steer_core::runtime::Coalesce>> {
+        use steer_core::runtime::Coalesce;
+        let tuned = self.coalesce_max_us.is_some() || self.coalesce_batch.is_some();
+        match self.idle {
+            None if !tuned => return None,
+            None | Some(Idle::Coalesce) => {}
+            Some(_) => return Some(None),
+        }
+        let default = Coalesce::default();
+        let max_nap = self
+            .coalesce_max_us
+            .map_or(default.max_nap, Duration::from_micros);
+        Some(Some(Coalesce {
+            min_nap: default.min_nap.min(max_nap),
+            max_nap,
+            batch: self.coalesce_batch.unwrap_or(default.batch),
+        }))
     }
 }
 
@@ -738,6 +770,40 @@ mod tests {
         assert!(metrics_addr("localhost").is_err());
         let p = Probe::parse_from(["x", "-i", "eth1", "--metrics", "0"]);
         assert!(p.engine.metrics.unwrap().ip().is_loopback());
+    }
+
+    #[test]
+    fn coalescing_is_the_engines_default_unless_flags_choose() {
+        use steer_core::runtime::Coalesce;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x", "-i", "eth1"];
+            argv.extend_from_slice(extra);
+            Probe::parse_from(argv).engine.coalesce()
+        };
+        assert_eq!(parse(&[]), None, "the engine's default stands");
+        assert_eq!(parse(&["--idle", "sleep"]), Some(None));
+        assert_eq!(parse(&["--idle", "busy-poll"]), Some(None));
+        assert_eq!(
+            parse(&["--idle", "coalesce"]),
+            Some(Some(Coalesce::default()))
+        );
+        let tuned = parse(&["--coalesce-max-us", "100", "--coalesce-batch", "4"]);
+        assert_eq!(
+            tuned,
+            Some(Some(Coalesce {
+                max_nap: Duration::from_micros(100),
+                batch: 4,
+                ..Coalesce::default()
+            }))
+        );
+        // A longest nap under the default shortest one: the shortest follows.
+        let tiny = parse(&["--idle", "coalesce", "--coalesce-max-us", "5"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (tiny.min_nap, tiny.max_nap),
+            (Duration::from_micros(5), Duration::from_micros(5))
+        );
     }
 
     #[test]

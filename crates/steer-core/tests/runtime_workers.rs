@@ -17,8 +17,8 @@ use steer_core::cpu::{CpuId, CpuLayout, CpuSet};
 use steer_core::dispatch::FramePool;
 use steer_core::policy::Policy;
 use steer_core::runtime::{
-    AdaptiveSpin, Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource, Setup,
-    WorkerState,
+    AdaptiveSpin, Coalesce, Defer, RestartLimit, Runtime, RuntimeConfig, RuntimeError, RxSource,
+    Setup, WorkerState,
 };
 use steer_core::stats::LocalStats;
 use steer_core::wake::{Sleeper, ThreadSleeper};
@@ -645,7 +645,6 @@ fn a_deferring_worker_polls_after_work_without_being_woken_then_sleeps() {
             defer: Some(Defer {
                 nap: Duration::from_millis(5),
                 empty_naps: 200,
-                when_dense: false,
             }),
             ..config(64)
         },
@@ -713,15 +712,18 @@ fn under_a_trickle(cfg: RuntimeConfig, gap: Duration) -> (LocalStats, usize) {
 }
 
 /// Coalescing that follows the traffic: packets 2 ms apart (further than
-/// a nap) get no naps, each wakes the worker; packets 20 us apart (closer
-/// than a nap) are picked up by naps, with far fewer sleeps than packets.
-/// Loose bounds: the machine may preempt either side now and then.
+/// half the longest nap) get no naps, each wakes the worker; packets 20 us
+/// apart are picked up by naps, with far fewer sleeps than packets. Loose
+/// bounds: the machine may preempt either side now and then.
 #[test]
-fn coalescing_naps_only_while_packets_come_closer_than_a_nap() {
+fn coalescing_naps_only_while_packets_come_close_together() {
     let cfg = RuntimeConfig {
         cpus: CpuSet::first(1),
         idle_spins: 4,
-        defer: Some(Defer::coalescing(Duration::from_micros(500))),
+        coalesce: Some(Coalesce {
+            max_nap: Duration::from_millis(1),
+            ..Coalesce::default()
+        }),
         ..config(1024)
     };
     let (sparse, sent) = under_a_trickle(cfg.clone(), Duration::from_millis(2));

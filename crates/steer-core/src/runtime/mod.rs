@@ -62,6 +62,7 @@
 //! queues, finish, panic recovery).
 
 mod balance;
+mod coalesce;
 mod idle;
 mod restart;
 mod source;
@@ -72,6 +73,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use coalesce::Coalesce;
 pub use idle::{AdaptiveSpin, BUDGET_PERIOD};
 pub use restart::RestartLimit;
 pub use source::{RxSource, Setup};
@@ -133,6 +135,11 @@ pub struct RuntimeConfig {
     /// be, like the guest haltpoll governor. Ignored when `busy_poll`.
     #[doc(alias("haltpoll", "guest_halt_poll_ns"))]
     pub adaptive: Option<AdaptiveSpin>,
+    /// Receive coalescing (`None`, the default: no naps): while packets
+    /// come close together a worker that ran out of work naps for a window
+    /// sized to gather a batch, instead of waiting to be woken for each
+    /// packet. Takes precedence over `defer`; ignored when `busy_poll`.
+    pub coalesce: Option<Coalesce>,
     /// Longest sleep (a safety net; a doorbell wakes sooner).
     pub sleep_timeout: Duration,
     /// A flow entry idle this long (milliseconds) may expire.
@@ -163,22 +170,11 @@ pub struct RuntimeConfig {
 /// is up to `nap` of added latency for a packet that arrives during a nap;
 /// the first packet after a quiet spell still wakes the worker at once.
 ///
-/// With `when_dense`, naps are taken only while traffic is dense: after an
-/// idle spell (from the worker's last work to its wake-up) shorter than one
-/// nap. Sparse traffic, whose packets are further apart than a nap, would
-/// pay a wake-up and an empty nap per packet; it pays the wake-up alone, as
-/// with no deferral.
-///
 /// ```
 /// use std::time::Duration;
 /// use steer_core::runtime::{Defer, RuntimeConfig};
-/// let defer = Defer { nap: Duration::from_micros(20), empty_naps: 2, when_dense: false };
-/// let cfg = RuntimeConfig { defer: Some(defer), ..RuntimeConfig::default() };
+/// let cfg = RuntimeConfig { defer: Some(Defer { nap: Duration::from_micros(20), empty_naps: 2 }), ..RuntimeConfig::default() };
 /// assert_eq!(cfg.defer.unwrap().empty_naps, 2);
-/// // Coalescing while dense: after a 10 us idle spell, not after a 1 ms one.
-/// let dense = Defer::coalescing(Duration::from_micros(50));
-/// assert!(dense.naps_after(Some(Duration::from_micros(10))));
-/// assert!(!dense.naps_after(Some(Duration::from_millis(1))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Defer {
@@ -187,28 +183,6 @@ pub struct Defer {
     /// Naps in a row that found no work before the worker sleeps until
     /// woken.
     pub empty_naps: u32,
-    /// Nap only after an idle spell shorter than one nap (see above).
-    pub when_dense: bool,
-}
-
-impl Defer {
-    /// Receive coalescing that follows the traffic: naps of `nap` while
-    /// packets come closer together than that, one empty nap before a
-    /// sleep, and no naps at all while they come further apart.
-    pub fn coalescing(nap: Duration) -> Self {
-        Self {
-            nap,
-            empty_naps: 1,
-            when_dense: true,
-        }
-    }
-
-    /// Whether a worker that just did work naps (rather than waiting to be
-    /// woken), given its last idle spell that ended in a sleep (`None`:
-    /// none yet).
-    pub fn naps_after(&self, last_spell: Option<Duration>) -> bool {
-        !self.when_dense || last_spell.is_some_and(|spell| spell < self.nap)
-    }
 }
 
 impl Default for Defer {
@@ -216,7 +190,6 @@ impl Default for Defer {
         Self {
             nap: Duration::from_micros(50),
             empty_naps: 2,
-            when_dense: false,
         }
     }
 }
@@ -238,6 +211,7 @@ impl Default for RuntimeConfig {
             idle_spins: 64,
             defer: None,
             adaptive: None,
+            coalesce: None,
             sleep_timeout: Duration::from_millis(10),
             flow_idle_ms: 10_000,
             balance: false,

@@ -36,6 +36,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Barrier, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::coalesce::CoalesceWindow;
 use super::idle::SpinWindow;
 use super::restart::RestartHistory;
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
@@ -320,8 +321,15 @@ where
         // When the last round with work ended, and the adaptive window.
         let mut last_work = mark;
         // The last idle spell that ended in a sleep, from the last work to
-        // the wake-up (`Defer::when_dense`).
+        // the wake-up, and how long the nap just taken lasted (coalescing).
         let mut last_spell = None;
+        let mut napped: Option<Duration> = None;
+        let mut coalesce = self
+            .common
+            .cfg
+            .coalesce
+            .filter(|_| !self.common.cfg.busy_poll)
+            .map(CoalesceWindow::new);
         let mut spin = self
             .common
             .cfg
@@ -339,6 +347,9 @@ where
             if work > 0 {
                 self.flush();
                 empty_naps = 0;
+            }
+            if let (Some(window), Some(slept)) = (&mut coalesce, napped.take()) {
+                window.after_nap(slept, work);
             }
             idle_rounds = if work > 0 {
                 0
@@ -393,21 +404,29 @@ where
             if work > 0 {
                 continue;
             }
-            let defer = self.common.cfg.defer.filter(|_| !self.common.cfg.busy_poll);
-            if let Some(defer) = defer.filter(|d| {
-                idle_rounds > self.common.cfg.idle_spins
-                    && empty_naps < d.empty_naps
-                    && d.naps_after(last_spell)
-            }) {
-                // Deferral: poll again after a timer, asking nobody to wake
-                // us (work since the last sleep, and fewer than
-                // `empty_naps` empty naps in a row).
+            // A nap now (coalescing while packets come close together, or
+            // deferral): how long, if any.
+            let may_nap = idle_rounds > self.common.cfg.idle_spins;
+            let nap = match (&coalesce, self.common.cfg.defer) {
+                _ if self.common.cfg.busy_poll || !may_nap => None,
+                (Some(window), _) => {
+                    (empty_naps < 1 && window.naps(last_spell)).then(|| window.nap())
+                }
+                (None, Some(defer)) => (empty_naps < defer.empty_naps).then_some(defer.nap),
+                (None, None) => None,
+            };
+            if let Some(nap) = nap {
+                // Poll again after a timer, asking nobody to wake us (work
+                // since the last sleep, and fewer empty naps in a row than
+                // allowed).
                 empty_naps += 1;
-                self.bell.nap(defer.nap);
+                let before = Instant::now();
+                self.bell.nap(nap);
                 self.local.naps += 1;
                 // Asleep is not busy; the round after the nap starts the
                 // spin count again only if it finds work.
                 mark = Instant::now();
+                napped = Some(mark.saturating_duration_since(before));
                 idle_rounds = self.common.cfg.idle_spins;
             } else if !self.common.cfg.busy_poll
                 && idle_rounds > self.common.cfg.idle_spins
@@ -438,7 +457,11 @@ where
                 // Asleep is not busy. Woken, it naps again only after it
                 // finds work (a timeout wakes it to nothing).
                 let woken = Instant::now();
-                last_spell = Some(woken.saturating_duration_since(last_work));
+                let spell = woken.saturating_duration_since(last_work);
+                last_spell = Some(spell);
+                if let Some(window) = &mut coalesce {
+                    window.after_sleep(spell);
+                }
                 if let Some(spin) = &mut spin {
                     // The whole idle spell, polling and sleep (haltpoll's
                     // block time): a window that long would have caught it.

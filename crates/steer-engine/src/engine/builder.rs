@@ -34,6 +34,10 @@ pub(super) type AppBuilder = Box<
 pub struct EngineBuilder {
     pub(super) port: PortConfig,
     pub(super) runtime: RuntimeConfig,
+    /// [`coalesce`](Self::coalesce) was called: the choice stands even for
+    /// an application whose tasks run on the workers (whose default is no
+    /// coalescing).
+    pub(super) coalesce_chosen: bool,
     pub(super) cpus: Option<CpuSet>,
     pub(super) topology: Option<Topology>,
     pub(super) pin: bool,
@@ -83,8 +87,15 @@ impl EngineBuilder {
                 // CPU under any policy: size it well above the flow count
                 // (the kernel's rps_sock_flow_entries is usually 32768).
                 desired_entries: 65536,
+                // Coalescing while packets come close together, and no
+                // spinning before a nap or sleep: on a virtual machine a
+                // wake-up per packet costs more than handling it (see
+                // `coalesce`).
+                coalesce: Some(steer_core::runtime::Coalesce::default()),
+                idle_spins: 0,
                 ..RuntimeConfig::default()
             },
+            coalesce_chosen: false,
             cpus: None,
             topology: None,
             pin: true,
@@ -342,10 +353,31 @@ impl EngineBuilder {
     /// use std::time::Duration;
     /// use steer_core::runtime::Defer;
     /// let builder = steer_engine::engine::Engine::builder("veth0")
-    ///     .defer(Some(Defer { nap: Duration::from_micros(100), empty_naps: 2, when_dense: false }));
+    ///     .defer(Some(Defer { nap: Duration::from_micros(100), empty_naps: 2 }));
     /// ```
     pub fn defer(mut self, defer: Option<steer_core::runtime::Defer>) -> Self {
         self.runtime.defer = defer;
+        self
+    }
+
+    /// Receive coalescing ([`Coalesce`](steer_core::runtime::Coalesce), on
+    /// by default with naps of 20 to 200 us sized for batches of 8, except
+    /// for an application whose tasks run on the workers, such as a flow
+    /// proxy, whose own I/O would wait out the naps): while
+    /// packets come close together, an idle worker naps on a timer for a
+    /// window sized to gather a batch instead of being woken for each
+    /// packet; while they come far apart it sleeps until woken. Takes
+    /// precedence over [`defer`](Self::defer). `None`: no naps.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use steer_core::runtime::Coalesce;
+    /// let builder = steer_engine::engine::Engine::builder("veth0")
+    ///     .coalesce(Some(Coalesce { max_nap: Duration::from_micros(100), ..Coalesce::default() }));
+    /// ```
+    pub fn coalesce(mut self, coalesce: Option<steer_core::runtime::Coalesce>) -> Self {
+        self.runtime.coalesce = coalesce;
+        self.coalesce_chosen = true;
         self
     }
 

@@ -460,7 +460,13 @@ fn run(
 ) -> Result<Engine, EngineError> {
     let interface = b.port.interface.clone();
     let switches = Arc::clone(&t.shared.switches);
-    let runtime = Runtime::start(b.runtime, t.shared.clone(), w.setup, w.sources)?;
+    let mut cfg = b.runtime;
+    if t.app.tasks_on_workers() && !b.coalesce_chosen {
+        // The default coalescing naps on a timer: the application's tasks
+        // on the workers would wait out each nap for their own I/O.
+        cfg.coalesce = None;
+    }
+    let runtime = Runtime::start(cfg, t.shared.clone(), w.setup, w.sources)?;
     slow.start_reader(b.hasher.clone(), t.shared.clone(), |cpu| {
         runtime.doorbell(cpu)
     })?;
