@@ -124,13 +124,14 @@ pub fn points() -> Vec<Point> {
             "steer defer 50us",
             &["--idle", "defer", "--nap-us", "50", "--naps", "2"],
         ),
-        steer(
-            "steer coalesce 50us",
-            &["--idle", "coalesce", "--nap-us", "50"],
-        ),
+        steer("steer coalesce (default)", &["--idle", "coalesce"]),
         steer(
             "steer coalesce 100us",
-            &["--idle", "coalesce", "--nap-us", "100"],
+            &["--idle", "coalesce", "--coalesce-max-us", "100"],
+        ),
+        steer(
+            "steer coalesce 50us",
+            &["--idle", "coalesce", "--coalesce-max-us", "50"],
         ),
         steer("steer busy-poll", &["--idle", "busy-poll"]),
         kernel("kernel-echo", 0, None, false),

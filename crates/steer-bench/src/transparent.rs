@@ -13,11 +13,11 @@
 //! server on and the others ([`softnet::ReaderSplit`]).
 //!
 //! The server end of the test bed is in the root namespace; iperf3's client
-//! sends from the bed's namespace over the veth pair. Modes ([`Mode`]):
+//! sends from the bed's namespace over the veth pair. Modes ([`Mode`](crate::transparent::Mode)):
 //! `none` (no steer: the kernel's own path), `pass` (the RFS program
 //! attached but steering another port: the kernel path through native XDP,
 //! the fair baseline on veth), `kernel-rfs` (no steer: the kernel's RFS on
-//! the server end, set by [`RpsGuard`] and written back when the run ends,
+//! the server end, set by [`RpsGuard`](crate::netns::RpsGuard) and written back when the run ends,
 //! also on error), `llc` and `always`, these two on the live topology and
 //! on a synthetic 2-LLC model (`pack:1 l3:2 core:1 pu:1`).
 
