@@ -45,7 +45,8 @@ pub struct Point {
     pub steer_args: Vec<String>,
     /// The kernel echo's SO_BUSY_POLL, us.
     pub busy_poll_us: u32,
-    /// The device's interrupt deferral, for the kernel points.
+    /// The device's interrupt deferral (the kernel points, and steer's
+    /// preferred busy polling).
     pub napi_defer: Option<NapiDefer>,
     /// GRO on the server's veth end: veth then receives through NAPI,
     /// whose packets carry the NAPI id busy polling needs and whose polls
@@ -134,6 +135,13 @@ pub fn points() -> Vec<Point> {
             &["--idle", "coalesce", "--coalesce-max-us", "50"],
         ),
         steer("steer busy-poll", &["--idle", "busy-poll"]),
+        Point {
+            napi_defer: Some(defer),
+            ..steer(
+                "steer coalesce prefer-busy-poll 20us napi defer 2x50us",
+                &["--idle", "coalesce", "--prefer-busy-poll-us", "20"],
+            )
+        },
         kernel("kernel-echo", 0, None, false),
         kernel("kernel-echo gro", 0, None, true),
         kernel("kernel-echo gro busy-poll 50us", 50, None, true),
@@ -373,13 +381,16 @@ mod tests {
         let ps = points();
         let labels: std::collections::HashSet<&str> = ps.iter().map(|p| p.label.as_str()).collect();
         assert_eq!(labels.len(), ps.len(), "labels are unique");
-        for mode in ["sleep", "adaptive", "defer", "busy-poll"] {
+        for mode in ["sleep", "adaptive", "defer", "busy-poll", "coalesce"] {
             assert!(
                 ps.iter()
                     .any(|p| p.steer_args.windows(2).any(|w| w == ["--idle", mode])),
                 "{mode}"
             );
         }
+        assert!(ps.iter().any(|p| p.server == Kind::Steer
+            && p.napi_defer.is_some()
+            && p.steer_args.iter().any(|a| a == "--prefer-busy-poll-us")));
         for max in ["50", "200"] {
             assert!(ps
                 .iter()

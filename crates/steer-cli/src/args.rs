@@ -169,6 +169,13 @@ pub struct EngineArgs {
     /// Packets a nap of `--idle coalesce` is sized to gather [default: 8].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub coalesce_batch: Option<u32>,
+    /// Preferred busy polling on the AF_XDP sockets, microseconds of
+    /// `SO_BUSY_POLL` (0: off): the worker's own system calls run the
+    /// device's NAPI, and with the device's napi_defer_hard_irqs and
+    /// gro_flush_timeout set its interrupts stay off while the worker polls.
+    /// Needs a driver with NAPI.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub prefer_busy_poll_us: u32,
     /// The longest polling window of `--idle adaptive`, microseconds.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub spin_max_us: u64,
@@ -448,6 +455,9 @@ impl EngineArgs {
             Rps::Auto => {}
             Rps::Local => builder = builder.rps(RpsMode::Local),
             Rps::Spread => builder = builder.rps(RpsMode::Spread),
+        }
+        if self.prefer_busy_poll_us > 0 {
+            builder = builder.prefer_busy_poll(Some(self.prefer_busy_poll_us));
         }
         if let Some(coalesce) = self.coalesce() {
             builder = builder.coalesce(coalesce);

@@ -38,6 +38,8 @@ pub struct EngineBuilder {
     /// an application whose tasks run on the workers (whose default is no
     /// coalescing).
     pub(super) coalesce_chosen: bool,
+    /// `SO_BUSY_POLL` microseconds for preferred busy polling, if on.
+    pub(super) prefer_busy_poll: Option<u32>,
     pub(super) cpus: Option<CpuSet>,
     pub(super) topology: Option<Topology>,
     pub(super) pin: bool,
@@ -96,6 +98,7 @@ impl EngineBuilder {
                 ..RuntimeConfig::default()
             },
             coalesce_chosen: false,
+            prefer_busy_poll: None,
             cpus: None,
             topology: None,
             pin: true,
@@ -398,6 +401,23 @@ impl EngineBuilder {
     /// UMEM frames and the size of each AF_XDP ring.
     pub fn frames(mut self, frame_count: u32, xsk_ring_size: u32) -> Self {
         self.port = self.port.frames(frame_count, xsk_ring_size);
+        self
+    }
+
+    /// Preferred busy polling on every AF_XDP socket (`SO_PREFER_BUSY_POLL`,
+    /// `SO_BUSY_POLL` of `usecs`, `SO_BUSY_POLL_BUDGET` of the worker's
+    /// batch): the system calls a worker makes anyway (its tx kick, a
+    /// fill-ring wake-up, the readiness check before it sleeps) then run
+    /// the device's NAPI in the worker's own context, and with the device's
+    /// `napi_defer_hard_irqs` and `gro_flush_timeout` set its interrupts stay
+    /// off while the worker keeps polling (the kernel's AF_XDP preferred
+    /// busy polling). Off by default; it needs a driver with NAPI.
+    ///
+    /// ```no_run
+    /// let builder = steer_engine::engine::Engine::builder("eth1").prefer_busy_poll(Some(20));
+    /// ```
+    pub fn prefer_busy_poll(mut self, usecs: Option<u32>) -> Self {
+        self.prefer_busy_poll = usecs;
         self
     }
 

@@ -181,6 +181,10 @@ fn claim(b: &EngineBuilder) -> Result<Claim, EngineError> {
 /// Step 3: the XDP program and the sockets of every rx queue.
 fn open_port(b: &mut EngineBuilder, claim: &Claim) -> Result<XdpPort, EngineError> {
     let mut config = b.port.clone();
+    if let Some(usecs) = b.prefer_busy_poll {
+        let budget = u32::try_from(b.runtime.batch).unwrap_or(u32::MAX);
+        config = config.busy_poll(usecs, budget);
+    }
     if claim.replace_stale {
         config = config.replace_stale(true);
     }
