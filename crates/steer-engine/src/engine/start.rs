@@ -455,6 +455,17 @@ fn build_workers(
 
 /// Step 7: the runtime started on the workers, the publisher of its
 /// numbers, and the health and hotplug watchers; the engine assembled.
+/// The workers' runtime settings: the builder's, except that the default
+/// coalescing is off for an application whose tasks run on the workers
+/// (its naps are on a timer, and the tasks' own I/O would wait them out)
+/// unless the builder chose it.
+fn worker_runtime(mut cfg: RuntimeConfig, tasks_on_workers: bool, chosen: bool) -> RuntimeConfig {
+    if tasks_on_workers && !chosen {
+        cfg.coalesce = None;
+    }
+    cfg
+}
+
 fn run(
     b: EngineBuilder,
     host: Host,
@@ -464,12 +475,7 @@ fn run(
 ) -> Result<Engine, EngineError> {
     let interface = b.port.interface.clone();
     let switches = Arc::clone(&t.shared.switches);
-    let mut cfg = b.runtime;
-    if t.app.tasks_on_workers() && !b.coalesce_chosen {
-        // The default coalescing naps on a timer: the application's tasks
-        // on the workers would wait out each nap for their own I/O.
-        cfg.coalesce = None;
-    }
+    let cfg = worker_runtime(b.runtime, t.app.tasks_on_workers(), b.coalesce_chosen);
     let runtime = Runtime::start(cfg, t.shared.clone(), w.setup, w.sources)?;
     slow.start_reader(b.hasher.clone(), t.shared.clone(), |cpu| {
         runtime.doorbell(cpu)
@@ -644,6 +650,22 @@ fn trace_header(topology: &Topology, cfg: &RuntimeConfig, queues: usize) -> Stri
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tasks_on_the_workers_turn_the_default_coalescing_off_not_a_chosen_one() {
+        use steer_core::runtime::{Coalesce, RuntimeConfig};
+        let on = RuntimeConfig {
+            coalesce: Some(Coalesce::default()),
+            ..RuntimeConfig::default()
+        };
+        assert!(super::worker_runtime(on.clone(), false, false)
+            .coalesce
+            .is_some());
+        assert!(super::worker_runtime(on.clone(), true, false)
+            .coalesce
+            .is_none());
+        assert!(super::worker_runtime(on, true, true).coalesce.is_some());
+    }
+
     use super::*;
     use crate::engine::{PacketContext, Verdict};
     use steer_xdp::Proto;
