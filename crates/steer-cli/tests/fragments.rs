@@ -12,54 +12,22 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+
 use std::time::Duration;
 
 use steer_testbed::TestNet;
-use support::PORT;
+use support::{Running, PORT};
 
 /// Rounds per flow: one large and one small datagram each.
 const ROUNDS: u32 = 10;
 const LARGE: usize = 3000;
 const SMALL: usize = 64;
 
-/// A running `steer`, killed if the test fails before it stops it.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // A failed test must not leave steer (and its XDP program) behind.
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `steer <args>` and waits for its "ready" line.
 fn start(args: &[&str]) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("steer starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line: String = lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("steer printed ready");
-        if line.contains("ready") {
-            break;
-        }
-    }
-    Running(child)
+    support::start_steer(args).0
 }
 
 /// The report written to `json`, removed after reading.

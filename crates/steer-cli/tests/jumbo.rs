@@ -7,14 +7,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use steer_testbed::traffic::drive_sized;
 use steer_testbed::TestNet;
-use support::PORT;
+use support::{Running, PORT};
 
 /// A veth pair with MTU 9000 on both ends.
 fn jumbo_net() -> TestNet {
@@ -30,41 +29,9 @@ fn drive_mixed(net: &TestNet, rounds: u32) {
     drive_sized(net, PORT, &[8000, 8000, 64, 64], rounds);
 }
 
-/// A running `steer`, killed if the test fails before it stops it.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // A failed test must not leave steer (and its XDP program) behind.
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `steer <args>` and waits for its "ready" line.
 fn start(args: &[&str]) -> (Running, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("steer starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .expect("steer printed ready");
-        if line.contains("ready") {
-            break;
-        }
-    }
-    (Running(child), lines)
+    support::start_steer(args)
 }
 
 /// The value at `key` anywhere in `v`.

@@ -1,8 +1,9 @@
 //! What the command's tests share beyond steer-testbed: the UDP port the
 //! engines under test own, the multi-flow driver aimed at it, the key of
 //! a peer's flow to it, `steer proxy`'s command line with a kernel UDP
-//! echo as its backend, and starting and stopping `steer rfs` beside an
-//! unmodified server pinned to a CPU.
+//! echo as its backend, starting a `steer` command and waiting until it is
+//! ready, and starting and stopping `steer rfs` beside an unmodified
+//! server pinned to a CPU.
 
 #![allow(dead_code)]
 
@@ -112,4 +113,43 @@ pub fn row(text: &str, label: &str) -> Vec<String> {
         .split_whitespace()
         .map(str::to_owned)
         .collect()
+}
+
+/// A running `steer`, killed if the test fails before it stops it.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A failed test must not leave steer (and its XDP program) behind.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `steer <args>` and waits for its "ready" line; the rest of its
+/// output, a line at a time.
+pub fn start_steer(args: &[&str]) -> (Running, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_steer"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("steer starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("steer printed ready");
+        if line.contains("ready") {
+            break;
+        }
+    }
+    (Running(child), lines)
 }
