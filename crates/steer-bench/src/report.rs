@@ -955,15 +955,13 @@ pub fn json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cpustat::CpuUse, gen::Latency};
+    use crate::gen::Latency;
 
     fn phase(asked: Option<f64>, offered: f64, answered: f64, us: f64, p99: f64) -> PhaseResult {
         let sent = (offered * 3.0) as u64;
         let got = (answered * 3.0) as u64;
         PhaseResult {
-            asked_pps: asked,
             window_secs: 3.0,
-            offered_pps: offered,
             answered_pps: answered,
             total: FlowCounts {
                 sent,
@@ -971,15 +969,6 @@ mod tests {
                 lost: sent - got,
                 ..FlowCounts::default()
             },
-            per_flow: Vec::new(),
-            stale: 0,
-            foreign: 0,
-            unsent: 0,
-            tx_stalls: 0,
-            credit_dropped: 0,
-            late_wakes: 0,
-            attempts: 1,
-            not_held: None,
             latency: Some(Latency {
                 count: got,
                 p50_us: p99 / 2.0,
@@ -987,20 +976,8 @@ mod tests {
                 p999_us: p99 * 2.0,
                 max_us: p99 * 3.0,
             }),
-            cpu: CpuUse {
-                busy_secs: 1.0,
-                per_cpu_busy: vec![0.5, 0.5],
-                per_cpu_softirq: vec![0.0, 0.0],
-                context_switches: 0,
-            },
-            foreign_cpu_secs: 0.0,
             cpu_us_per_reply: Some(us),
-            switches_per_reply: None,
-            server_switches_per_reply: None,
-            server_voluntary_per_reply: None,
-            server_cpu_us_per_reply: None,
-            backend_cpu_us_per_reply: None,
-            generator_cpu: 0,
+            ..crate::gen::test_phase(asked, offered, &[0.5, 0.5])
         }
     }
 

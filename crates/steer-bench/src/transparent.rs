@@ -188,17 +188,22 @@ impl TransparentResult {
     }
 }
 
-/// The text of /proc/net/`file`: this namespace's, or `ns`'s.
-fn proc_net(file: &str, ns: Option<&str>) -> String {
-    let path = format!("/proc/net/{file}");
+/// The text of `path` as this namespace sees it, or as `ns` does (procfs
+/// and sysfs show the reader's namespace); empty when unreadable.
+fn read_in(path: &str, ns: Option<&str>) -> String {
     match ns {
-        None => fs::read_to_string(&path).unwrap_or_default(),
+        None => fs::read_to_string(path).unwrap_or_default(),
         Some(ns) => Command::new("ip")
-            .args(["netns", "exec", ns, "cat", &path])
+            .args(["netns", "exec", ns, "cat", path])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default(),
     }
+}
+
+/// The text of /proc/net/`file`: this namespace's, or `ns`'s.
+fn proc_net(file: &str, ns: Option<&str>) -> String {
+    read_in(&format!("/proc/net/{file}"), ns)
 }
 
 /// `TcpExt` counters of this namespace (the server's).
@@ -224,15 +229,7 @@ fn received_gbps(json: &str) -> f64 {
 /// `rx_packets` of `dev`: this namespace's, or `ns`'s.
 fn rx_packets(dev: &str, ns: Option<&str>) -> u64 {
     let path = format!("/sys/class/net/{dev}/statistics/rx_packets");
-    let text = match ns {
-        None => fs::read_to_string(&path).unwrap_or_default(),
-        Some(ns) => Command::new("ip")
-            .args(["netns", "exec", ns, "cat", &path])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default(),
-    };
-    text.trim().parse().unwrap_or(0)
+    read_in(&path, ns).trim().parse().unwrap_or(0)
 }
 
 /// Moves every thread of `pid` (which starts on CPU 1) between CPU 0 and

@@ -182,14 +182,7 @@ fn steer_proxy_forwards_fragmented_datagrams_and_their_large_replies() {
     let net = TestNet::new();
     net.set_mtu(1500);
     // A kernel UDP echo on loopback with room for any datagram.
-    let backend = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let backend_port = backend.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, from)) = backend.recv_from(&mut buf) {
-            let _ = backend.send_to(&buf[..n], from);
-        }
-    });
+    let backend_port = support::kernel_backend();
     let json =
         std::env::temp_dir().join(format!("steer-fragments-proxy-{}.json", std::process::id()));
     let mut child = start(&[

@@ -8,7 +8,6 @@
 mod support;
 
 use std::io::Write;
-use std::net::UdpSocket;
 use std::process::Command;
 
 use steer_testbed::traffic::drive_sized;
@@ -67,14 +66,7 @@ fn steer_echo_answers_jumbo_datagrams_intact() {
 fn steer_proxy_forwards_jumbo_datagrams_to_a_kernel_backend_and_back() {
     let net = jumbo_net();
     // A kernel UDP echo on loopback (MTU 65536) with room for jumbo datagrams.
-    let backend = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let backend_port = backend.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, from)) = backend.recv_from(&mut buf) {
-            let _ = backend.send_to(&buf[..n], from);
-        }
-    });
+    let backend_port = support::kernel_backend();
     let json = std::env::temp_dir().join(format!("steer-proxy-jumbo-{}.json", std::process::id()));
     let (mut child, _lines) = start(&[
         "proxy",

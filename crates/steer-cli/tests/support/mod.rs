@@ -33,12 +33,13 @@ pub fn peer_udp_key(net: &TestNet, sport: u16) -> FlowKey {
         .expect("a UDP frame has a flow key")
 }
 
-/// A kernel UDP echo on loopback; returns its port.
+/// A kernel UDP echo on loopback (datagrams of any size); returns its
+/// port.
 pub fn kernel_backend() -> u16 {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = s.local_addr().unwrap().port();
     std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
+        let mut buf = vec![0u8; 65536];
         while let Ok((n, from)) = s.recv_from(&mut buf) {
             let _ = s.send_to(&buf[..n], from);
         }
