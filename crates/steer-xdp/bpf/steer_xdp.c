@@ -8,7 +8,8 @@
  * owned by their inner protocol and port like untagged ones. When the kernel and driver offer
  * bpf_xdp_metadata_rx_hash (built with -DSTEER_RX_HASH, loaded device-bound),
  * the receive hash goes into the metadata area; otherwise the metadata says
- * "no hash". */
+ * "no hash". While the engine's flow budget is full, a closed gate drops the
+ * first datagram of each flow the engine has not admitted (steer_xdp.h). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -58,6 +59,22 @@ struct {
 	__type(value, __u32);
 } settings SEC(".maps");
 
+/* The new-flow gate's maps (steer_xdp.h says how they are used). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, STEER_GATE_SLOTS / 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} admitted SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STEER_GATE_SLOTS / 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} first_seen SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);
@@ -78,6 +95,40 @@ struct steer_vlan_hdr {
 	__be16 tci;
 	__be16 proto;
 };
+
+/* Whether the closed gate lets a packet of `flow` through: its flow is
+ * admitted (or shares a slot with one), or it is a retry of a flow dropped
+ * here a few epochs ago. Otherwise the flow's slot in `first_seen` now
+ * remembers it, so its retry gets through. */
+static __always_inline int gate_lets_through(const struct steer_flow_key *flow)
+{
+	__u32 key = SETTING_GATE_SEED;
+	__u32 *seedp = bpf_map_lookup_elem(&settings, &key);
+	__u32 h = steer_gate_hash(flow, seedp ? *seedp : 0);
+	__u32 slot = h & (STEER_GATE_SLOTS - 1);
+	__u32 cell = slot >> 1;
+	__u32 *open = bpf_map_lookup_elem(&admitted, &cell);
+	if (!open || open[slot & 1])
+		return 1;
+	/* A second hash of the first picks the slot and fingerprint in
+	 * first_seen, so the two tables' collisions are independent. */
+	__u32 h2 = steer_gate_fmix(h + 0x9e3779b9);
+	__u32 seen = h2 & (STEER_GATE_SLOTS - 1);
+	cell = seen >> 1;
+	__u32 *mark = bpf_map_lookup_elem(&first_seen, &cell);
+	if (!mark)
+		return 1;
+	__u32 epoch = (__u32)(bpf_ktime_get_ns() >> 30) & 0xff;
+	__u32 print = (h2 & 0xffffff00) | 0x100;
+	__u32 old = mark[seen & 1];
+	if ((old & 0xffffff00) == print &&
+	    ((epoch - old) & 0xff) < STEER_GATE_RETRY_EPOCHS) {
+		count(STAT_GATE_RETRIES);
+		return 1;
+	}
+	mark[seen & 1] = print | epoch;
+	return 0;
+}
 
 static __always_inline int pass(void)
 {
@@ -168,6 +219,13 @@ int steer_xdp(struct xdp_md *ctx)
 	}
 	if (owned_action && *owned_action == STEER_OWNED_PASS)
 		return pass();
+
+	setting = SETTING_GATE;
+	__u32 *gate = bpf_map_lookup_elem(&settings, &setting);
+	if (gate && *gate && !gate_lets_through(&flow)) {
+		count(STAT_GATE_DROPPED);
+		return XDP_DROP;
+	}
 
 	__u32 index = ctx->rx_queue_index;
 	__u32 *chosen = bpf_map_lookup_elem(&flow_socks, &flow);

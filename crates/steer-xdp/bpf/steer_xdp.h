@@ -47,8 +47,56 @@ enum steer_setting {
 	SETTING_OWNER_PID = 1,
 	SETTING_OWNER_START_LO = 2,
 	SETTING_OWNER_START_HI = 3,
-	SETTING_MAX = 4,
+	/* The new-flow gate (see below): 1 = closed. */
+	SETTING_GATE = 4,
+	/* The key of the gate's hash (random per engine, so a sender cannot
+	 * aim at slots). */
+	SETTING_GATE_SEED = 5,
+	SETTING_MAX = 6,
 };
+
+/* The new-flow gate. While the engine's flow budget is full it closes the
+ * gate, and the program drops the first datagram of every flow the engine
+ * has not admitted, before the copy into the UMEM; the same flow's next
+ * datagram within STEER_GATE_RETRY_EPOCHS epochs (2^30 ns each, about a
+ * second) is a retry and goes through. A spray of one-datagram flows then
+ * costs the engine nothing, and a client that retries still gets in.
+ *
+ * `admitted`: one __u32 counter per slot (two slots per 8-byte element,
+ * the map mmapped by the engine, which counts each open flow in slot
+ * hash & (STEER_GATE_SLOTS - 1)). `first_seen`: one __u32 per slot, the
+ * fingerprint of the flow last dropped there (high 24 bits) and the epoch
+ * it was dropped in (low 8 bits); 0 is empty.
+ *
+ * The hash (steer-xdp's gate.rs computes the same): h = seed; for each of
+ * the ten native-endian 32-bit words w of a struct steer_flow_key:
+ * h = rotl32((h ^ w) * 0x9e3779b1, 13); then murmur3's fmix32. */
+#define STEER_GATE_SLOTS (1u << 20)
+#define STEER_GATE_RETRY_EPOCHS 8
+
+static __always_inline __u32 steer_gate_fmix(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline __u32 steer_gate_hash(const struct steer_flow_key *k, __u32 seed)
+{
+	const __u8 *b = (const __u8 *)k;
+	__u32 h = seed;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*k) / 4); i++) {
+		__u32 w;
+		__builtin_memcpy(&w, b + 4 * i, 4);
+		h = (h ^ w) * 0x9e3779b1;
+		h = (h << 13) | (h >> 19);
+	}
+	return steer_gate_fmix(h);
+}
 
 /* Value of `settings[SETTING_OWNED_ACTION]`. DROP exists to measure the
  * kernel-only ceiling with the same parsing work; PASS hands owned traffic
@@ -66,7 +114,11 @@ enum steer_stat {
 	STAT_REDIRECT_FAILED = 4,
 	STAT_DROPPED = 5,
 	STAT_VLAN = 6,
-	STAT_MAX = 7,
+	/* First datagrams of unadmitted flows dropped at the closed gate. */
+	STAT_GATE_DROPPED = 7,
+	/* Retries of dropped flows let through the closed gate. */
+	STAT_GATE_RETRIES = 8,
+	STAT_MAX = 9,
 };
 
 #endif

@@ -73,7 +73,7 @@ pub use error::{Result, XdpError};
 pub use frames::RawFrame;
 pub use port::XdpPort;
 pub use program::{
-    attached_programs, AttachedProgram, FlowMapKey, OwnedAction, OwnedActionSwitch, ProgramOwner,
+    attached_programs, AdmissionGate, AttachedProgram, FlowMapKey, OwnedAction, OwnedActionSwitch, ProgramOwner,
     ProgramStats, Replaced, SteerProgram,
 };
 pub use socket::{QueueSocket, SocketStats};

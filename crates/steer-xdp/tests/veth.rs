@@ -788,3 +788,46 @@ fn one_send_hands_every_frame_to_the_device_in_order_before_it_returns() {
     }
     port.census(&mut sockets).check().unwrap();
 }
+
+#[test]
+fn the_closed_gate_drops_first_datagrams_of_unadmitted_flows_and_lets_retries_through() {
+    let net = TestNet::new();
+    let mut port = open(&net);
+    let mut sockets = port.take_sockets();
+    let gate = port.program().admission_gate().unwrap();
+    let dst = SocketAddr::new(net.host_v4.into(), PORT);
+    let sender = |sport: u16| {
+        let src = SocketAddr::new(net.peer_v4.into(), sport);
+        (net.in_ns(|| UdpSocket::bind(src).unwrap()), src)
+    };
+    let (admitted, admitted_src) = sender(40301);
+    let (newcomer, _) = sender(40302);
+    gate.admit(&FlowMapKey::new(Proto::Udp, admitted_src, dst));
+    gate.set_closed(true).unwrap();
+    assert!(gate.is_closed());
+
+    // An admitted flow passes: the engine's slot and the program's agree.
+    admitted.send_to(b"open flow", dst).unwrap();
+    assert_eq!(recv_n(&mut sockets, 1, Duration::from_secs(3)).len(), 1);
+    // A new flow's first datagram is dropped in XDP...
+    newcomer.send_to(b"first try", dst).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while port.program_stats().unwrap().gate_dropped == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(recv_n(&mut sockets, 1, Duration::from_millis(200)).is_empty());
+    // ...and its retry reaches a socket.
+    newcomer.send_to(b"retry", dst).unwrap();
+    let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
+    assert_eq!(got.len(), 1);
+    let stats = port.program_stats().unwrap();
+    assert_eq!((stats.gate_dropped, stats.gate_retries), (1, 1), "{stats:?}");
+
+    // Opened, the gate lets every flow through.
+    gate.set_closed(false).unwrap();
+    let (late, _) = sender(40303);
+    late.send_to(b"gate open", dst).unwrap();
+    assert_eq!(recv_n(&mut sockets, 1, Duration::from_secs(3)).len(), 1);
+    let stats = port.program_stats().unwrap();
+    assert_eq!(stats.gate_dropped, 1, "{stats:?}");
+}

@@ -31,6 +31,8 @@
 
 /// The XDP programs attached to an interface; removing steer's leftovers.
 mod attached;
+/// The new-flow gate.
+mod gate;
 /// The map keys, byte by byte.
 mod keys;
 /// The owner record.
@@ -52,6 +54,7 @@ use crate::{
 
 pub(crate) use attached::detach_stale;
 pub use attached::{attached_programs, AttachedProgram};
+pub use gate::{AdmissionGate, GATE_SLOTS};
 pub use keys::FlowMapKey;
 pub(crate) use keys::PortKey;
 pub use owner::ProgramOwner;
@@ -74,6 +77,7 @@ const OWNED_PORTS: &str = "owned_ports";
 const FLOW_SOCKS: &str = "flow_socks";
 const STATS: &str = "stats";
 const SETTINGS: &str = "settings";
+const ADMITTED: &str = "admitted";
 
 /// Counters the program keeps (summed over CPUs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -92,6 +96,11 @@ pub struct ProgramStats {
     pub dropped: u64,
     /// Frames redirected that carried one or two VLAN tags (802.1Q, QinQ).
     pub vlan_tagged: u64,
+    /// First datagrams of flows the engine has not admitted, dropped at
+    /// the closed new-flow gate ([`AdmissionGate`]).
+    pub gate_dropped: u64,
+    /// Retries of flows dropped at the gate, let through it.
+    pub gate_retries: u64,
 }
 
 /// What the program does with owned traffic.
@@ -175,6 +184,8 @@ pub struct SteerProgram {
     dev_bound: bool,
     steering_calls: u64,
     replaced: Option<Replaced>,
+    /// The new-flow gate, once asked for.
+    gate: Option<Arc<AdmissionGate>>,
     /// The interface's owner lock, released after the drop detached.
     _lock: Arc<InterfaceLock>,
 }
@@ -378,10 +389,11 @@ impl SteerProgram {
             dev_bound,
             steering_calls: 0,
             replaced: None,
+            gate: None,
             _lock: lock,
         };
         // Attached: from here `this` detaches on every path (by its drop).
-        for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS] {
+        for name in [XSKS_MAP, OWNED_PORTS, FLOW_SOCKS, STATS, SETTINGS, ADMITTED] {
             this.map(name)?;
         }
         Ok(this)
@@ -464,6 +476,22 @@ impl SteerProgram {
         Ok(OwnedActionSwitch { settings })
     }
 
+    /// The program's new-flow gate (made, keyed and opened at the first
+    /// call; the same gate after).
+    pub fn admission_gate(&mut self) -> Result<Arc<AdmissionGate>> {
+        if let Some(gate) = &self.gate {
+            return Ok(Arc::clone(gate));
+        }
+        let fd = |name: &'static str| {
+            self.map(name)?
+                .to_map_fd(1)
+                .map_err(program_err("duplicating a gate map's descriptor"))
+        };
+        let gate = Arc::new(AdmissionGate::new(fd(ADMITTED)?, fd(SETTINGS)?)?);
+        self.gate = Some(Arc::clone(&gate));
+        Ok(gate)
+    }
+
     /// Puts the AF_XDP socket `fd` at `index` of the socket map (the rx queue index).
     pub fn register_socket(&mut self, index: u32, fd: RawFd) -> Result<()> {
         let value = u32::try_from(fd).map_err(|_| XdpError::Config("negative socket fd".into()))?;
@@ -512,7 +540,7 @@ impl SteerProgram {
         let ncpu = crate::sys::possible_cpus()
             .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
         let stats = self.map(STATS)?;
-        let mut sum = [0u64; 7];
+        let mut sum = [0u64; 9];
         // A per-CPU array lookup writes one 8-byte value (the value size
         // rounded up to 8) per possible CPU.
         let mut vals = vec![0u8; ncpu * 8];
@@ -538,6 +566,8 @@ impl SteerProgram {
             redirect_failed: sum[4],
             dropped: sum[5],
             vlan_tagged: sum[6],
+            gate_dropped: sum[7],
+            gate_retries: sum[8],
         })
     }
 

@@ -19,6 +19,8 @@
 //!   nothing it should not and is `Send + Sync`) with the key and value
 //!   lengths the kernel expects, checked before every call: for maps shared
 //!   between threads (the RFS program's flow maps).
+//! - [`MappedMap`]: the memory of a `BPF_F_MMAPABLE` array map mapped
+//!   into this process, as 32-bit atomics, unmapped on drop.
 //! - [`Link`]: a program attached to a raw tracepoint (`struct bpf_link`),
 //!   detached when dropped.
 //! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
@@ -786,6 +788,74 @@ impl MapFd {
         // other; the descriptor is a map's.
         check_rc(unsafe { xdp::bpf_map_get_info_by_fd(self.fd.as_raw_fd(), &mut info, &mut len) })?;
         Ok(info.id)
+    }
+}
+
+impl MapFd {
+    /// Maps the first `len` bytes of this map (an array created with
+    /// `BPF_F_MMAPABLE`) into the process, shared with the programs that
+    /// use it. EINVAL when the map is not mmapable, or shorter than `len`.
+    pub(crate) fn mmap(self, len: usize) -> io::Result<MappedMap> {
+        if len == 0 || len % 4 != 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: a fresh shared mapping of the map's descriptor, placed by
+        // the kernel; nothing else in the process refers to the range.
+        let ptr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(MappedMap { ptr, len, _fd: self })
+    }
+}
+
+/// The memory of an mmapable array map, mapped into this process (see
+/// [`MapFd::mmap`]); the kernel's programs read and write the same bytes.
+/// Owns its mapping (unmapped on drop) and a descriptor of the map.
+#[derive(Debug)]
+pub(crate) struct MappedMap {
+    ptr: NonNull<u8>,
+    len: usize,
+    _fd: MapFd,
+}
+
+// SAFETY: the mapping is plain shared memory, reached only through atomics
+// (`words`); the pointer is owned by this value and unmapped once.
+unsafe impl Send for MappedMap {}
+// SAFETY: as for Send: `&self` hands out only atomics.
+unsafe impl Sync for MappedMap {}
+
+impl MappedMap {
+    /// The mapping as 32-bit words, in the map's native byte order.
+    pub(crate) fn words(&self) -> &[std::sync::atomic::AtomicU32] {
+        // SAFETY: the mapping is page-aligned, `len` bytes long (a multiple
+        // of 4, checked at map time) and lives as long as `self`; AtomicU32
+        // has the size and alignment of u32, and every access from this
+        // process goes through these atomics.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU32>(),
+                self.len / 4,
+            )
+        }
+    }
+}
+
+impl Drop for MappedMap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping `mmap` made, and no
+        // borrow of `words` outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
