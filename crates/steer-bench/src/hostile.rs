@@ -175,6 +175,7 @@ impl HostileResult {
     /// Refused plus evicted flows.
     pub fn shed(&self) -> u64 {
         [
+            "gate_dropped",
             "refused",
             "rate_limited",
             "accept_drops",
@@ -553,6 +554,7 @@ pub fn table(results: &[HostileResult]) -> String {
         "max RSS",
         "open at end",
         "refused",
+        "dropped at the XDP gate",
         "evicted",
         "alive",
     ]);
@@ -578,6 +580,7 @@ pub fn table(results: &[HostileResult]) -> String {
                     + r.flows("overload")
                     + r.flows("accept_drops"),
             ),
+            dash(r.flows("gate_dropped")),
             dash(r.flows("evicted_unassured") + r.flows("evicted_idle")),
             if r.alive { "yes" } else { "no" }.to_owned(),
         ]);
@@ -681,11 +684,12 @@ mod tests {
     #[test]
     fn the_budget_counters_and_the_table() {
         let flows = serde_json::json!({"flows": {"open": 3, "refused": 4, "rate_limited": 1,
-            "overload": 2, "accept_drops": 5, "evicted_unassured": 6, "evicted_idle": 7}});
+            "overload": 2, "accept_drops": 5, "evicted_unassured": 6, "evicted_idle": 7,
+            "gate_dropped": 8}});
         let steer = result(ProxyKind::Steer, Some(flows));
         assert_eq!(steer.flows("open"), 3);
         assert_eq!(steer.flows("missing"), 0);
-        assert_eq!(steer.shed(), 4 + 1 + 5 + 6 + 7);
+        assert_eq!(steer.shed(), 8 + 4 + 1 + 5 + 6 + 7);
         let kernel = result(ProxyKind::Kernel, None);
         assert_eq!(kernel.shed(), 0);
         let t = table(&[steer, kernel]);
@@ -694,10 +698,10 @@ mod tests {
         assert!(rows[0].starts_with("| proxy | ulimit -n |"), "{t}");
         assert_eq!(
             rows[2],
-            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 13 | yes |"
+            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 8 | 13 | yes |"
         );
         assert!(
-            rows[3].ends_with("| 200 | 13 MiB | - | - | - | yes |"),
+            rows[3].ends_with("| 200 | 13 MiB | - | - | - | - | yes |"),
             "{t}"
         );
         let mut runs = vec![result(ProxyKind::Steer, None); 3];

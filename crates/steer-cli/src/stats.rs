@@ -332,15 +332,19 @@ pub fn balancer_line(live: &LiveStats) -> Option<String> {
 pub fn flows_line(live: &LiveStats) -> Option<String> {
     let f = live.flows.as_ref()?;
     Some(format!(
-        "flows: {} open of {}, {} accepted; refused {} (budget {}, rate limit {}, overload {}, backlog {}); evicted {} (unassured {}, idle {}); backend errors {}",
+        "flows: {} open of {}, {} accepted; refused {} (XDP gate {}, budget {}, rate limit {}, overload {}, backlog {}); gate {} ({} retries let through, closed {} times); evicted {} (unassured {}, idle {}); backend errors {}",
         f.open,
         f.max_flows,
         f.accepted,
-        f.refused + f.rate_limited + f.overload + f.accept_drops,
+        f.gate_dropped + f.refused + f.rate_limited + f.overload + f.accept_drops,
+        f.gate_dropped,
         f.refused,
         f.rate_limited,
         f.overload,
         f.accept_drops,
+        if f.gate_closed { "closed" } else { "open" },
+        f.gate_retries,
+        f.gate_closings,
         f.evicted(),
         f.evicted_unassured,
         f.evicted_idle,

@@ -83,6 +83,20 @@ fn assert_survived(r: &HostileResult, max_rss_mib: f64) {
 fn under_ulimit_1024_a_spray_of_new_flows_is_shed_and_the_client_answered() {
     let r = run(1024, 5_000);
     assert_survived(&r, 256.0);
+    // The budget fills within the first second: from then on the spray's
+    // first datagrams drop in the XDP program, before the proxy sees them.
+    assert!(
+        r.flows("gate_dropped") > 0 && r.flows("gate_closings") > 0,
+        "the XDP gate never closed: {r:#?}"
+    );
+    // A client that comes once the budget is full loses its first try at
+    // the gate and gets in on a retry.
+    assert!(
+        r.late.answered + 2 >= r.late.sent,
+        "the client that came mid-spray got {}/{} answers: {r:#?}",
+        r.late.answered,
+        r.late.sent
+    );
     assert!(
         r.flows("max_flows") < 1024,
         "the derived budget ignores the descriptor limit"

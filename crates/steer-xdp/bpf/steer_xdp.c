@@ -63,14 +63,14 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, STEER_GATE_SLOTS / 2);
+	__uint(max_entries, STEER_GATE_ADMIT_SLOTS / 8);
 	__type(key, __u32);
 	__type(value, __u64);
 } admitted SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, STEER_GATE_SLOTS / 2);
+	__uint(max_entries, STEER_GATE_SEEN_SLOTS / 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } first_seen SEC(".maps");
@@ -105,15 +105,15 @@ static __always_inline int gate_lets_through(const struct steer_flow_key *flow)
 	__u32 key = SETTING_GATE_SEED;
 	__u32 *seedp = bpf_map_lookup_elem(&settings, &key);
 	__u32 h = steer_gate_hash(flow, seedp ? *seedp : 0);
-	__u32 slot = h & (STEER_GATE_SLOTS - 1);
-	__u32 cell = slot >> 1;
-	__u32 *open = bpf_map_lookup_elem(&admitted, &cell);
-	if (!open || open[slot & 1])
+	__u32 slot = h & (STEER_GATE_ADMIT_SLOTS - 1);
+	__u32 cell = slot >> 3;
+	__u8 *open = bpf_map_lookup_elem(&admitted, &cell);
+	if (!open || open[slot & 7])
 		return 1;
 	/* A second hash of the first picks the slot and fingerprint in
 	 * first_seen, so the two tables' collisions are independent. */
 	__u32 h2 = steer_gate_fmix(h + 0x9e3779b9);
-	__u32 seen = h2 & (STEER_GATE_SLOTS - 1);
+	__u32 seen = h2 & (STEER_GATE_SEEN_SLOTS - 1);
 	cell = seen >> 1;
 	__u32 *mark = bpf_map_lookup_elem(&first_seen, &cell);
 	if (!mark)

@@ -62,16 +62,18 @@ enum steer_setting {
  * second) is a retry and goes through. A spray of one-datagram flows then
  * costs the engine nothing, and a client that retries still gets in.
  *
- * `admitted`: one __u32 counter per slot (two slots per 8-byte element,
+ * `admitted`: one __u8 counter per slot (eight slots per 8-byte element,
  * the map mmapped by the engine, which counts each open flow in slot
- * hash & (STEER_GATE_SLOTS - 1)). `first_seen`: one __u32 per slot, the
+ * hash & (STEER_GATE_ADMIT_SLOTS - 1); a counter that reached 255 stays
+ * there). `first_seen`: one __u32 per slot (two per element), the
  * fingerprint of the flow last dropped there (high 24 bits) and the epoch
  * it was dropped in (low 8 bits); 0 is empty.
  *
  * The hash (steer-xdp's gate.rs computes the same): h = seed; for each of
  * the ten native-endian 32-bit words w of a struct steer_flow_key:
  * h = rotl32((h ^ w) * 0x9e3779b1, 13); then murmur3's fmix32. */
-#define STEER_GATE_SLOTS (1u << 20)
+#define STEER_GATE_ADMIT_SLOTS (1u << 22)
+#define STEER_GATE_SEEN_SLOTS (1u << 20)
 #define STEER_GATE_RETRY_EPOCHS 8
 
 static __always_inline __u32 steer_gate_fmix(__u32 h)

@@ -73,8 +73,8 @@ pub use error::{Result, XdpError};
 pub use frames::RawFrame;
 pub use port::XdpPort;
 pub use program::{
-    attached_programs, AdmissionGate, AttachedProgram, FlowMapKey, OwnedAction, OwnedActionSwitch, ProgramOwner,
-    ProgramStats, Replaced, SteerProgram,
+    attached_programs, AdmissionGate, AttachedProgram, FlowMapKey, GateCounts, OwnedAction,
+    OwnedActionSwitch, ProgramOwner, ProgramStats, Replaced, SteerProgram,
 };
 pub use socket::{QueueSocket, SocketStats};
 pub use sys::{check_privileges, ifindex, rx_queue_count};

@@ -821,7 +821,13 @@ fn the_closed_gate_drops_first_datagrams_of_unadmitted_flows_and_lets_retries_th
     let got = recv_n(&mut sockets, 1, Duration::from_secs(3));
     assert_eq!(got.len(), 1);
     let stats = port.program_stats().unwrap();
-    assert_eq!((stats.gate_dropped, stats.gate_retries), (1, 1), "{stats:?}");
+    assert_eq!(
+        (stats.gate_dropped, stats.gate_retries),
+        (1, 1),
+        "{stats:?}"
+    );
+    let counts = gate.counts();
+    assert_eq!((counts.dropped, counts.retries), (1, 1), "{counts:?}");
 
     // Opened, the gate lets every flow through.
     gate.set_closed(false).unwrap();

@@ -143,6 +143,13 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_starting: u32,
+    /// While the flow budget is full, drop every new flow's first datagram
+    /// in the XDP program (before it costs a worker anything) and let its
+    /// retry through: a spray of one-datagram flows then costs the proxy
+    /// nothing, and clients that retry still get in. `off`: the workers
+    /// see and refuse every new flow.
+    #[arg(long, value_enum, default_value = "on")]
+    pub xdp_gate: crate::args::OnOff,
     /// Stop after this many seconds (default: SIGINT/SIGTERM or `quit`).
     #[arg(long, value_parser = crate::args::seconds)]
     pub duration: Option<f64>,
@@ -424,6 +431,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     let options = FlowOptions {
         budget: args.budget()?,
         max_starting: args.max_starting as usize,
+        xdp_gate: args.xdp_gate.is_on(),
         ..FlowOptions::default()
     };
     let builder = args.engine.builder()?.own(Proto::Udp, args.port);
@@ -460,6 +468,10 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         .min(usize::try_from(fds_left).unwrap_or(usize::MAX))
         .max(1);
     let _ = relays.permits.set(Arc::new(Semaphore::new(sockets)));
+    // The budget holds no more flows than there are backend sockets: a
+    // full table then replaces flows (and closes the XDP gate) instead of
+    // admitting flows that would find no socket.
+    let limits = engine.limit_flows(sockets).unwrap_or(limits);
     // Every thread from here on starts without the capabilities the engine
     // dropped at start.
     let multi = tokio::runtime::Builder::new_multi_thread()

@@ -411,6 +411,8 @@ pub struct EngineParts {
     /// The interface's MTU at start (0: unknown): a reply whose IP
     /// datagram is longer leaves through `kernel`, which fragments it.
     pub(crate) mtu: u32,
+    /// The XDP program's new-flow gate (none when it could not be made).
+    pub(crate) gate: Option<Arc<steer_xdp::AdmissionGate>>,
 }
 
 impl std::fmt::Debug for EngineParts {

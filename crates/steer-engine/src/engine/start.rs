@@ -315,6 +315,13 @@ fn build_tables(
         None => None,
     };
     let sink = trace.as_ref().map(TraceWriter::sink);
+    let gate = match port.program().admission_gate() {
+        Ok(gate) => Some(gate),
+        Err(e) => {
+            warn!(error = %e, "no XDP new-flow gate: a full flow budget refuses new flows in the workers");
+            None
+        }
+    };
     let (app, app_any) = build_app(&EngineParts {
         shared: shared.clone(),
         cpus: host.cpu_list.clone(),
@@ -328,6 +335,7 @@ fn build_tables(
         trace: sink.clone(),
         kernel: slow.sender(),
         mtu: interface_mtu(&b.port.interface),
+        gate,
     });
     Ok(Tables {
         port,

@@ -57,6 +57,7 @@
 mod budget;
 mod deliver;
 mod flow;
+mod gate;
 mod listener;
 mod notify;
 mod overload;
@@ -133,6 +134,11 @@ pub struct FlowOptions {
     pub accept: AcceptMode,
     /// How many flows may be open, and how fast one source may open them.
     pub budget: FlowBudget,
+    /// While the budget is full, drop the first datagram of every new
+    /// flow in the XDP program, before it costs a worker anything, and let
+    /// its retry through (see [`steer_xdp::AdmissionGate`]). On by
+    /// default.
+    pub xdp_gate: bool,
 }
 
 impl Default for FlowOptions {
@@ -143,6 +149,7 @@ impl Default for FlowOptions {
             max_starting: 64,
             accept: AcceptMode::Single,
             budget: FlowBudget::default(),
+            xdp_gate: true,
         }
     }
 }
@@ -250,7 +257,9 @@ impl Hub {
             hasher: parts.hasher.clone(),
             cpus: parts.cpus.clone(),
             flows: Mutex::new(Admissions {
-                table: FlowTable::new(limits, parts.cpus.len()),
+                table: FlowTable::new(limits, parts.cpus.len()).with_gate(gate::FlowGate::new(
+                    parts.gate.clone().filter(|_| options.xdp_gate),
+                )),
                 logged_ns: 0,
                 logged: TableCounts::default(),
             }),
@@ -290,6 +299,13 @@ impl Hub {
     /// The limits the budget resolved to at start.
     pub(crate) fn limits(&self) -> FlowLimits {
         *self.admissions().table.limits()
+    }
+
+    /// Lowers the budget to `max_flows`; the limits now.
+    pub(crate) fn limit_flows(&self, max_flows: usize) -> FlowLimits {
+        let mut a = self.admissions();
+        a.table.limit(max_flows);
+        *a.table.limits()
     }
 
     pub(crate) fn count_backend_error(&self) {
@@ -351,7 +367,7 @@ impl Hub {
         // refused flow (a client whose request went unanswered) is spared
         // the admission delay's verdict, not the start bound; the table
         // then paces it with the retries.
-        let retry = admissions.table.refused_before(&key);
+        let retry = admissions.table.refused_before(&key) || admissions.table.gate_closed();
         if queue.is_starting_full() || (!retry && !self.overload.admit(now)) {
             admissions.table.remember_refused(&key);
             self.overload_refused.fetch_add(1, Ordering::Relaxed);
@@ -476,7 +492,18 @@ impl Hub {
     pub(crate) fn stats(&self) -> HubStats {
         let a = self.admissions();
         let c = a.table.counts;
+        let gate_closed = a.table.gate_closed();
+        let gate_closings = a.table.gate.closings;
+        let xdp = a.table.gate.xdp();
+        drop(a);
+        // Two map reads: outside the admissions lock.
+        let gate = xdp.map(|x| x.counts()).unwrap_or_default();
+        let a = self.admissions();
         HubStats {
+            gate_closed,
+            gate_closings,
+            gate_dropped: gate.dropped,
+            gate_retries: gate.retries,
             accepted: self.accepted.load(Ordering::Relaxed),
             accept_drops: self.accept_drops.load(Ordering::Relaxed),
             open: a.table.open() as u64,
@@ -742,5 +769,29 @@ impl Engine {
     /// flow delivery): a proxy sizes its own per-flow resources by them.
     pub fn flow_limits(&self) -> Option<FlowLimits> {
         Some(self.hub()?.limits())
+    }
+
+    /// Lowers the flow budget to at most `max_flows` open flows, in all
+    /// and per worker (a larger value changes nothing): for an application
+    /// that found, once running, fewer per-flow resources than the budget
+    /// assumed (a proxy's backend sockets). Flows open past it leave as
+    /// new ones need room; the XDP gate closes at the new budget. The
+    /// limits now (`None` without flow delivery).
+    ///
+    /// ```no_run
+    /// # use steer_engine::engine::Engine;
+    /// # use steer_engine::flows::FlowOptions;
+    /// # use steer_xdp::Proto;
+    /// let engine = Engine::builder("veth0")
+    ///     .own(Proto::Udp, 7000)
+    ///     .deliver_flows(FlowOptions::default())
+    ///     .start()?;
+    /// let sockets = 900; // what the application can really hold
+    /// let limits = engine.limit_flows(sockets).expect("flow delivery is on");
+    /// assert!(limits.max_flows <= sockets);
+    /// # Ok::<(), steer_engine::engine::EngineError>(())
+    /// ```
+    pub fn limit_flows(&self, max_flows: usize) -> Option<FlowLimits> {
+        Some(self.hub()?.limit_flows(max_flows))
     }
 }

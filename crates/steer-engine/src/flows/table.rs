@@ -44,6 +44,7 @@ use steer_core::flow::{FlowAddrs, FlowKey};
 
 use super::budget::{FlowLimits, SourceLimiter, Tokens};
 use super::flow::FlowShared;
+use super::gate::FlowGate;
 use super::retries::Refused;
 
 /// The flow map is allocated for at most this many flows at start (more
@@ -148,6 +149,8 @@ pub(crate) struct FlowTable {
     first_tries: Tokens,
     /// Flows refused a moment ago, to tell a retry.
     refused: Refused,
+    /// The XDP program's new-flow gate, closed while the budget is full.
+    pub(crate) gate: FlowGate,
     pub(crate) counts: TableCounts,
 }
 
@@ -173,9 +176,31 @@ impl FlowTable {
             evictions: Tokens::full(limits.evictions_per_second.max(1.0), 0),
             first_tries: Tokens::full(limits.first_try_evictions_per_second.max(1.0), 0),
             refused: Refused::default(),
+            gate: FlowGate::default(),
             limits,
             counts: TableCounts::default(),
         }
+    }
+
+    /// Lowers the budget to at most `max_flows` open flows (in all and per
+    /// worker); flows open past it leave as new ones need room.
+    pub(crate) fn limit(&mut self, max_flows: usize) {
+        let max = max_flows.max(1);
+        self.limits.max_flows = self.limits.max_flows.min(max);
+        self.limits.max_flows_per_worker = self.limits.max_flows_per_worker.min(max);
+        self.gate.follow(self.open, self.limits.max_flows);
+    }
+
+    /// The table with `gate` following its budget.
+    pub(crate) fn with_gate(mut self, gate: FlowGate) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    /// Whether the new-flow gate is closed (the budget is full): a new
+    /// flow that reaches the table now passed the gate as a retry.
+    pub(crate) fn gate_closed(&self) -> bool {
+        self.gate.is_closed()
     }
 
     pub(crate) fn limits(&self) -> &FlowLimits {
@@ -207,7 +232,8 @@ impl FlowTable {
         if at_budget(self) {
             let rate = self.limits.evictions_per_second;
             let first = self.limits.first_try_evictions_per_second;
-            let retry = self.refused.take(key);
+            // Behind a closed gate, the first tries were dropped in XDP.
+            let retry = self.refused.take(key) || self.gate.is_closed();
             first_try = !retry;
             let paced = self.evictions.ready(rate, rate.max(1.0), now_ns)
                 && (retry || self.first_tries.ready(first, first.max(1.0), now_ns));
@@ -266,16 +292,19 @@ impl FlowTable {
         let home = flow.home.min(self.homes.len() - 1);
         if let Some(old) = self.map.insert(flow.key, Arc::clone(&flow)) {
             // Not expected (a key is looked up before admission): keep the
-            // count true anyway.
+            // counts true anyway.
             let last = self.homes.len() - 1;
             self.homes[old.home.min(last)].open -= 1;
             self.open -= 1;
+            self.gate.removed(&old.key);
         }
+        self.gate.added(&flow.key);
         let h = &mut self.homes[home];
         h.open += 1;
         h.unassured.push_back(flow);
         h.compact();
         self.open += 1;
+        self.gate.follow(self.open, self.limits.max_flows);
     }
 
     /// Removes `flow` if it is the open flow of its key (its reader went
@@ -297,6 +326,8 @@ impl FlowTable {
             h.compact();
         }
         self.open -= 1;
+        self.gate.removed(&flow.key);
+        self.gate.follow(self.open, self.limits.max_flows);
         true
     }
 
@@ -403,6 +434,58 @@ mod tests {
         }
         assert_eq!(t.counts.evicted_unassured, 15);
         assert_eq!(t.open(), 8);
+    }
+
+    #[test]
+    fn the_gate_closes_when_the_table_fills_and_then_every_arrival_is_a_retry() {
+        let limits = FlowBudget {
+            max_flows: 32,
+            new_flows_per_source: u32::MAX,
+            evictions_per_second: 100,
+            ..FlowBudget::default()
+        }
+        .resolve(1, &HOST);
+        let mut t = FlowTable::new(limits, 1).with_gate(FlowGate::simulated());
+        let flows: Vec<_> = (0..32u16)
+            .map(|i| open_at(&mut t, "198.18.0.1", i, 0, 0).unwrap())
+            .collect();
+        assert!(t.gate_closed());
+        assert_eq!(t.gate.closings, 1);
+        // Behind the closed gate the XDP program dropped the first tries:
+        // what arrives draws on the whole pace (100), not the first tries'
+        // share (20).
+        let admitted = (100..300u16)
+            .filter(|&i| open_at(&mut t, "198.18.0.2", i, 0, 0).is_some())
+            .count();
+        assert_eq!(admitted, 100);
+        assert_eq!(t.counts.retries_admitted, 100);
+        // Flows leave (their readers went away): one under the budget is
+        // not a sixteenth (2), the gate stays closed; two is.
+        let open: Vec<_> = t.flows().cloned().collect();
+        assert!(t.remove(&open[0]));
+        assert!(t.gate_closed());
+        assert!(t.remove(&open[1]));
+        assert!(!t.gate_closed());
+        drop(flows);
+    }
+
+    #[test]
+    fn a_lowered_budget_binds_and_closes_the_gate() {
+        let mut t = table(16, u32::MAX, 1).with_gate(FlowGate::simulated());
+        for i in 0..10u16 {
+            assert!(open(&mut t, "198.18.0.1", i, 0).is_some());
+        }
+        assert!(!t.gate_closed());
+        t.limit(10);
+        assert_eq!(
+            (t.limits().max_flows, t.limits().max_flows_per_worker),
+            (10, 10)
+        );
+        assert!(t.gate_closed());
+        // A new flow now replaces one.
+        assert!(open(&mut t, "198.18.0.2", 1, 0).is_some());
+        assert_eq!(t.open(), 10);
+        assert_eq!(t.counts.evicted_unassured, 1);
     }
 
     #[test]

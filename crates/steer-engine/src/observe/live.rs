@@ -306,6 +306,15 @@ pub struct HubStats {
     /// Failures of the application's per-flow resources it reported
     /// ([`Flow::count_backend_error`](crate::flows::Flow::count_backend_error)).
     pub backend_errors: u64,
+    /// The XDP new-flow gate is closed now (the budget is full: new flows'
+    /// first datagrams drop in XDP, retries pass).
+    pub gate_closed: bool,
+    /// Times the gate closed.
+    pub gate_closings: u64,
+    /// New flows' first datagrams dropped at the closed gate, in XDP.
+    pub gate_dropped: u64,
+    /// Retries let through the closed gate.
+    pub gate_retries: u64,
 }
 
 impl HubStats {

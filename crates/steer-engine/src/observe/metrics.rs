@@ -401,9 +401,10 @@ fn flow_budget(f: &Families, h: &super::live::HubStats) -> prometheus::Result<()
     .inc_by(h.accepted);
     let refused = f.counters(
         "steer_flows_refused_total",
-        "New flows refused, by reason: budget (full of recently active flows, or evictions over their pace), rate_limit (the source was over its new-flow rate), backlog (the listener's backlog was full), overload (max_starting new flows already wait for their first read, or new flows waited too long to be read: the application is falling behind).",
+        "New flows refused, by reason: gate (first datagrams dropped in XDP while the budget is full), budget (full of recently active flows, or evictions over their pace), rate_limit (the source was over its new-flow rate), backlog (the listener's backlog was full), overload (max_starting new flows already wait for their first read, or new flows waited too long to be read: the application is falling behind).",
         "reason",
     )?;
+    refused.with_label_values(&["gate"]).inc_by(h.gate_dropped);
     refused.with_label_values(&["budget"]).inc_by(h.refused);
     refused
         .with_label_values(&["rate_limit"])
@@ -411,6 +412,17 @@ fn flow_budget(f: &Families, h: &super::live::HubStats) -> prometheus::Result<()
     refused
         .with_label_values(&["backlog"])
         .inc_by(h.accept_drops);
+    refused.with_label_values(&["overload"]).inc_by(h.overload);
+    f.gauge(
+        "steer_flows_gate_closed",
+        "1 while the XDP new-flow gate is closed (the budget is full: new flows' first datagrams drop in XDP, retries pass).",
+    )?
+    .set(i64::from(h.gate_closed));
+    f.counter(
+        "steer_flows_gate_retries_total",
+        "Retries of new flows let through the closed XDP gate.",
+    )?
+    .inc_by(h.gate_retries);
     let evicted = f.counters(
         "steer_flows_evicted_total",
         "Flows evicted to make room for new ones, by reason: unassured (no datagram after a reply: probes, sprays) or idle (the least recently active assured flow).",
@@ -716,6 +728,10 @@ mod tests {
             rate_limited: 40,
             evicted_unassured: 7000,
             backend_errors: 1,
+            overload: 3,
+            gate_closed: true,
+            gate_dropped: 90000,
+            gate_retries: 12,
             ..Default::default()
         });
         live.slow_path.sockets = 2;
@@ -754,6 +770,10 @@ mod tests {
             "steer_flows_max 920",
             "steer_flows_refused_total{reason=\"rate_limit\"} 40",
             "steer_flows_refused_total{reason=\"budget\"} 2",
+            "steer_flows_refused_total{reason=\"gate\"} 90000",
+            "steer_flows_refused_total{reason=\"overload\"} 3",
+            "steer_flows_gate_closed 1",
+            "steer_flows_gate_retries_total 12",
             "steer_flows_evicted_total{reason=\"unassured\"} 7000",
             "steer_flows_evicted_total{reason=\"idle\"} 0",
             "steer_flows_backend_errors_total 1",

@@ -18,8 +18,8 @@
 //! Invariants:
 //! - A flow counted with [`AdmissionGate::admit`] is never dropped by the
 //!   gate until it is [`AdmissionGate::release`]d: its slot's counter is
-//!   above zero. Other flows in the same slot pass too (about
-//!   `open flows / 2^20` of a spray).
+//!   above zero (a counter that reaches 255 stays there). Other flows in
+//!   the same slot pass too (about `open flows / 2^22` of a spray).
 //! - The gate's hash is keyed with a random seed per gate, so a sender
 //!   cannot aim at the slots of admitted flows.
 //! - Counters never go below zero (a release without an admit is ignored).
@@ -33,12 +33,16 @@ use crate::sys::libxdp::{MapFd, MappedMap};
 
 use super::keys::FlowMapKey;
 
-/// Slots of the gate's tables (`STEER_GATE_SLOTS` in bpf/steer_xdp.h).
-pub const GATE_SLOTS: usize = 1 << 20;
+/// Slots of the admitted-flow counters (`STEER_GATE_ADMIT_SLOTS` in
+/// bpf/steer_xdp.h): one byte each.
+pub const GATE_SLOTS: usize = 1 << 22;
 /// `SETTING_GATE`: 1 = closed.
 const SETTING_GATE: u32 = 4;
 /// `SETTING_GATE_SEED`: the hash's key.
 const SETTING_GATE_SEED: u32 = 5;
+/// `STAT_GATE_DROPPED` and `STAT_GATE_RETRIES`.
+const STAT_GATE_DROPPED: u32 = 7;
+const STAT_GATE_RETRIES: u32 = 8;
 
 /// murmur3's 32-bit finalizer (`steer_gate_fmix`).
 fn fmix(mut h: u32) -> u32 {
@@ -47,6 +51,22 @@ fn fmix(mut h: u32) -> u32 {
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^ (h >> 16)
+}
+
+/// A slot's counter after an admission (`None`: unchanged, it is full
+/// for good).
+fn counted_up(c: u8) -> Option<u8> {
+    c.checked_add(1).filter(|_| c < u8::MAX)
+}
+
+/// A slot's counter after a release (`None`: unchanged: zero, or full for
+/// good, since a full counter no longer knows how many it holds).
+fn counted_down(c: u8) -> Option<u8> {
+    if c == u8::MAX {
+        None
+    } else {
+        c.checked_sub(1)
+    }
 }
 
 /// The gate's hash of a flow key's bytes (`steer_gate_hash`).
@@ -77,25 +97,35 @@ fn gate_hash(key: &[u8; 40], seed: u32) -> u32 {
 pub struct AdmissionGate {
     counters: MappedMap,
     settings: MapFd,
+    /// The program's per-CPU counters (the gate's are two of them).
+    stats: MapFd,
     seed: u32,
     closed: AtomicBool,
 }
 
+/// What the gate did, as the program counted it (summed over CPUs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateCounts {
+    /// First datagrams of unadmitted flows dropped at the closed gate.
+    pub dropped: u64,
+    /// Retries of dropped flows let through.
+    pub retries: u64,
+}
+
 impl AdmissionGate {
-    /// The gate of a program whose `admitted` map is `admitted` and whose
-    /// settings map is `settings`: writes a fresh seed and opens the gate.
-    pub(crate) fn new(admitted: MapFd, settings: MapFd) -> Result<Self> {
-        let counters = admitted
-            .mmap(GATE_SLOTS * 4)
-            .map_err(|source| XdpError::Map {
-                map: "admitted",
-                source,
-                hint: "the kernel must support mmapable BPF arrays (Linux 5.5 or later)",
-            })?;
+    /// The gate of a program whose `admitted`, `settings` and `stats` maps
+    /// these are: writes a fresh seed and opens the gate.
+    pub(crate) fn new(admitted: MapFd, settings: MapFd, stats: MapFd) -> Result<Self> {
+        let counters = admitted.mmap(GATE_SLOTS).map_err(|source| XdpError::Map {
+            map: "admitted",
+            source,
+            hint: "the kernel must support mmapable BPF arrays (Linux 5.5 or later)",
+        })?;
         let seed = RandomState::new().hash_one(0x5ee0_u64) as u32;
         let gate = Self {
             counters,
             settings,
+            stats,
             seed,
             closed: AtomicBool::new(true),
         };
@@ -121,21 +151,26 @@ impl AdmissionGate {
 
     /// Counts `flow` as admitted: its datagrams pass the closed gate.
     pub fn admit(&self, flow: &FlowMapKey) {
-        self.counters.words()[self.slot(flow)].fetch_add(1, Ordering::Relaxed);
+        let _ = self.counters.bytes()[self.slot(flow)].fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            counted_up,
+        );
     }
 
     /// Uncounts `flow` (it closed or was evicted).
     pub fn release(&self, flow: &FlowMapKey) {
-        let _ = self.counters.words()[self.slot(flow)].fetch_update(
+        let _ = self.counters.bytes()[self.slot(flow)].fetch_update(
             Ordering::Relaxed,
             Ordering::Relaxed,
-            |c| c.checked_sub(1),
+            counted_down,
         );
     }
 
-    /// Flows counted in `flow`'s slot (it and any sharing the slot).
-    pub fn admitted_in_slot(&self, flow: &FlowMapKey) -> u32 {
-        self.counters.words()[self.slot(flow)].load(Ordering::Relaxed)
+    /// Flows counted in `flow`'s slot (it and any sharing the slot; 255:
+    /// that many or more, for good).
+    pub fn admitted_in_slot(&self, flow: &FlowMapKey) -> u8 {
+        self.counters.bytes()[self.slot(flow)].load(Ordering::Relaxed)
     }
 
     /// Closes (`true`) or opens the gate; a system call only on a change.
@@ -153,6 +188,25 @@ impl AdmissionGate {
     /// Whether the gate is closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The program's counts of what the gate dropped and let through
+    /// (zeros when the counters cannot be read).
+    pub fn counts(&self) -> GateCounts {
+        let sum = |stat: u32| -> u64 {
+            let mut values = vec![0u8; self.stats.value_len()];
+            if self.stats.lookup(&stat.to_ne_bytes(), &mut values).is_err() {
+                return 0;
+            }
+            values
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .sum()
+        };
+        GateCounts {
+            dropped: sum(STAT_GATE_DROPPED),
+            retries: sum(STAT_GATE_RETRIES),
+        }
     }
 }
 
@@ -174,8 +228,18 @@ mod tests {
         let slots: std::collections::HashSet<usize> = (0..4096)
             .map(|p| gate_hash(&key(p), 7) as usize & (GATE_SLOTS - 1))
             .collect();
-        // 4096 keys in 2^20 slots: a handful of collisions at most.
+        // 4096 keys in 2^22 slots: a handful of collisions at most.
         assert!(slots.len() > 4080, "{}", slots.len());
+    }
+
+    #[test]
+    fn a_slot_never_goes_below_zero_and_a_full_one_stays_full() {
+        assert_eq!(counted_down(0), None);
+        assert_eq!(counted_up(0), Some(1));
+        assert_eq!(counted_down(1), Some(0));
+        assert_eq!(counted_up(254), Some(255));
+        assert_eq!(counted_up(255), None);
+        assert_eq!(counted_down(255), None);
     }
 
     #[test]

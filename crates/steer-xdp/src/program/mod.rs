@@ -54,7 +54,7 @@ use crate::{
 
 pub(crate) use attached::detach_stale;
 pub use attached::{attached_programs, AttachedProgram};
-pub use gate::{AdmissionGate, GATE_SLOTS};
+pub use gate::{AdmissionGate, GateCounts, GATE_SLOTS};
 pub use keys::FlowMapKey;
 pub(crate) use keys::PortKey;
 pub use owner::ProgramOwner;
@@ -482,12 +482,18 @@ impl SteerProgram {
         if let Some(gate) = &self.gate {
             return Ok(Arc::clone(gate));
         }
-        let fd = |name: &'static str| {
+        let cpus = crate::sys::possible_cpus()
+            .map_err(|e| XdpError::io("reading /sys/devices/system/cpu/possible", e))?;
+        let fd = |name: &'static str, cpus: usize| {
             self.map(name)?
-                .to_map_fd(1)
+                .to_map_fd(cpus)
                 .map_err(program_err("duplicating a gate map's descriptor"))
         };
-        let gate = Arc::new(AdmissionGate::new(fd(ADMITTED)?, fd(SETTINGS)?)?);
+        let gate = Arc::new(AdmissionGate::new(
+            fd(ADMITTED, 1)?,
+            fd(SETTINGS, 1)?,
+            fd(STATS, cpus)?,
+        )?);
         self.gate = Some(Arc::clone(&gate));
         Ok(gate)
     }

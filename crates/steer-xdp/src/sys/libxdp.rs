@@ -20,7 +20,7 @@
 //!   lengths the kernel expects, checked before every call: for maps shared
 //!   between threads (the RFS program's flow maps).
 //! - [`MappedMap`]: the memory of a `BPF_F_MMAPABLE` array map mapped
-//!   into this process, as 32-bit atomics, unmapped on drop.
+//!   into this process, as byte atomics, unmapped on drop.
 //! - [`Link`]: a program attached to a raw tracepoint (`struct bpf_link`),
 //!   detached when dropped.
 //! - [`Multiprog`]: a snapshot of the XDP programs attached to an interface;
@@ -796,7 +796,7 @@ impl MapFd {
     /// `BPF_F_MMAPABLE`) into the process, shared with the programs that
     /// use it. EINVAL when the map is not mmapable, or shorter than `len`.
     pub(crate) fn mmap(self, len: usize) -> io::Result<MappedMap> {
-        if len == 0 || len % 4 != 0 {
+        if len == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         // SAFETY: a fresh shared mapping of the map's descriptor, placed by
@@ -814,8 +814,13 @@ impl MapFd {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(MappedMap { ptr, len, _fd: self })
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(MappedMap {
+            ptr,
+            len,
+            _fd: self,
+        })
     }
 }
 
@@ -830,22 +835,21 @@ pub(crate) struct MappedMap {
 }
 
 // SAFETY: the mapping is plain shared memory, reached only through atomics
-// (`words`); the pointer is owned by this value and unmapped once.
+// (`bytes`); the pointer is owned by this value and unmapped once.
 unsafe impl Send for MappedMap {}
 // SAFETY: as for Send: `&self` hands out only atomics.
 unsafe impl Sync for MappedMap {}
 
 impl MappedMap {
-    /// The mapping as 32-bit words, in the map's native byte order.
-    pub(crate) fn words(&self) -> &[std::sync::atomic::AtomicU32] {
-        // SAFETY: the mapping is page-aligned, `len` bytes long (a multiple
-        // of 4, checked at map time) and lives as long as `self`; AtomicU32
-        // has the size and alignment of u32, and every access from this
-        // process goes through these atomics.
+    /// The mapping as bytes.
+    pub(crate) fn bytes(&self) -> &[std::sync::atomic::AtomicU8] {
+        // SAFETY: the mapping is `len` bytes long and lives as long as
+        // `self`; AtomicU8 has the size and alignment of u8, and every
+        // access from this process goes through these atomics.
         unsafe {
             std::slice::from_raw_parts(
-                self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU32>(),
-                self.len / 4,
+                self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU8>(),
+                self.len,
             )
         }
     }
@@ -854,7 +858,7 @@ impl MappedMap {
 impl Drop for MappedMap {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly the mapping `mmap` made, and no
-        // borrow of `words` outlives `self`.
+        // borrow of `bytes` outlives `self`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
