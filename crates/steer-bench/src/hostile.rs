@@ -149,6 +149,11 @@ pub struct HostileResult {
     pub late: ClientPhase,
     /// The proxy over the spray.
     pub samples: Vec<Sample>,
+    /// The proxy's CPU time (user and system, all its threads) over the
+    /// control phase and over the spray, in CPUs (seconds a second).
+    pub cpu_elsewhere: f64,
+    /// As `cpu_elsewhere`, over the spray at the proxy.
+    pub cpu_spray: f64,
     /// The most descriptors seen.
     pub max_fds: u64,
     /// The most resident memory seen, MiB.
@@ -339,6 +344,23 @@ fn spray(
     })
 }
 
+/// The CPU seconds `pid` has used (all threads, user and system).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(crate::procs::stat_ticks(&stat)? as f64 / crate::sys::ticks_per_sec())
+}
+
+/// The CPUs `pid` used (seconds a second) while `phase` ran.
+fn cpu_over<T>(pid: u32, phase: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
+    let out = phase()?;
+    let used = match (cpu0, cpu_seconds(pid)) {
+        (Some(a), Some(b)) => (b - a) / t0.elapsed().as_secs_f64().max(1e-9),
+        _ => f64::NAN,
+    };
+    Ok((out, used))
+}
+
 /// Resident MiB and open descriptors of `pid`.
 fn sample(pid: u32) -> Option<(f64, u64)> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -458,21 +480,29 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
         let baseline = client(&bed, cfg.requests, cfg.secs.min(5.0))?;
         // The control: the same spray at a port nobody owns (the kernel
         // drops it, or answers a rate-limited few with ICMP).
-        let elsewhere = {
+        let (elsewhere, cpu_elsewhere) = cpu_over(pid, || {
             let secs = cfg.secs.min(5.0);
             let sprayer = spray(&bed, UNOWNED_PORT, cfg.spray_rate, cfg.spray_sources, secs);
             let phase = client(&bed, cfg.requests, secs)?;
             sprayer
                 .join()
                 .map_err(|_| anyhow::anyhow!("the control sprayer panicked"))??;
-            phase
-        };
+            Ok(phase)
+        })?;
         // The spray, the client and the sampler together.
+        let spray_began = (cpu_seconds(pid), Instant::now());
         let sprayer = spray(&bed, PORT, cfg.spray_rate, cfg.spray_sources, cfg.secs);
         let sampling = Arc::new(AtomicBool::new(true));
         let samples = {
             let sampling = Arc::clone(&sampling);
             std::thread::spawn(move || {
+                // Listing 20,000 descriptors takes milliseconds of CPU: at
+                // normal priority that delayed the client on its CPU (a
+                // 4 ms slice every 200 ms), at SCHED_IDLE it waits for
+                // idle time.
+                if let Err(e) = crate::sys::sched_idle() {
+                    eprintln!("sampler at normal priority ({e}): it may delay the client");
+                }
                 let start = Instant::now();
                 let mut out = Vec::new();
                 while sampling.load(Ordering::Relaxed) {
@@ -503,6 +533,10 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
         let sprayed = sprayer
             .join()
             .map_err(|_| anyhow::anyhow!("the sprayer panicked"))??;
+        let cpu_spray = match (spray_began.0, cpu_seconds(pid)) {
+            (Some(a), Some(b)) => (b - a) / spray_began.1.elapsed().as_secs_f64().max(1e-9),
+            _ => f64::NAN,
+        };
         sampling.store(false, Ordering::Relaxed);
         let samples = samples.join().unwrap_or_default();
         let alive = proxy.alive();
@@ -528,6 +562,8 @@ pub fn run(cfg: &HostileConfig) -> Result<HostileResult> {
             max_fds: samples.iter().map(|s| s.fds).max().unwrap_or(0),
             max_rss_mib: samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max),
             samples,
+            cpu_elsewhere,
+            cpu_spray,
             alive,
             exit_code,
             report,
@@ -550,6 +586,7 @@ pub fn table(results: &[HostileResult]) -> String {
         "p99 in spray elsewhere",
         "p99 in spray",
         "new client mid-spray",
+        "proxy CPU elsewhere / in spray",
         "max fds",
         "max RSS",
         "open at end",
@@ -571,6 +608,7 @@ pub fn table(results: &[HostileResult]) -> String {
             format!("{} us", f0(Some(r.elsewhere.p99_us))),
             format!("{} us", f0(Some(r.spray.p99_us))),
             r.late.summary(),
+            format!("{:.2} / {:.2}", r.cpu_elsewhere, r.cpu_spray),
             r.max_fds.to_string(),
             format!("{} MiB", f0(Some(r.max_rss_mib))),
             dash(r.flows("open")),
@@ -622,11 +660,12 @@ pub fn ratios(results: &[HostileResult]) -> String {
         };
         out += &format!(
             "{} at {rate} new flows/s, ulimit -n {nofile}, {} run(s): p99 in spray / alone {}, \
-             / in spray elsewhere {}\n",
+             / in spray elsewhere {}; proxy CPUs in spray {}\n",
             proxy.name(),
             runs.len(),
             spread(&|r| r.spray.p99_us / r.baseline.p99_us),
             spread(&|r| r.spray.p99_us / r.elsewhere.p99_us),
+            spread(&|r| r.cpu_spray),
         );
     }
     out
@@ -672,6 +711,8 @@ mod tests {
                 rtt_us: vec![-1.0, 40.0, 41.0, 80.0, 39.0],
             },
             samples: Vec::new(),
+            cpu_elsewhere: 0.02,
+            cpu_spray: 0.5,
             max_fds: 200,
             max_rss_mib: 12.6,
             alive: true,
@@ -698,10 +739,10 @@ mod tests {
         assert!(rows[0].starts_with("| proxy | ulimit -n |"), "{t}");
         assert_eq!(
             rows[2],
-            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 123 us | 4/5, first at #1 | 200 | 13 MiB | 3 | 12 | 8 | 13 | yes |"
+            "| steer | 1024 | 5000 | 50/50 | 48/50 | 123 us | 123 us | 123 us | 4/5, first at #1 | 0.02 / 0.50 | 200 | 13 MiB | 3 | 12 | 8 | 13 | yes |"
         );
         assert!(
-            rows[3].ends_with("| 200 | 13 MiB | - | - | - | - | yes |"),
+            rows[3].ends_with("| 0.02 / 0.50 | 200 | 13 MiB | - | - | - | - | yes |"),
             "{t}"
         );
         let mut runs = vec![result(ProxyKind::Steer, None); 3];
@@ -717,7 +758,7 @@ mod tests {
         assert_eq!(
             ratios(&runs),
             "steer at 5000 new flows/s, ulimit -n 1024, 3 run(s): p99 in spray / alone \
-             3.00 (2.00-4.00), / in spray elsewhere 1.50 (1.00-4.00)\n"
+             3.00 (2.00-4.00), / in spray elsewhere 1.50 (1.00-4.00); proxy CPUs in spray 0.50 (0.50-0.50)\n"
         );
         let never = ClientPhase {
             answered: 0,

@@ -3,7 +3,7 @@
 //! allowed): CLOCK_MONOTONIC in nanoseconds (the clock `bpf_ktime_get_ns`
 //! reads, so send times taken here and arrival times stamped in XDP
 //! compare), absolute sleeps on it, pinning threads and children, the
-//! current CPU, the clock tick, root, a file lock, `setns`, `kill` and an
+//! current CPU, the clock tick, SCHED_IDLE, root, a file lock, `setns`, `kill` and an
 //! AF_PACKET sender for frames no UDP socket would send (spoofed sources).
 
 #![allow(unsafe_code)]
@@ -40,6 +40,18 @@ pub fn sleep_until(deadline_ns: u64) {
             std::ptr::null_mut(),
         )
     };
+}
+
+/// Runs the calling thread under SCHED_IDLE: it gets only CPU time no
+/// other thread wants, and any thread that wakes preempts it at once (a
+/// measurement's own sampler then never delays what it measures).
+pub fn sched_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Lets this thread's timed sleeps end within a microsecond (the default
