@@ -13,6 +13,8 @@ PACKAGES=(
   # unmodified servers for the in-kernel recorder (steer rfs) tests: TCP
   # (iperf3) and UDP (dnsmasq, driven by dnsperf)
   iperf3 dnsmasq-base dnsperf
+  # ... and a connected-UDP server (a few lines of Python)
+  python3
   # the kernel-socket tests' full-checksum senders (ethtool -K tx off)
   ethtool
   # the engine tests drop privileges with setpriv

@@ -6,7 +6,10 @@
 //! always), and the flow's segments are handed to that CPU's stack through
 //! a cpumap, in order. For UDP ports (`-u`), cgroup recvmsg hooks do the
 //! same per sender for every datagram a process of the cgroup (`--cgroup`,
-//! default all) reads with its sender's address (dnsmasq, unbound). Nothing runs in the applications; this process only
+//! default all) reads with its sender's address (dnsmasq, unbound), and
+//! the tracepoint for every read of a connected UDP socket of those ports
+//! (a server with a socket per peer). Nothing runs in the applications;
+//! this process only
 //! holds the programs, prints the counters once a second and, at
 //! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
 //! (also as JSON). While it runs, its stats socket

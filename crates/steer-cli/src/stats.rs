@@ -362,7 +362,7 @@ pub fn slow_path_line(live: &LiveStats) -> Option<String> {
     }
     let mut line = format!(
         "slow path (reassembled datagrams): {} received ({} B), {} answered ({} B), {} consumed, \
-         {} refused; dropped: too large {}, queue full {}, send failed {}; sockets {}",
+         {} refused; dropped: too large {}, queue full {}, send failed {}, left at stop {}; sockets {}",
         s.received,
         s.received_bytes,
         s.answered,
@@ -372,6 +372,7 @@ pub fn slow_path_line(live: &LiveStats) -> Option<String> {
         s.too_large,
         s.queue_full,
         s.send_failed,
+        s.left_at_stop,
         s.sockets,
     );
     if s.bind_failed > 0 {

@@ -116,3 +116,84 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
         "the datagrams landed on the reader's CPU 1: {report:#}"
     );
 }
+
+/// A UDP server with a connected socket per peer (as QUIC servers and
+/// many game and media servers keep), a Python process that never heard
+/// of steer, reading with `recv` on CPU 1: no recvmsg hook sees those
+/// reads (no sender address is asked for), the `sock_recv_length`
+/// tracepoint does, and the peer's datagrams land on CPU 1.
+#[test]
+fn steer_rfs_records_the_reads_of_a_connected_udp_socket() {
+    const CONNECTED_PORT: u16 = 7412;
+    const PEER_PORT: u16 = 40412;
+    const DATAGRAMS: usize = 2000;
+    let net = TestNet::new();
+    let json = std::env::temp_dir().join(format!("steer-rfs-conn-{}.json", std::process::id()));
+    let mut rfs = support::rfs_command(&net, "-u", CONNECTED_PORT, &json)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("udp ports [7412]"), "{line}");
+
+    // Bound to the host's port, connected to the peer's: reads with recv.
+    let script = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('{host}', {port}))\n\
+         s.connect(('{peer}', {peer_port}))\n\
+         s.settimeout(5)\n\
+         print('ready', flush=True)\n\
+         n = 0\n\
+         try:\n\
+         \x20   while n < {count}:\n\
+         \x20       s.recv(2048)\n\
+         \x20       n += 1\n\
+         except socket.timeout:\n\
+         \x20   pass\n\
+         print(n, flush=True)\n",
+        host = net.host_v4,
+        port = CONNECTED_PORT,
+        peer = net.peer_v4,
+        peer_port = PEER_PORT,
+        count = DATAGRAMS,
+    );
+    let mut server = on_cpu(1, "python3")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut server_out = BufReader::new(server.stdout.take().unwrap());
+    let mut ready = String::new();
+    server_out.read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+
+    let peer = std::net::SocketAddr::new(net.peer_v4.into(), PEER_PORT);
+    let to = std::net::SocketAddr::new(net.host_v4.into(), CONNECTED_PORT);
+    let sender = net.in_ns(|| std::net::UdpSocket::bind(peer).unwrap());
+    for i in 0..DATAGRAMS {
+        sender.send_to(format!("datagram {i}").as_bytes(), to).unwrap();
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut read = String::new();
+    server_out.read_line(&mut read).unwrap();
+    let _ = server.wait();
+    let read: usize = read.trim().parse().unwrap();
+    assert!(read > DATAGRAMS / 2, "the server read {read}");
+
+    let report = support::stop_rfs(rfs, &net, &json);
+    let rec = &report["recorder"];
+    assert_eq!(rec["new_flows"].as_u64(), Some(1), "{report:#}");
+    assert!(
+        rec["reads"].as_u64().unwrap() as usize >= read / 2,
+        "the connected socket's reads were recorded: {report:#}"
+    );
+    let landed: Vec<u64> = serde_json::from_value(report["landed_per_cpu"].clone()).unwrap();
+    assert!(
+        landed[1] > 10 * landed[0].max(1),
+        "the datagrams landed on the reader's CPU 1: {report:#}"
+    );
+}

@@ -65,8 +65,6 @@ fn stopped() -> steer_xdp::XdpError {
 pub struct KernelSteering {
     /// The RFS program also records in the kernel (transparent mode).
     in_kernel: bool,
-    /// ... TCP too (an owned TCP port: the tracepoint is attached).
-    in_kernel_tcp: bool,
     shared: Arc<Shared>,
     program: Option<Arc<RfsProgram>>,
     sweeper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
@@ -133,7 +131,6 @@ impl KernelSteering {
         )?);
         Ok(Self {
             in_kernel: false,
-            in_kernel_tcp: false,
             shared: Arc::new(Shared {
                 table,
                 layout,
@@ -199,12 +196,7 @@ impl KernelSteering {
         if let (true, Some(program)) = (self.in_kernel, &self.program) {
             let llcs = llcs(&self.shared.layout, self.shared.cpus);
             let rule = record_rule(policy);
-            let set = if self.in_kernel_tcp {
-                program.record_in_kernel(rule, &llcs)
-            } else {
-                program.set_record_rule(rule, &llcs)
-            };
-            if let Err(e) = set {
+            if let Err(e) = program.record_in_kernel(rule, &llcs) {
                 tracing::warn!(error = %e, "the in-kernel recorder keeps its rule");
             }
         }
@@ -541,9 +533,10 @@ impl KernelSteeringBuilder {
     /// any process on the host, with no call from the application
     /// ([`steer_xdp::rfs::RfsProgram::record_in_kernel`]). With an owned
     /// UDP port, the datagrams read by the processes of a cgroup
-    /// ([`cgroup`](Self::cgroup), default the whole host) are recorded too,
-    /// per sender, by cgroup recvmsg hooks
-    /// ([`steer_xdp::rfs::RfsProgram::record_udp_in_kernel`]). The LLC
+    /// ([`cgroup`](Self::cgroup), default the whole host) with their
+    /// sender's address are recorded too, per sender, by cgroup recvmsg
+    /// hooks ([`steer_xdp::rfs::RfsProgram::record_udp_in_kernel`]), and
+    /// the reads of connected UDP sockets (any process) by the tracepoint. The LLC
     /// rule uses this builder's topology. User-space records
     /// ([`KernelSteering::recorder`]) are not affected.
     ///
@@ -631,19 +624,15 @@ impl KernelSteeringBuilder {
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
         program.set_max_wait(self.max_wait)?;
-        let in_kernel_tcp =
-            self.in_kernel && self.owned.iter().any(|&(proto, _)| proto == Proto::Tcp);
         if self.in_kernel {
             // Before the privileges go: attaching the tracepoint needs
             // CAP_BPF and CAP_PERFMON, the cgroup hooks CAP_NET_ADMIN. The
-            // TCP tracepoint only for TCP ports: it runs on every read of
-            // every socket on the host.
+            // tracepoint records the reads of connected sockets, TCP and
+            // UDP (its program leaves every other socket after a protocol
+            // and port check); the cgroup hooks those of unconnected UDP
+            // sockets, which see each datagram's sender.
             let (rule, llcs) = (record_rule(self.policy), llcs(&layout, cpus));
-            if in_kernel_tcp {
-                program.record_in_kernel(rule, &llcs)?;
-            } else {
-                program.set_record_rule(rule, &llcs)?;
-            }
+            program.record_in_kernel(rule, &llcs)?;
             if self.owned.iter().any(|&(proto, _)| proto == Proto::Udp) {
                 let cgroup = match self.cgroup.clone().or_else(crate::cgroup::cgroup2_root) {
                     Some(c) => c,
@@ -731,7 +720,6 @@ impl KernelSteeringBuilder {
         );
         Ok(KernelSteering {
             in_kernel: self.in_kernel,
-            in_kernel_tcp,
             shared,
             program: Some(program),
             sweeper: Some((sweeper, stop)),

@@ -20,8 +20,10 @@
  *   sockets): counts the frames that reached the socket.
  * - steer_rfs_record (raw tracepoint sock_recv_length, when steer records
  *   in the kernel): an application read a connected TCP socket of an
- *   owned port; the reading CPU becomes the flow's desired CPU under the
- *   LLC rule (rps_record_sock_flow without the application's help).
+ *   owned port, or a connected UDP one while UDP is recorded (keyed by
+ *   its peer and any local address, as the recvmsg hooks key theirs); the
+ *   reading CPU becomes the flow's desired CPU under the LLC rule
+ *   (rps_record_sock_flow without the application's help).
  * - steer_rfs_recvmsg4, steer_rfs_recvmsg6 (cgroup recvmsg hooks, when
  *   steer records UDP in the kernel): the same for each UDP datagram an
  *   application of the cgroup reads with its sender's address, the flow
@@ -767,22 +769,35 @@ static __always_inline int v4_mapped(const struct in6_addr *a)
 }
 
 /* The key the XDP program builds for the socket's incoming frames (from
- * the peer to the local address), once the protocol and local port said
- * the socket is an owned one: the tracepoint fires for every read on the
+ * the peer to the local address; to any local address for a connected
+ * UDP socket), once the protocol and local port said the socket is an
+ * owned one: the tracepoint fires for every read on the
  * host, and most sockets leave after two reads. 0 on success. */
 static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flow)
 {
 	struct steer_port_key pk = {};
 	unsigned short family;
 	__be32 d4, s4;
+	__u8 proto = (__u8)BPF_CORE_READ(sk, sk_protocol);
+	/* The flow is keyed with any local address (a UDP one). */
+	int any = 0;
 
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (proto == IPPROTO_UDP) {
+		/* A connected UDP socket (its peer is set): the flow from that
+		 * peer, keyed by its sender as the recvmsg hooks key theirs,
+		 * when UDP is recorded in the kernel. An unconnected socket's
+		 * reads are the recvmsg hooks' (they see each sender). */
+		if (!setting(RFS_SET_UDP_ANY) || !BPF_CORE_READ(sk, __sk_common.skc_dport))
+			return -1;
+		any = 1;
+	} else if (proto != IPPROTO_TCP) {
 		return -1;
-	pk.proto = IPPROTO_TCP;
+	}
+	pk.proto = proto;
 	pk.port = bpf_htons(BPF_CORE_READ(sk, __sk_common.skc_num));
 	if (!bpf_map_lookup_elem(&owned_ports, &pk))
 		return -1;
-	flow->proto = IPPROTO_TCP;
+	flow->proto = proto;
 	flow->dport = pk.port;
 	flow->sport = BPF_CORE_READ(sk, __sk_common.skc_dport);
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -793,7 +808,8 @@ static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flo
 		if (!v4_mapped(&d6)) {
 			flow->family = 6;
 			__builtin_memcpy(flow->saddr, &d6, 16);
-			__builtin_memcpy(flow->daddr, &s6, 16);
+			if (!any)
+				__builtin_memcpy(flow->daddr, &s6, 16);
 			return 0;
 		}
 	} else if (family != 2 /* AF_INET */) {
@@ -803,7 +819,8 @@ static __always_inline int sock_flow(struct sock *sk, struct steer_flow_key *flo
 	s4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
 	flow->family = 4;
 	__builtin_memcpy(flow->saddr, &d4, 4);
-	__builtin_memcpy(flow->daddr, &s4, 4);
+	if (!any)
+		__builtin_memcpy(flow->daddr, &s4, 4);
 	return 0;
 }
 

@@ -343,6 +343,8 @@ impl Engine {
             .expect("engine runtime present until stop");
         let shared = runtime.shared().clone();
         let states = runtime.stop();
+        // What no worker took from its slow-path inbox is dropped, counted.
+        self.slow.drop_leftovers();
         // Nothing records any more: close the trace.
         let trace = self.trace.take().map(crate::trace::TraceWriter::finish);
         // Workers flushed their counters on the way out.

@@ -110,6 +110,8 @@ pub struct SlowPathStats {
     pub queue_full: u64,
     /// Replies the socket did not take (its send buffer full, or an error).
     pub send_failed: u64,
+    /// Dropped: still queued for a worker when the engine stopped.
+    pub left_at_stop: u64,
 }
 
 /// One worker's health in a [`LiveStats`].

@@ -445,7 +445,7 @@ fn flow_budget(f: &Families, h: &super::live::HubStats) -> prometheus::Result<()
 fn slow_path(f: &Families, s: &super::live::SlowPathStats) -> prometheus::Result<()> {
     let datagrams = f.counters(
         "steer_slow_path_datagrams_total",
-        "Datagrams on the slow path (reassembled by the kernel from fragments, read from the engine's kernel socket on an owned UDP port), by outcome: received, answered, consumed, refused (by the handler, or its reply was no datagram from an owned port), too_large, queue_full (the flow's worker had no room, or no worker was left), send_failed.",
+        "Datagrams on the slow path (reassembled by the kernel from fragments, read from the engine's kernel socket on an owned UDP port), by outcome: received, answered, consumed, refused (by the handler, or its reply was no datagram from an owned port), too_large, queue_full (the flow's worker had no room, or no worker was left), send_failed, left_at_stop (still queued for a worker when the engine stopped).",
         "outcome",
     )?;
     for (outcome, n) in [
@@ -456,6 +456,7 @@ fn slow_path(f: &Families, s: &super::live::SlowPathStats) -> prometheus::Result
         ("too_large", s.too_large),
         ("queue_full", s.queue_full),
         ("send_failed", s.send_failed),
+        ("left_at_stop", s.left_at_stop),
     ] {
         datagrams.with_label_values(&[outcome]).inc_by(n);
     }

@@ -496,7 +496,9 @@ impl RfsProgram {
     }
 
     /// Records in the kernel: whenever an application reads a connected TCP
-    /// socket of an owned port, the reading CPU becomes the flow's desired
+    /// socket of an owned port (or a connected UDP one, once
+    /// [`RfsProgram::record_udp_in_kernel`] keys UDP flows by sender), the
+    /// reading CPU becomes the flow's desired
     /// CPU under `rule` (a BPF program on the `sock_recv_length`
     /// tracepoint: `rps_record_sock_flow` for applications that never call
     /// steer). `llc_of` gives the LLC of each CPU flows may be steered to

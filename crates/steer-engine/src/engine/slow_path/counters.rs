@@ -17,6 +17,8 @@ pub(crate) enum Event {
     TooLarge,
     QueueFull,
     SendFailed,
+    /// These many were still queued for a worker at stop.
+    LeftAtStop(usize),
 }
 
 /// The slow path's counters.
@@ -33,6 +35,7 @@ pub(crate) struct SlowCounters {
     too_large: AtomicU64,
     queue_full: AtomicU64,
     send_failed: AtomicU64,
+    left_at_stop: AtomicU64,
 }
 
 impl SlowCounters {
@@ -63,6 +66,7 @@ impl SlowCounters {
             Event::TooLarge => bump(&self.too_large, 1),
             Event::QueueFull => bump(&self.queue_full, 1),
             Event::SendFailed => bump(&self.send_failed, 1),
+            Event::LeftAtStop(n) => bump(&self.left_at_stop, n as u64),
         }
     }
 
@@ -80,6 +84,7 @@ impl SlowCounters {
             too_large: self.too_large.load(Relaxed),
             queue_full: self.queue_full.load(Relaxed),
             send_failed: self.send_failed.load(Relaxed),
+            left_at_stop: self.left_at_stop.load(Relaxed),
         }
     }
 }
@@ -103,6 +108,7 @@ mod tests {
         ] {
             c.add(e);
         }
+        c.add(Event::LeftAtStop(3));
         let s = c.snapshot();
         assert_eq!((s.sockets, s.bind_failed), (4, 1));
         assert_eq!((s.received, s.received_bytes), (2, 3010));
@@ -117,5 +123,6 @@ mod tests {
             ),
             (1, 1, 1, 1, 1)
         );
+        assert_eq!(s.left_at_stop, 3);
     }
 }

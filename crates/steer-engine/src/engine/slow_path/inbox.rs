@@ -63,6 +63,15 @@ impl Inbox {
         self.len.load(Ordering::SeqCst) > 0
     }
 
+    /// Empties the inbox; how many datagrams it held.
+    pub(crate) fn clear(&self) -> usize {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = q.len();
+        q.clear();
+        self.len.store(0, Ordering::SeqCst);
+        n
+    }
+
     fn take(&self, max: usize, into: &mut Vec<Datagram>) {
         if !self.is_pending() {
             return;
@@ -152,6 +161,8 @@ mod tests {
         }
         assert_eq!(got.len(), INBOX_DATAGRAMS);
         assert!(w.inbox.push(d(1)).is_ok(), "room again");
+        let left = w.inbox.clear();
+        assert!(left > 0 && !w.inbox.is_pending(), "{left} left, now empty");
     }
 
     #[test]

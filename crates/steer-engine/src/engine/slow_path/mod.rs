@@ -184,6 +184,17 @@ impl SlowPath {
         }
     }
 
+    /// The workers are gone: what their inboxes still hold is dropped,
+    /// counted as `left_at_stop`.
+    pub(crate) fn drop_leftovers(&self) {
+        for (_, inbox) in &self.inboxes {
+            let n = inbox.clear();
+            if n > 0 {
+                self.counters.add(counters::Event::LeftAtStop(n));
+            }
+        }
+    }
+
     /// The counters now.
     pub(crate) fn stats(&self) -> SlowPathStats {
         self.counters.snapshot()
