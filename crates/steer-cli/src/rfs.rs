@@ -7,8 +7,9 @@
 //! a cpumap, in order. For UDP ports (`-u`), cgroup recvmsg hooks do the
 //! same per sender for every datagram a process of the cgroup (`--cgroup`,
 //! default all) reads with its sender's address (dnsmasq, unbound), and
-//! the tracepoint for every read of a connected UDP socket of those ports
-//! (a server with a socket per peer). Nothing runs in the applications;
+//! with `--connected-udp` the tracepoint for every read of a connected UDP
+//! socket of those ports (a server with a socket per peer; with a TCP port
+//! it is attached anyway). Nothing runs in the applications;
 //! this process only
 //! holds the programs, prints the counters once a second and, at
 //! SIGINT/SIGTERM (or `--duration`), detaches them and prints a summary
@@ -60,6 +61,13 @@ pub struct RfsArgs {
     /// descendants included (default: the cgroup v2 root, every process).
     #[arg(long)]
     pub cgroup: Option<std::path::PathBuf>,
+    /// Record the reads of connected UDP sockets of the UDP ports too (a
+    /// server with a socket per peer that reads with `recv`): attaches the
+    /// tracepoint, which runs on every read of every socket on the host
+    /// (about 140 ns a read), for UDP-only steering too. With a TCP port
+    /// it is attached anyway, and connected UDP sockets are recorded.
+    #[arg(long)]
+    pub connected_udp: bool,
     /// Serve the program's counters as Prometheus metrics (read-only) on
     /// http://ADDR/metrics: a port alone binds loopback (`9465` is
     /// `127.0.0.1:9465`); port 0 picks a free one, printed at start. Bound
@@ -160,7 +168,8 @@ pub fn run(args: &RfsArgs) -> anyhow::Result<ExitCode> {
     let mut b = args
         .steering
         .builder(&args.interface, !shared || stale_socket)?
-        .record_in_kernel(true);
+        .record_in_kernel(true)
+        .record_connected_udp(args.connected_udp);
     for &port in &args.ports {
         b = b.own(Proto::Tcp, port);
     }

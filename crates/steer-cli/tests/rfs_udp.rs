@@ -121,7 +121,8 @@ fn steer_rfs_steers_an_unmodified_dnsmasqs_senders_to_its_reading_cpu() {
 /// many game and media servers keep), a Python process that never heard
 /// of steer, reading with `recv` on CPU 1: no recvmsg hook sees those
 /// reads (no sender address is asked for), the `sock_recv_length`
-/// tracepoint does, and the peer's datagrams land on CPU 1.
+/// tracepoint does (`--connected-udp`), and the peer's datagrams land on
+/// CPU 1.
 #[test]
 fn steer_rfs_records_the_reads_of_a_connected_udp_socket() {
     const CONNECTED_PORT: u16 = 7412;
@@ -130,6 +131,7 @@ fn steer_rfs_records_the_reads_of_a_connected_udp_socket() {
     let net = TestNet::new();
     let json = std::env::temp_dir().join(format!("steer-rfs-conn-{}.json", std::process::id()));
     let mut rfs = support::rfs_command(&net, "-u", CONNECTED_PORT, &json)
+        .arg("--connected-udp")
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(rfs.stdout.take().unwrap());
@@ -173,7 +175,9 @@ fn steer_rfs_records_the_reads_of_a_connected_udp_socket() {
     let to = std::net::SocketAddr::new(net.host_v4.into(), CONNECTED_PORT);
     let sender = net.in_ns(|| std::net::UdpSocket::bind(peer).unwrap());
     for i in 0..DATAGRAMS {
-        sender.send_to(format!("datagram {i}").as_bytes(), to).unwrap();
+        sender
+            .send_to(format!("datagram {i}").as_bytes(), to)
+            .unwrap();
         if i % 50 == 49 {
             std::thread::sleep(Duration::from_millis(2));
         }

@@ -65,6 +65,8 @@ fn stopped() -> steer_xdp::XdpError {
 pub struct KernelSteering {
     /// The RFS program also records in the kernel (transparent mode).
     in_kernel: bool,
+    /// ... through the tracepoint too (connected sockets' reads).
+    tracepoint: bool,
     shared: Arc<Shared>,
     program: Option<Arc<RfsProgram>>,
     sweeper: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
@@ -131,6 +133,7 @@ impl KernelSteering {
         )?);
         Ok(Self {
             in_kernel: false,
+            tracepoint: false,
             shared: Arc::new(Shared {
                 table,
                 layout,
@@ -196,7 +199,12 @@ impl KernelSteering {
         if let (true, Some(program)) = (self.in_kernel, &self.program) {
             let llcs = llcs(&self.shared.layout, self.shared.cpus);
             let rule = record_rule(policy);
-            if let Err(e) = program.record_in_kernel(rule, &llcs) {
+            let set = if self.tracepoint {
+                program.record_in_kernel(rule, &llcs)
+            } else {
+                program.set_record_rule(rule, &llcs)
+            };
+            if let Err(e) = set {
                 tracing::warn!(error = %e, "the in-kernel recorder keeps its rule");
             }
         }
@@ -311,6 +319,7 @@ pub struct KernelSteeringBuilder {
     drop_privileges: bool,
     run_as: Option<RunAs>,
     in_kernel: bool,
+    connected_udp: bool,
     cgroup: Option<std::path::PathBuf>,
 }
 
@@ -384,6 +393,7 @@ impl KernelSteeringBuilder {
             sweep_every: Duration::from_secs(1),
             max_flows: 65_536,
             in_kernel: false,
+            connected_udp: false,
             cgroup: None,
             drop_privileges: false,
             run_as: None,
@@ -535,8 +545,9 @@ impl KernelSteeringBuilder {
     /// UDP port, the datagrams read by the processes of a cgroup
     /// ([`cgroup`](Self::cgroup), default the whole host) with their
     /// sender's address are recorded too, per sender, by cgroup recvmsg
-    /// hooks ([`steer_xdp::rfs::RfsProgram::record_udp_in_kernel`]), and
-    /// the reads of connected UDP sockets (any process) by the tracepoint. The LLC
+    /// hooks ([`steer_xdp::rfs::RfsProgram::record_udp_in_kernel`]); the
+    /// reads of connected UDP sockets by the tracepoint when it is attached
+    /// ([`record_connected_udp`](Self::record_connected_udp)). The LLC
     /// rule uses this builder's topology. User-space records
     /// ([`KernelSteering::recorder`]) are not affected.
     ///
@@ -553,6 +564,31 @@ impl KernelSteeringBuilder {
     /// ```
     pub fn record_in_kernel(mut self, yes: bool) -> Self {
         self.in_kernel = yes;
+        self
+    }
+
+    /// Records the reads of connected UDP sockets of the owned UDP ports
+    /// too (a server with a socket per peer reading with `recv`, which the
+    /// cgroup recvmsg hooks do not see): the `sock_recv_length` tracepoint
+    /// is then attached for UDP-only steering as well, and its program
+    /// runs on every read of every socket on the host (about 140 ns a read
+    /// here). With an owned TCP port it is attached anyway and connected
+    /// UDP sockets are recorded whatever this says. Used only with
+    /// [`record_in_kernel`](Self::record_in_kernel).
+    ///
+    /// ```no_run
+    /// use steer_kernel::{KernelSteering, Proto};
+    /// # fn main() -> Result<(), steer_kernel::KernelError> {
+    /// // A QUIC server that connects a UDP socket to each client.
+    /// let steering = KernelSteering::builder("eth1")
+    ///     .own(Proto::Udp, 443)
+    ///     .record_in_kernel(true)
+    ///     .record_connected_udp(true)
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record_connected_udp(mut self, yes: bool) -> Self {
+        self.connected_udp = yes;
         self
     }
 
@@ -624,15 +660,21 @@ impl KernelSteeringBuilder {
         program.set_order(self.order)?;
         program.set_max_hold(self.max_hold)?;
         program.set_max_wait(self.max_wait)?;
+        let owns = |p: Proto| self.owned.iter().any(|&(proto, _)| proto == p);
+        let tracepoint =
+            self.in_kernel && (owns(Proto::Tcp) || (self.connected_udp && owns(Proto::Udp)));
         if self.in_kernel {
             // Before the privileges go: attaching the tracepoint needs
             // CAP_BPF and CAP_PERFMON, the cgroup hooks CAP_NET_ADMIN. The
-            // tracepoint records the reads of connected sockets, TCP and
-            // UDP (its program leaves every other socket after a protocol
-            // and port check); the cgroup hooks those of unconnected UDP
-            // sockets, which see each datagram's sender.
+            // tracepoint (connected sockets' reads: TCP, and connected UDP
+            // when asked) only when needed: it runs on every read of every
+            // socket on the host.
             let (rule, llcs) = (record_rule(self.policy), llcs(&layout, cpus));
-            program.record_in_kernel(rule, &llcs)?;
+            if tracepoint {
+                program.record_in_kernel(rule, &llcs)?;
+            } else {
+                program.set_record_rule(rule, &llcs)?;
+            }
             if self.owned.iter().any(|&(proto, _)| proto == Proto::Udp) {
                 let cgroup = match self.cgroup.clone().or_else(crate::cgroup::cgroup2_root) {
                     Some(c) => c,
@@ -720,6 +762,7 @@ impl KernelSteeringBuilder {
         );
         Ok(KernelSteering {
             in_kernel: self.in_kernel,
+            tracepoint,
             shared,
             program: Some(program),
             sweeper: Some((sweeper, stop)),

@@ -264,10 +264,10 @@ fn run(policy: Policy, layout: Arc<CpuLayout>, port: u16) -> Run {
     let pair = Pair::new();
     answers_on_cpu0(&pair);
     let steering = start(&pair, port, policy, layout);
-    // UDP ports only: the cgroup hooks, not the TCP tracepoint that would
-    // run on every read of every socket.
+    // UDP ports only: the cgroup hooks, not the tracepoint that would run
+    // on every read of every socket (connected UDP is not asked for).
     let program = steering.program().unwrap();
-    assert!(program.records_udp() && !program.records_tcp());
+    assert!(program.records_udp() && !program.records_connected());
     let server = dnsmasq(&pair, port, 1);
     let queries = std::env::temp_dir().join(format!("steer-udp-queries-{}", std::process::id()));
     std::fs::write(&queries, "a.steer.test A\nb.steer.test A\nc.steer.test A\n").unwrap();

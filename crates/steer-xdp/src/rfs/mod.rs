@@ -631,8 +631,10 @@ impl RfsProgram {
         Ok(())
     }
 
-    /// Whether the TCP recorder's tracepoint is attached.
-    pub fn records_tcp(&self) -> bool {
+    /// Whether the tracepoint recorder is attached: it records the reads
+    /// of connected sockets (TCP, and UDP once
+    /// [`RfsProgram::record_udp_in_kernel`] keys UDP flows by sender).
+    pub fn records_connected(&self) -> bool {
         self.recorder
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
