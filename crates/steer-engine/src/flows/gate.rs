@@ -33,6 +33,8 @@ pub(crate) struct FlowGate {
     closed: bool,
     /// Times an XDP gate closed.
     pub(crate) closings: u64,
+    /// When a switch was last logged (at most one line a second).
+    logged: Option<std::time::Instant>,
 }
 
 impl FlowGate {
@@ -83,16 +85,27 @@ impl FlowGate {
         if close && self.drops {
             self.closings += 1;
         }
-        if let Some(xdp) = &self.xdp {
-            match xdp.set_closed(close) {
-                Ok(()) if close => info!(
-                    open,
-                    max_flows,
-                    "flow budget full: new flows' first datagrams now drop in XDP (retries pass)"
-                ),
-                Ok(()) => info!(open, max_flows, "flow budget has room: XDP gate open"),
-                Err(e) => warn!(error = %e, "cannot switch the XDP new-flow gate"),
-            }
+        let Some(xdp) = &self.xdp else {
+            return;
+        };
+        let switched = xdp.set_closed(close);
+        let now = std::time::Instant::now();
+        if self
+            .logged
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        self.logged = Some(now);
+        match switched {
+            Ok(()) if close => info!(
+                open,
+                max_flows,
+                closings = self.closings,
+                "flow budget full: new flows' first datagrams now drop in XDP (retries pass)"
+            ),
+            Ok(()) => info!(open, max_flows, "flow budget has room: XDP gate open"),
+            Err(e) => warn!(error = %e, "cannot switch the XDP new-flow gate"),
         }
     }
 
