@@ -133,26 +133,6 @@ fn reflector_answers_every_request_in_order() {
 }
 
 #[test]
-fn a_rate_it_cannot_hold_is_flagged() {
-    require_root();
-    let o = bench(&[
-        "load",
-        "--server",
-        "reflector",
-        "--rate",
-        "50m",
-        "--warmup-ms",
-        "100",
-        "--window-secs",
-        "0.3",
-        "--drain-ms",
-        "100",
-    ]);
-    let (out, err) = text(&o);
-    assert!(out.contains("RATE NOT HELD"), "{out}\n{err}");
-}
-
-#[test]
 fn a_rate_not_held_is_retried_then_flagged_with_its_reason() {
     require_root();
     let o = bench(&[
