@@ -344,9 +344,12 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 // Leaving this CPU: what ran inline may have staged replies,
                 // which must leave before the flow's next packet is handled
                 // elsewhere (a ring's head covers only ring packets).
-                if from == Some(self.own_cpu) && self.inline_unflushed {
-                    self.inline_unflushed = false;
-                    handler.flush(pool);
+                if from == Some(self.own_cpu) {
+                    if self.inline_unflushed {
+                        self.inline_unflushed = false;
+                        handler.flush(pool);
+                    }
+                    self.settle_inline(pool, handler);
                 }
             }
             SteerAction::HeldBack { .. } => self.local.held_back += 1,
@@ -395,6 +398,34 @@ impl<D: Copy, C: Classifier, H: SteerHook> Dispatcher<D, C, H> {
                 pool.release(desc);
             }
         }
+    }
+
+    /// A flow leaves this CPU (its replies flushed): in zero-copy mode
+    /// ([`Handler::tx_progress`] reports progress) those replies may still
+    /// sit in this CPU's tx queue, and the flow's next reply, from another
+    /// CPU's queue, could overtake them on the wire. Ring packets are
+    /// covered by the runtime (a ring's head passes a packet only once its
+    /// replies completed); packets run inline leave no trace in a ring, so
+    /// here the dispatcher waits until everything flushed has completed,
+    /// at most [`COMPLETION_WAIT`](super::COMPLETION_WAIT).
+    ///
+    /// Waiting here rather than holding the flow back: holding it would
+    /// need the rx table to know about in-flight inline replies per flow
+    /// (a second `last_qtail` fed by the tx counters, checked on every
+    /// packet); the wait costs nothing per packet, is taken only on a move
+    /// off this CPU (rare: a new desire, a balancer move), lasts one
+    /// completion round trip (the whole tx backlog, conservatively, since
+    /// the counters are not per flow), and is bounded, so a stalled device
+    /// delays a move, never the worker for long. In copy mode (`None`) it
+    /// returns at once.
+    #[cold]
+    fn settle_inline<P, F>(&self, pool: &mut P, handler: &mut F)
+    where
+        F: Handler<D, P> + ?Sized,
+    {
+        // Past the bound the move goes ahead (the device stalled; nothing
+        // waits on it forever).
+        let _ = super::wait_completed(handler, pool, super::COMPLETION_WAIT);
     }
 
     #[inline]

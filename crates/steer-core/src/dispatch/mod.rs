@@ -103,6 +103,28 @@ pub trait Handler<D, P> {
     /// staging order. The default does nothing.
     #[doc(alias = "xdp_do_flush")]
     fn flush(&mut self, _pool: &mut P) {}
+    /// Transmit progress in zero-copy mode, where a flushed reply is only
+    /// *queued* to the device and two tx queues leave in no fixed order:
+    /// how many frames [`Handler::flush`] has handed to tx so far, and how
+    /// many of those the device has completed (the AF_XDP completion ring).
+    /// The runtime then publishes a ring's head past a packet only once the
+    /// replies flushed for it are completed, and a dispatcher moving a flow
+    /// that ran inline off its CPU waits (boundedly) for completion first,
+    /// so a flow's replies reach the wire in order across a move.
+    ///
+    /// `None` (the default) means "sent when flushed" (copy mode: the kick
+    /// copies each frame to the device): heads are published right after
+    /// the flush, at today's cost. The runtime calls this after every flush
+    /// and, while heads are held, once per round: it must not block, and
+    /// may reap completions (release completed frames to `pool`, kick the
+    /// device). Contract for `Some`: both counts only grow, `completed <=
+    /// flushed`, every frame staged before a `flush` returned is counted in
+    /// `flushed` when this is next called, and the device completes this
+    /// handler's frames in the order they were flushed (one tx queue), so
+    /// `completed >= n` means the first `n` flushed frames left.
+    fn tx_progress(&mut self, _pool: &mut P) -> Option<TxProgress> {
+        None
+    }
     /// Work that reaches the worker outside its rx queues and rings (the
     /// engine's slow path: datagrams the kernel reassembled): the runtime
     /// calls it once per round, on the worker's thread, and counts what it
@@ -117,6 +139,58 @@ pub trait Handler<D, P> {
     /// none.
     fn side_pending(&self) -> bool {
         false
+    }
+}
+
+/// A handler's transmit counters ([`Handler::tx_progress`]): frames handed
+/// to tx by its flushes so far, and frames the device completed so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxProgress {
+    /// Frames handed to the tx ring by [`Handler::flush`] so far.
+    pub flushed: u64,
+    /// Frames the device reported completed so far (`<= flushed`).
+    pub completed: u64,
+}
+
+impl TxProgress {
+    /// Whether every frame flushed so far has completed.
+    #[inline]
+    pub fn settled(&self) -> bool {
+        self.completed >= self.flushed
+    }
+}
+
+/// How long a wait for the device to complete what was flushed may last
+/// ([`wait_completed`]): far above one completion round trip (microseconds,
+/// a full tx ring at 10 Gb/s is a few milliseconds), so it only ends a
+/// wait on a stalled device, where order cannot be kept anyway.
+pub const COMPLETION_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Polls `handler`'s [`Handler::tx_progress`] until every frame it flushed
+/// so far has completed (true), it reports none (true: copy mode), or
+/// `bound` has passed (false). Progress is polled before the clock, so a
+/// thread descheduled past the bound still sees completions that came.
+pub fn wait_completed<D, P, H>(handler: &mut H, pool: &mut P, bound: std::time::Duration) -> bool
+where
+    H: Handler<D, P> + ?Sized,
+{
+    let Some(first) = handler.tx_progress(pool) else {
+        return true;
+    };
+    if first.settled() {
+        return true;
+    }
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        match handler.tx_progress(pool) {
+            None => return true,
+            Some(p) if p.settled() => return true,
+            Some(_) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::hint::spin_loop();
     }
 }
 

@@ -93,6 +93,33 @@ impl<T> Consumer<T> {
         }
     }
 
+    /// Publishes the head only up to `position`, a [`Consumer::dequeued`]
+    /// count recorded earlier: the items taken after it stay unavailable to
+    /// the producer, and its [`Producer::has_dequeued`](super::Producer::has_dequeued)
+    /// covers only the work finished for items before `position`. For a
+    /// consumer whose work on an item ends later than the next batch (a
+    /// reply queued to a device, done once the device completes it): record
+    /// the position at each flush, publish up to the newest one whose work
+    /// has ended. A position at or behind what is already published does
+    /// nothing; one past what was taken is clamped to it. One `Release`
+    /// store at most.
+    #[inline]
+    pub fn publish_to(&mut self, position: u64) {
+        let position = position.min(self.head);
+        if position > self.published {
+            self.published = position;
+            // Release: as in `publish`, for the items before `position`
+            // (slots at and after it are not handed back).
+            self.shared.head.store(position, Ordering::Release);
+        }
+    }
+
+    /// The head as the producer sees it: items before it are released.
+    #[inline]
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+
     /// Dequeues one item, or `None` when the ring is empty.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {

@@ -158,6 +158,55 @@ fn has_dequeued_after_publish_means_the_work_after_the_handler_ran_too() {
     });
 }
 
+#[test]
+fn has_dequeued_after_publish_to_means_the_work_before_the_position_ran() {
+    // The head is published in two steps, to a position recorded after the
+    // first item and then past both, each after the work on the items
+    // before it (a device completing their replies): once the producer sees
+    // the head pass an item, it must see that item's work, and the slot
+    // freed first may be reused while the second item is still held.
+    loom::model(|| {
+        dequeued_means_written(|rx, seen| {
+            let mut taken = Vec::new();
+            let n = rx.consume_unpublished(2, |item| taken.push(item));
+            let start = rx.dequeued() - n as u64;
+            for (i, item) in taken.into_iter().enumerate() {
+                // SAFETY: only this thread writes, and the producer reads
+                // only after `has_dequeued` proved we published past it.
+                seen.with_mut(|p| unsafe { *p += item });
+                rx.publish_to(start + i as u64 + 1);
+            }
+            n
+        })
+    });
+}
+
+#[test]
+fn publish_to_frees_only_the_slots_before_the_position() {
+    loom::model(|| {
+        let (mut tx, mut rx) = channel::<u32>(2).unwrap();
+        push_all(&mut tx, &[1, 2]);
+        let mut got = Vec::new();
+        assert_eq!(rx.consume_unpublished(2, |x| got.push(x)), 2);
+        let producer = thread::spawn(move || {
+            // Once one slot is free, it is the first item's: 3 goes there
+            // while 2 is still held.
+            push_all(&mut tx, &[3]);
+            tx
+        });
+        rx.publish_to(1);
+        let tx = producer.join().unwrap();
+        assert_eq!(tx.free_len(), 0);
+        assert!(tx.has_dequeued(1) && !tx.has_dequeued(2));
+        rx.publish();
+        let mut rest = Vec::new();
+        while rest.is_empty() {
+            rx.consume(2, |x| rest.push(x));
+        }
+        assert_eq!((got, rest), (vec![1, 2], vec![3]));
+    });
+}
+
 /// Counts drops in a loom atomic.
 struct Tracked(Arc<AtomicUsize>);
 

@@ -15,7 +15,10 @@
 //!    staged replies go on the tx ring), then publishes each drained ring's
 //!    head, once per ring per round: a head passes a packet only after the
 //!    handler returned *and* its reply left, which is what `last_qtail`
-//!    compares against;
+//!    compares against (in zero-copy mode, where the handler reports
+//!    [`Handler::tx_progress`](crate::dispatch::Handler::tx_progress), only
+//!    once the device completed the reply: heads are held as checkpoints,
+//!    `hold.rs`, and published by a later round);
 //! 4. once per tick (a millisecond at most): maintenance, flow-table
 //!    expiry over a few buckets (more when idle), never per packet;
 //! 5. when idle, unless busy-polling: spins a little (or, with
@@ -63,6 +66,7 @@
 
 mod balance;
 mod coalesce;
+mod hold;
 mod idle;
 mod restart;
 mod source;

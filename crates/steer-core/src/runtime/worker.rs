@@ -37,11 +37,12 @@ use std::sync::{Arc, Barrier, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::coalesce::CoalesceWindow;
+use super::hold::HeldHeads;
 use super::idle::SpinWindow;
 use super::restart::RestartHistory;
 use super::{Common, CommonSlot, RpsMode, RxSource, Setup, WorkerState};
 use crate::cpu::{CpuId, CpuSet};
-use crate::dispatch::{Dispatcher, FlowLimit, FramePool, Handler};
+use crate::dispatch::{wait_completed, Dispatcher, FlowLimit, FramePool, Handler, COMPLETION_WAIT};
 use crate::hook::SteerHook;
 use crate::ring::{Consumer, Producer};
 use crate::stats::LocalStats;
@@ -63,6 +64,12 @@ pub(super) struct Inbound<D> {
     /// The rx queue whose dispatcher feeds this ring.
     pub(super) rxq: usize,
     pub(super) consumer: Consumer<D>,
+}
+
+impl<D> AsMut<Consumer<D>> for Inbound<D> {
+    fn as_mut(&mut self) -> &mut Consumer<D> {
+        &mut self.consumer
+    }
 }
 
 /// An rx queue a worker starts with: its index, the producers of its
@@ -164,6 +171,11 @@ const SWEEP_BUDGET_BUSY: usize = 8;
 /// Rx-table buckets swept per tick while the worker is idle.
 const SWEEP_BUDGET_IDLE: usize = 64;
 
+/// How long an idle worker whose ring heads are held for tx completions
+/// (zero-copy mode) naps instead of sleeping: the device completes within
+/// microseconds, and nobody rings the doorbell when it does.
+const HOLD_NAP: Duration = Duration::from_micros(20);
+
 /// How long a stopping worker waits for the others to stop polling.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -188,6 +200,8 @@ struct Worker<D, St: Setup<D>> {
     rx: Vec<Part<D, St>>,
     pool: St::Pool,
     handler: St::Handler,
+    /// Ring heads held until the handler's replies completed (zero-copy).
+    held: HeldHeads,
     bell: Arc<Doorbell>,
     buf: Vec<D>,
     /// Descriptors in `buf` from the last poll, where in `buf` the batch
@@ -223,6 +237,7 @@ where
         Self {
             cpu,
             common,
+            held: HeldHeads::new(inbound.len()),
             inbound,
             rx,
             pool,
@@ -277,9 +292,7 @@ where
         // panicked published nothing); then the heads move past everything
         // taken, the packet that panicked included.
         let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
-        for inbound in &mut self.inbound {
-            inbound.consumer.publish();
-        }
+        self.settle();
         let setup = Arc::clone(&self.common.setup);
         let cpu = self.cpu;
         let Ok(fresh) = catch_unwind(AssertUnwindSafe(|| setup.handler(cpu))) else {
@@ -347,6 +360,11 @@ where
             if work > 0 {
                 self.flush();
                 empty_naps = 0;
+            } else if self.held.is_holding() {
+                // Heads held for tx completions: polled every round, so
+                // they never stay held once the device is done.
+                let progress = self.handler.tx_progress(&mut self.pool);
+                self.held.completed(progress, &mut self.inbound);
             }
             if let (Some(window), Some(slept)) = (&mut coalesce, napped.take()) {
                 window.after_nap(slept, work);
@@ -428,6 +446,14 @@ where
                 mark = Instant::now();
                 napped = Some(mark.saturating_duration_since(before));
                 idle_rounds = self.common.cfg.idle_spins;
+            } else if !self.common.cfg.busy_poll
+                && idle_rounds > self.common.cfg.idle_spins
+                && self.held.is_holding()
+            {
+                // Would sleep, but heads are held for tx completions that
+                // ring no doorbell: nap briefly and poll them again.
+                self.bell.nap(HOLD_NAP);
+                mark = Instant::now();
             } else if !self.common.cfg.busy_poll
                 && idle_rounds > self.common.cfg.idle_spins
                 && !spin
@@ -571,11 +597,32 @@ where
     /// So a dispatcher that sees a ring's head pass a flow's `last_qtail`
     /// knows the flow's replies from this worker are already on the tx
     /// ring: "handled" in the `last_qtail` rule means handled and answered.
+    ///
+    /// When the handler reports [`Handler::tx_progress`] (zero-copy: on
+    /// the tx ring is not yet on the wire), the heads are published only
+    /// up to the packets whose replies the device has completed; the rest
+    /// are held as a checkpoint ([`HeldHeads`]) and published by a later
+    /// round. With `None` the heads are published at once.
     fn flush(&mut self) {
         self.handler.flush(&mut self.pool);
-        for inbound in &mut self.inbound {
-            inbound.consumer.publish();
+        let progress = self.handler.tx_progress(&mut self.pool);
+        self.held.flushed(progress, &mut self.inbound);
+    }
+
+    /// Waits (at most [`COMPLETION_WAIT`]) until the handler's flushed
+    /// replies completed, then publishes every head past everything taken:
+    /// before a handler is replaced or the worker stops or dies, when no
+    /// later round will poll the checkpoints. Past the bound the heads are
+    /// published anyway (a stalled device must not hold a ring forever).
+    fn settle(&mut self) {
+        if self.held.is_holding() {
+            let handler = &mut self.handler;
+            let pool = &mut self.pool;
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                wait_completed(handler, pool, COMPLETION_WAIT)
+            }));
         }
+        self.held.release_all(&mut self.inbound);
     }
 
     fn adopt(&mut self) {
@@ -612,6 +659,7 @@ where
             self.flush();
         }
         self.flush();
+        self.settle();
         if let Some(block) = self.common.shared.stats.cpu(self.cpu) {
             block.flush(&mut self.local);
         }
@@ -645,6 +693,7 @@ where
         // before our rx queues go to a survivor, so no later packet of their
         // flows can be answered first.
         let _ = catch_unwind(AssertUnwindSafe(|| self.handler.flush(&mut self.pool)));
+        self.settle();
         // Frames still queued to this worker are dropped, not leaked (each
         // pop publishes the head past everything taken before it).
         for inbound in &mut self.inbound {
