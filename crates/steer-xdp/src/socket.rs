@@ -60,6 +60,11 @@ pub struct QueueSocket {
     /// Bound with `XDP_USE_NEED_WAKEUP`: the tx ring's flag says when the
     /// kernel needs a kick, and no other kick is made.
     need_wakeup: bool,
+    /// Frames ever put on the tx ring, and ever reaped from the completion
+    /// ring: positions in this socket's transmit sequence (the device
+    /// completes a tx queue in ring order), see [`QueueSocket::tx_sequence`].
+    tx_queued: u64,
+    tx_completed: u64,
 }
 
 impl std::fmt::Debug for QueueSocket {
@@ -98,6 +103,8 @@ impl QueueSocket {
             ring_size,
             ledger,
             need_wakeup: false,
+            tx_queued: 0,
+            tx_completed: 0,
         }
     }
 
@@ -262,6 +269,7 @@ impl QueueSocket {
                 frames.drain(..n);
                 Ledger::sub(&self.ledger.held, n);
                 Ledger::add(&self.ledger.in_tx, n);
+                self.tx_queued += n as u64;
             }
         }
         // Copy mode reports need-wakeup even without XDP_USE_NEED_WAKEUP.
@@ -330,6 +338,28 @@ impl QueueSocket {
         self.reap()
     }
 
+    /// Frames ever put on the tx ring and frames ever completed, as
+    /// `(queued, completed)`, after reaping the completion ring (and kicking
+    /// the kernel if the tx ring holds frames and asks for a wakeup: a
+    /// zero-copy driver may wait for one). A tx queue completes in ring
+    /// order, so `completed >= q` for a `queued` count `q` read after some
+    /// send means every frame of that send has left. No system call unless
+    /// the ring asks for a kick.
+    pub fn tx_sequence(&mut self) -> (u64, u64) {
+        if self.tx_completed < self.tx_queued
+            && self.tx.needs_wakeup()
+            && self.tx.nb_free_exact() < self.ring_size
+        {
+            self.ledger
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // A failed kick is retried on the next call; nothing is lost.
+            let _ = sys::kick_tx(self.as_raw_fd());
+        }
+        self.reap();
+        (self.tx_queued, self.tx_completed)
+    }
+
     /// Completion ring to free pool, without a kick.
     fn reap(&mut self) -> usize {
         let mut total = 0;
@@ -348,6 +378,7 @@ impl QueueSocket {
             }
         }
         if total > 0 {
+            self.tx_completed += total as u64;
             Ledger::sub(&self.ledger.in_tx, total);
             Ledger::add(&self.ledger.free, total);
             self.ledger

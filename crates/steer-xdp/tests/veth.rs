@@ -837,3 +837,60 @@ fn the_closed_gate_drops_first_datagrams_of_unadmitted_flows_and_lets_retries_th
     let stats = port.program_stats().unwrap();
     assert_eq!(stats.gate_dropped, 1, "{stats:?}");
 }
+
+#[test]
+fn tx_progress_follows_the_sockets_transmit_sequence() {
+    // veth binds in copy mode: a path reports no progress (sent when
+    // flushed). Forced on, it reports the socket's sequence: flushed is
+    // where the socket stood after the path's send, completed catches up
+    // once the completion ring handed the frames back.
+    use std::sync::{Arc, Mutex};
+    use steer_xdp::frames::{SparePool, TxPath};
+    let net = TestNet::new();
+    let mut port = open(&net);
+    assert_eq!(port.modes().bind, BindMode::Copy);
+    let mut sockets = port.take_sockets();
+    let listener = peer_listener(&net, 7002);
+    let macs = net.macs();
+    const N: u32 = 40;
+    let mut frames = Vec::new();
+    assert_eq!(sockets[0].alloc(N as usize, &mut frames), N as usize);
+    for (seq, f) in (0..N).zip(frames.iter_mut()) {
+        let pkt = host_to_peer_frame(&net, &macs, 7002, &seq.to_be_bytes());
+        assert_eq!(sockets[0].write(f, &pkt), Some(pkt.len()));
+    }
+    let socket = Arc::new(Mutex::new(sockets.remove(0)));
+    let spare = Arc::new(SparePool::new(64, 0));
+    let mut copy = TxPath::new(Arc::clone(&socket), Arc::clone(&spare), 64);
+    assert_eq!(copy.progress(), None);
+    let mut tx = TxPath::new(Arc::clone(&socket), spare, 64).with_zero_copy(true);
+    let first = frames.split_off(N as usize / 2);
+    for f in frames {
+        tx.stage(f);
+    }
+    assert_eq!(tx.flush().sent, u64::from(N / 2));
+    let p = tx.progress().expect("zero-copy reports progress");
+    assert_eq!(p.flushed, u64::from(N / 2));
+    assert!(p.completed <= p.flushed);
+    for f in first {
+        copy.stage(f);
+    }
+    assert_eq!(copy.flush().sent, u64::from(N / 2));
+    // The other path's frames come after ours in the sequence: ours are
+    // complete once the first N/2 are.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut p = tx.progress().unwrap();
+    while !p.settled() && Instant::now() < deadline {
+        p = tx.progress().unwrap();
+    }
+    assert_eq!(
+        (p.flushed, p.completed),
+        (u64::from(N / 2), u64::from(N / 2))
+    );
+    let (queued, _) = socket.lock().unwrap().tx_sequence();
+    assert_eq!(queued, u64::from(N));
+    let mut buf = [0u8; 16];
+    for _ in 0..N {
+        listener.recv_from(&mut buf).expect("every frame sent");
+    }
+}

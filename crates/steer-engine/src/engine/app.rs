@@ -338,6 +338,13 @@ impl Handler<RawFrame, UmemPool> for WorkerHandler {
         self.local.tx_dropped += sent.dropped;
         self.counters.flush(self.ctx.cpu, &mut self.local);
     }
+
+    /// From the socket's transmit counters when it is bound zero-copy (the
+    /// runtime then holds ring heads until the replies completed); `None`
+    /// in copy mode.
+    fn tx_progress(&mut self, _pool: &mut UmemPool) -> Option<steer_core::dispatch::TxProgress> {
+        self.tx.progress()
+    }
 }
 
 /// An application layer run by the engine's workers: it builds each

@@ -38,6 +38,8 @@ pub(super) struct EngineSetup {
     pub(super) use_rx_hash: bool,
     pub(super) pool: UmemPool,
     pub(super) tx_sockets: Vec<SharedSocket>,
+    /// The sockets are bound zero-copy: handlers report transmit progress.
+    pub(super) zero_copy: bool,
     pub(super) cpus: Vec<CpuId>,
     pub(super) ring_size: usize,
     pub(super) app: Arc<dyn Application>,
@@ -112,7 +114,8 @@ impl Setup<RawFrame> for EngineSetup {
             app: self.app.handler(cpu),
             ctx: PacketContext::new(cpu, Arc::clone(&self.steering)),
             umem: self.pool.umem().clone(),
-            tx: TxPath::new(socket, Arc::clone(self.pool.spare()), self.ring_size),
+            tx: TxPath::new(socket, Arc::clone(self.pool.spare()), self.ring_size)
+                .with_zero_copy(self.zero_copy),
             counters: Arc::clone(&self.counters),
             local: WorkerCounts::default(),
             slow: self.slow.worker(cpu),

@@ -411,6 +411,7 @@ fn build_workers(
         use_rx_hash: b.use_rx_hash,
         pool: UmemPool::new(t.umem.clone(), Arc::clone(&t.spare), b.use_rx_hash),
         tx_sockets: t.sockets.clone(),
+        zero_copy: t.port.modes().bind == steer_xdp::BindMode::ZeroCopy,
         cpus: host.cpu_list.clone(),
         ring_size,
         app: Arc::clone(&t.app),

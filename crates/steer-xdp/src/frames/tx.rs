@@ -38,6 +38,12 @@ pub struct TxPath {
     scratch: Vec<Frame>,
     /// Free frames the socket keeps; the excess goes to the spare pool.
     high_water: usize,
+    /// Report transmit progress ([`TxPath::progress`]): the socket is bound
+    /// zero-copy.
+    zero_copy: bool,
+    /// The socket's transmit sequence after this path's last send: its
+    /// replies are on the wire once the socket completed that many.
+    flushed_to: u64,
 }
 
 impl TxPath {
@@ -50,7 +56,36 @@ impl TxPath {
             staged: Vec::with_capacity(ring_size),
             scratch: Vec::new(),
             high_water: ring_size,
+            zero_copy: false,
+            flushed_to: 0,
         }
+    }
+
+    /// Whether the socket is bound zero-copy, where a flushed reply is only
+    /// queued to the device: then [`TxPath::progress`] reports how far the
+    /// device got (default: copy mode, no report).
+    pub fn with_zero_copy(mut self, zero_copy: bool) -> Self {
+        self.zero_copy = zero_copy;
+        self
+    }
+
+    /// Transmit progress for the runtime's
+    /// [`Handler::tx_progress`](steer_core::dispatch::Handler::tx_progress),
+    /// in the socket's transmit sequence: `flushed` is where it stood after
+    /// this path's last send, `completed` how far the device completed
+    /// (at most `flushed`). Reaps completions (and kicks when the ring asks).
+    /// `None` in copy mode, where a flush hands frames to the device before
+    /// it returns. Frames other senders put on the same socket in between
+    /// only make the wait longer: the ring completes in order.
+    pub fn progress(&mut self) -> Option<steer_core::dispatch::TxProgress> {
+        if !self.zero_copy {
+            return None;
+        }
+        let (_, completed) = lock(&self.socket).tx_sequence();
+        Some(steer_core::dispatch::TxProgress {
+            flushed: self.flushed_to,
+            completed: completed.min(self.flushed_to),
+        })
     }
 
     /// Stages a reply, to leave at the next [`TxPath::flush`].
@@ -86,6 +121,9 @@ impl TxPath {
         }
         let mut s = lock(&self.socket);
         let counts = send_or_recycle(&mut s, &mut self.staged, &self.spare);
+        if self.zero_copy {
+            self.flushed_to = s.tx_sequence().0;
+        }
         if s.free_frames() > self.high_water {
             self.spare
                 .spill(&mut s, self.high_water / 2, &mut self.scratch);
