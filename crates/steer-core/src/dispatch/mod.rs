@@ -31,7 +31,10 @@
 //! when the [`Handler`] sends at [`Handler::flush`]: a ring's head counts a
 //! packet only once the worker flushed after it (the runtime's rule), and a
 //! flow leaving this CPU after packets ran inline in the batch gets a
-//! `flush` before its next packet is queued elsewhere; every frame handed to
+//! `flush` before its next packet is queued elsewhere (and, when the handler
+//! reports [`Handler::tx_progress`], a bounded wait until those replies
+//! completed: zero-copy mode, where flushed is not yet on the wire); every
+//! frame handed to
 //! [`Dispatcher::dispatch`] ends in exactly one of: the handler, a ring, or
 //! the pool (counted as `dropped`, `flow_limit_drops`, `malformed` or
 //! `worker_gone_drops`).
