@@ -14,8 +14,8 @@
 //! billion; a remembered key is forgotten only when a later refusal takes
 //! its slot. The hash is keyed per table (a sender cannot aim at slots).
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::collections::hash_map::{DefaultHasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use steer_core::flow::FlowKey;
 
@@ -25,7 +25,9 @@ pub(crate) const REFUSED_SLOTS: usize = 1 << 17;
 /// Recently refused flows, by fingerprint.
 pub(crate) struct Refused {
     slots: Box<[u32]>,
-    hasher: RandomState,
+    /// The hash's key: random per table, fixed in tests (so a test's
+    /// slot collisions are the same on every run).
+    seed: u64,
 }
 
 impl std::fmt::Debug for Refused {
@@ -38,9 +40,14 @@ impl std::fmt::Debug for Refused {
 
 impl Default for Refused {
     fn default() -> Self {
+        let seed = if cfg!(test) {
+            0x5eed
+        } else {
+            RandomState::new().hash_one(0u64)
+        };
         Self {
             slots: vec![0; REFUSED_SLOTS].into_boxed_slice(),
-            hasher: RandomState::new(),
+            seed,
         }
     }
 }
@@ -48,7 +55,10 @@ impl Default for Refused {
 impl Refused {
     /// The slot and the fingerprint (never 0, the empty slot) of `key`.
     fn place(&self, key: &FlowKey) -> (usize, u32) {
-        let h = self.hasher.hash_one(key);
+        let mut hasher = DefaultHasher::new();
+        hasher.write_u64(self.seed);
+        key.hash(&mut hasher);
+        let h = hasher.finish();
         let slot = (h as usize) & (self.slots.len() - 1);
         (slot, ((h >> 32) as u32) | 1)
     }
