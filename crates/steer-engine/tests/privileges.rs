@@ -51,3 +51,76 @@ fn a_steering_hook_keeps_net_admin_and_nothing_else() {
         assert_eq!(eff, want, "hook {with_hook}: CapEff {eff:#x}");
     }
 }
+
+/// The ntuple hook under least privilege: built at start, before the drop,
+/// it opens its record of the rules next to the interface's owner lock
+/// (under a root-owned directory) while it may, records the rules it
+/// installs through that descriptor once only CAP_NET_ADMIN is left, and
+/// at stop deletes them and its record.
+#[test]
+fn the_ntuple_hook_records_its_rules_with_privileges_dropped() {
+    use std::net::{SocketAddr, UdpSocket};
+    use steer_xdp::ntuple::{MemoryNic, NtupleSteering};
+    let net = TestNet::new();
+    let nic = MemoryNic::new(64);
+    let records = || {
+        let lock = steer_xdp::owner_lock::InterfaceLock::acquire(&net.host).unwrap();
+        let stem = lock
+            .path()
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        std::fs::read_dir(lock.path().parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{stem}.ntuple."))
+            })
+            .map(|e| e.metadata().unwrap().len())
+            .collect::<Vec<u64>>()
+    };
+    // Started on a thread of its own, whose capabilities drop; the
+    // traffic comes from this one, which may still enter the namespace.
+    let (engine, eff) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let (n, host) = (nic.clone(), net.host.clone());
+            let engine = support::echo_builder(&net, steer_core::policy::Policy::Always, true)
+                .drop_privileges(true)
+                .hook(move |_rxq| {
+                    NtupleSteering::with_ioctl(&host, n.clone(), |cpu| Some(cpu as u32), 16)
+                        .unwrap()
+                })
+                .start()
+                .expect("engine starts on the test veth");
+            (engine, cap_eff())
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(eff, 1 << 12, "CAP_NET_ADMIN only");
+    let cpus: Vec<usize> = engine.topology().online_cpus().iter().collect();
+    engine.pin_port(PORT, *cpus.last().unwrap());
+    net.in_ns(|| {
+        let u = UdpSocket::bind(SocketAddr::new(net.peer_v4.into(), 0)).unwrap();
+        u.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        u.send_to(b"x", SocketAddr::new(net.host_v4.into(), PORT))
+            .unwrap();
+        u.recv_from(&mut [0u8; 16]).expect("the echo answers");
+    });
+    let rules = nic.rules();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    // One record per rx queue's hook; the rule's slot is written.
+    let sizes = records();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert_eq!(
+        sizes.iter().max(),
+        Some(&(16 * (u64::from(rules[0].location) + 1)))
+    );
+    drop(engine.stop());
+    assert!(nic.rules().is_empty());
+    assert!(records().is_empty(), "records left at stop");
+}

@@ -654,12 +654,15 @@ impl EngineBuilder {
     }
 
     /// The steering hook of each rx queue (the `ndo_rx_flow_steer`
-    /// analog), built by `factory(rxq)` on the queue's dispatcher thread: it
-    /// is called on every move of a flow, with the flow's key, its old and
-    /// new CPU and the rx queue, and on expiry of idle flows. Default: no
-    /// hook (software steering only). On a NIC with ntuple filters,
-    /// [`steer_xdp::ntuple::NtupleSteering`] asks the NIC to deliver each moved
-    /// flow to the rx queue of its new CPU.
+    /// analog), built by `factory(rxq)` at start, on the thread that starts
+    /// the engine, once its port is open and before its privileges drop (a
+    /// hook may open what it needs then; a worker that restarts builds its
+    /// hooks again on its own thread). It is called on every move of a flow,
+    /// with the flow's key, its old and new CPU and the rx queue, and on
+    /// expiry of idle flows. Default: no hook (software steering only). On a
+    /// NIC with ntuple filters, [`steer_xdp::ntuple::NtupleSteering`] asks the
+    /// NIC to deliver each moved flow to the rx queue of its new CPU (and,
+    /// made at start, removes the rules a killed engine left there).
     ///
     /// ```no_run
     /// use steer_core::hook::CountingHook;

@@ -1,6 +1,7 @@
 //! [`EngineSetup`]: what steer-core's runtime builds on each worker's own
 //! thread: pinning and scheduling slice, the classifier and hook of each rx
-//! queue, the frame pool, the handler adapter with its transmit path, and
+//! queue (the hooks built at start, while the privileges lasted, handed
+//! over; built there and then for a restarted worker), the frame pool, the handler adapter with its transmit path, and
 //! the sleeper that watches the worker's doorbell and sockets (a mio poll,
 //! or, when the application runs tasks on the workers, the worker's own
 //! tokio runtime).
@@ -25,9 +26,12 @@ use super::steering::FlowSteering;
 use crate::sleep::MioSleeper;
 use crate::tasks::WorkerTasks;
 
-/// Builds the steering hook of rx queue `rxq`, on its dispatcher's thread.
+/// Builds the steering hook of rx queue `rxq`.
 pub(super) type HookFactory =
     std::sync::Arc<dyn Fn(u32) -> Box<dyn steer_core::hook::SteerHook + Send> + Send + Sync>;
+
+/// The hooks built at start, by rx queue, each taken by its dispatcher.
+pub(super) type BuiltHooks = Mutex<Vec<Option<Box<dyn SteerHook + Send>>>>;
 
 /// The per-CPU parts the runtime builds on each worker's thread.
 pub(super) struct EngineSetup {
@@ -53,6 +57,9 @@ pub(super) struct EngineSetup {
     /// What handlers record and pin flows through.
     pub(super) steering: Arc<FlowSteering>,
     pub(super) hooks: Option<HookFactory>,
+    /// The hooks built at start (before the privileges dropped); a queue
+    /// whose hook was taken already gets a new one from `hooks`.
+    pub(super) built_hooks: BuiltHooks,
     /// The slow path's sockets and the workers' inboxes.
     pub(super) slow: Arc<SlowPath>,
 }
@@ -97,9 +104,16 @@ impl Setup<RawFrame> for EngineSetup {
     }
 
     fn hook(&self, rxq: u32) -> Self::Hook {
-        match &self.hooks {
-            Some(factory) => factory(rxq),
-            None => Box::new(NoopHook),
+        let built = self
+            .built_hooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(rxq as usize)
+            .and_then(Option::take);
+        match (built, &self.hooks) {
+            (Some(hook), _) => hook,
+            (None, Some(factory)) => factory(rxq),
+            (None, None) => Box::new(NoopHook),
         }
     }
 

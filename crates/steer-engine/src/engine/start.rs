@@ -41,7 +41,7 @@ use super::hotplug::HotplugWatcher;
 use super::nic_check;
 use super::privileges;
 use super::publish::Publisher;
-use super::setup::EngineSetup;
+use super::setup::{BuiltHooks, EngineSetup};
 use super::slow_path::SlowPath;
 use super::steering::FlowSteering;
 use super::{Engine, EngineError, Runtime};
@@ -65,9 +65,12 @@ impl EngineBuilder {
         let port = open_port(&mut b, &claim)?;
         // Bound before the privileges go (a port below 1024 needs them).
         let slow = Arc::new(open_slow_path(&b, &host));
+        // Built while the privileges last (a hook may open files, as the
+        // ntuple hook's record of its rules).
+        let hooks = build_hooks(&b, &port);
         drop_privileges(&mut b, &port, &claim)?;
         let tables = build_tables(&mut b, &host, port, build_app, &slow)?;
-        let workers = build_workers(&b, &host, &tables, &slow)?;
+        let workers = build_workers(&b, &host, &tables, &slow, hooks)?;
         let controls = Controls::new(tables.shared.clone(), b.hasher.clone(), host.cpus);
         let engine = run(b, host, tables, workers, slow)?;
         observe(engine, claim, controls)
@@ -227,6 +230,17 @@ fn interface_mtu(interface: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// Step 3, after the port: each rx queue's steering hook, by queue.
+fn build_hooks(b: &EngineBuilder, port: &XdpPort) -> BuiltHooks {
+    let hooks = match &b.hooks {
+        Some(factory) => (0..port.sockets().len())
+            .map(|rxq| Some(factory(rxq as u32)))
+            .collect(),
+        None => Vec::new(),
+    };
+    Mutex::new(hooks)
+}
+
 fn drop_privileges(
     b: &mut EngineBuilder,
     port: &XdpPort,
@@ -370,6 +384,7 @@ fn build_workers(
     host: &Host,
     t: &Tables,
     slow: &Arc<SlowPath>,
+    built_hooks: BuiltHooks,
 ) -> Result<Workers, EngineError> {
     let n = host.cpu_list.len();
     let mut sleepers = Vec::with_capacity(n);
@@ -421,6 +436,7 @@ fn build_workers(
         stopping: Arc::clone(&stopping),
         steering,
         hooks: b.hooks.clone(),
+        built_hooks,
         slow: Arc::clone(slow),
     });
     let sources = t

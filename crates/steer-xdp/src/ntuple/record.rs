@@ -201,10 +201,12 @@ impl RuleRecord {
     pub(crate) fn abandon(self) {}
 
     /// Closes the record, keeping the file when `keep` (rules it lists are
-    /// still on the NIC) and removing it otherwise.
+    /// still on the NIC) and removing it otherwise: a process that may no
+    /// longer unlink in the directory (it switched to another user after
+    /// the record was made) empties it through the descriptor it holds.
     pub(crate) fn close(self, keep: bool) {
-        if !keep {
-            let _ = std::fs::remove_file(&self.path);
+        if !keep && std::fs::remove_file(&self.path).is_err() {
+            let _ = self.file.set_len(0);
         }
         // The drop lets go of the file in the live list.
     }
