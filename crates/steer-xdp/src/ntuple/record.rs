@@ -12,7 +12,10 @@
 //! rule of the hook sits there. Recording or forgetting a rule is one
 //! `pwrite` of 16 bytes; nothing is synced (the file is on tmpfs, gone at
 //! reboot with the NIC's rules, and a killed process's writes are in the
-//! page cache already).
+//! page cache already). The file is made when the hook is (an engine builds
+//! its hooks before its privileges drop) and written through the
+//! descriptor, so a process that then switched to another user still
+//! records; one that may no longer unlink it empties it at a clean stop.
 //!
 //! Invariants: a slot is written after its rule was installed and cleared
 //! after its rule was deleted, so a record lists at least the hook's rules
