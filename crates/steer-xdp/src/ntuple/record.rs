@@ -146,14 +146,21 @@ impl RuleRecord {
         let path = place
             .dir
             .join(format!("{}.ntuple.{}.{n}", place.stem, std::process::id()));
+        // Live before it exists: another hook of this process reading the
+        // directory meanwhile must not take it for a dead owner's.
+        live().get_or_insert_with(HashSet::new).insert(path.clone());
         let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC)
-            .open(&path)?;
-        live().get_or_insert_with(HashSet::new).insert(path.clone());
+            .open(&path)
+            .inspect_err(|_| {
+                if let Some(held) = live().as_mut() {
+                    held.remove(&path);
+                }
+            })?;
         Ok(RuleRecord {
             file,
             path,
