@@ -1,7 +1,8 @@
 //! [`EngineSetup`]: what steer-core's runtime builds on each worker's own
 //! thread: pinning and scheduling slice, the classifier and hook of each rx
 //! queue (the hooks built at start, while the privileges lasted, handed
-//! over; built there and then for a restarted worker), the frame pool, the handler adapter with its transmit path, and
+//! over; built there and then for a restarted worker), the frame pool, the
+//! handler adapter with its transmit path, and
 //! the sleeper that watches the worker's doorbell and sockets (a mio poll,
 //! or, when the application runs tasks on the workers, the worker's own
 //! tokio runtime).
