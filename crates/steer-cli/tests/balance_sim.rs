@@ -46,6 +46,34 @@ fn zipf_flows_are_balanced_better_than_by_hash() {
     assert_eq!(stdout, again);
 }
 
+/// The model docs/balancer.md reports: 64 workers, Zipf(1.1) flows (100 a
+/// worker). The balancer brings max/mean within 10% of even, moving under
+/// 1% of the flows a second, where hashing leaves it far above.
+#[test]
+fn sixty_four_workers_of_zipf_flows_end_within_ten_percent_moving_under_one_percent_a_second() {
+    let (ok, stdout, stderr) = run(&[
+        "--workers",
+        "64",
+        "--zipf",
+        "1.1",
+        "--duration",
+        "2",
+        "--warmup",
+        "1",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let row = &v.as_array().unwrap()[0];
+    let (hash, bal) = (&row["hash_only"], &row["balancer"]);
+    assert_eq!(row["workers"], 64);
+    let mom = |r: &Value| r["max_over_mean"].as_f64().unwrap();
+    assert!(mom(hash) > 1.2, "hashing alone is already even: {row:#}");
+    assert!(mom(bal) <= 1.10, "balancer max/mean {}: {row:#}", mom(bal));
+    let moved = bal["moved_flows_pct_per_s"].as_f64().unwrap();
+    assert!(moved < 1.0, "{moved}% of the flows moved a second: {row:#}");
+    assert!(bal["moves"].as_u64().unwrap() > 0);
+}
+
 #[test]
 fn a_workload_file_with_pins_and_the_table() {
     let path = std::env::temp_dir().join(format!("steer-balance-sim-{}.txt", std::process::id()));
