@@ -23,7 +23,7 @@
 //! still on the NIC and still matches the recorded flow, through the same
 //! ioctl seam, logging the count once. Records never make a start fail: a
 //! record that cannot be written, read or parsed is logged and the hook
-//! steers on. Port-wide rules ([`NtupleSteering::insert_port`]) are their
+//! steers on. Port-wide rules ([`NtupleSteering::insert_port`](crate::ntuple::NtupleSteering::insert_port)) are their
 //! caller's, not recorded.
 //!
 //! [`MemoryNic`](crate::ntuple::MemoryNic) is a rule table in memory behind
