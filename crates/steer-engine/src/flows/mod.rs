@@ -31,6 +31,9 @@
 //! address. At the budget the flow table evicts unassured flows first
 //! (no datagram after a reply: probes, spoofed sprays), then the least
 //! recently active, or refuses the new flow; an evicted flow's `recv` ends.
+//! While the budget is full, the XDP program's new-flow gate drops the
+//! first datagram of every flow not admitted, before it reaches a worker,
+//! and lets its retry through ([`FlowOptions::xdp_gate`], see `gate`).
 //! A spray of new flows therefore costs the sprayer, not the established
 //! flows (see `table`).
 //!

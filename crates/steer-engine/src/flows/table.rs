@@ -22,6 +22,9 @@
 //! moment ago that sends again ([`Refused`]: a client retrying, which a
 //! spray of one-datagram flows never does) draws on the whole pace, so
 //! under a spray the replacements go to retrying clients first.
+//! The table drives the XDP new-flow gate (`gate`): it counts every flow it
+//! holds there, closes it at the full budget and opens it a sixteenth
+//! below; behind a closed gate every arrival is a retry.
 //!
 //! Invariants:
 //! - `open` (total and per worker) counts exactly the flows in the map, and
