@@ -368,7 +368,13 @@ static __always_inline int complete_csum(struct xdp_md *ctx,
 	for (__u32 i = 0; i < CSUM_MAX_CHUNKS; i++) {
 		if (len - done < CSUM_CHUNK)
 			break;
-		__u8 *p = data + ((off + done) & 0x1fff);
+		/* Opaque before the mask: the compiler would otherwise split
+		 * the AND into an AND and an OR, whose bound the verifiers of
+		 * older kernels (6.1) lose. */
+		__u32 at = off + done;
+		asm volatile("" : "+r"(at));
+		at &= 0x1fff;
+		__u8 *p = data + at;
 		if ((void *)(p + CSUM_CHUNK) > data_end)
 			return 0;
 		sum = bpf_csum_diff(NULL, 0, (__be32 *)p, CSUM_CHUNK, (__u32)sum);
@@ -381,7 +387,10 @@ static __always_inline int complete_csum(struct xdp_md *ctx,
 		/* An odd tail is summed as if padded with zeros, as the
 		 * checksum is defined. */
 		*(__u32 *)&sc->b[n & (CSUM_CHUNK - 4)] = 0;
-		if (bpf_xdp_load_bytes(ctx, off + done, sc->b, n))
+		/* n itself, in a form older verifiers (6.1) see as at least
+		 * 1: they refuse a length that may be 0. */
+		__u32 take = ((n - 1) & (CSUM_CHUNK - 1)) + 1;
+		if (bpf_xdp_load_bytes(ctx, off + done, sc->b, take))
 			return 0;
 		sum = bpf_csum_diff(NULL, 0, (__be32 *)sc->b,
 				    (n + 3) & (2 * CSUM_CHUNK - 4), (__u32)sum);

@@ -531,9 +531,21 @@ impl RfsProgram {
             let prog = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
             let link = prog
                 .attach_raw_tracepoint(RECORD_PROGRAM, RECORD_TRACEPOINT)
-                .map_err(program_err(
-                    "attaching the in-kernel recorder (needs CAP_BPF and CAP_PERFMON)",
-                ));
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::ENOENT) {
+                        // Older kernels (Debian 12's 6.1) lack it.
+                        XdpError::Config(format!(
+                            "this kernel has no {RECORD_TRACEPOINT} tracepoint: the reads of \
+                             connected sockets (TCP ports, connected UDP) cannot be recorded in \
+                             the kernel here; UDP ports read with the sender's address can \
+                             (drop the TCP ports and --connected-udp)"
+                        ))
+                    } else {
+                        program_err(
+                            "attaching the in-kernel recorder (needs CAP_BPF and CAP_PERFMON)",
+                        )(e)
+                    }
+                });
             match link {
                 Ok(l) => *recorder = Some(l),
                 Err(e) => {
