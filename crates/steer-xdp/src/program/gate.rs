@@ -194,14 +194,9 @@ impl AdmissionGate {
     /// (zeros when the counters cannot be read).
     pub fn counts(&self) -> GateCounts {
         let sum = |stat: u32| -> u64 {
-            let mut values = vec![0u8; self.stats.value_len()];
-            if self.stats.lookup(&stat.to_ne_bytes(), &mut values).is_err() {
-                return 0;
-            }
-            values
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .sum()
+            self.stats
+                .lookup_per_cpu(&stat.to_ne_bytes())
+                .map_or(0, |v| v.iter().sum())
         };
         GateCounts {
             dropped: sum(STAT_GATE_DROPPED),

@@ -47,8 +47,8 @@ use crate::{
     error::{Result, XdpError},
     owner_lock::InterfaceLock,
     sys::libxdp::{
-        detach_netlink, detach_netlink_by_id, program_id, AttachMode, BpfObject, Map, XdpLink,
-        XdpProgram,
+        detach_netlink, detach_netlink_by_id, per_cpu_values, program_id, AttachMode, BpfObject,
+        Map, XdpLink, XdpProgram,
     },
 };
 
@@ -559,10 +559,7 @@ impl SteerProgram {
                     source,
                     hint: "check `bpftool map`",
                 })?;
-            *slot = vals
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .sum();
+            *slot = per_cpu_values(&vals).sum();
         }
         Ok(ProgramStats {
             redirected: sum[0],

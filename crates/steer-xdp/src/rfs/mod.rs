@@ -737,15 +737,12 @@ impl RfsProgram {
 
     /// The value of counter `stat` on each possible CPU.
     fn per_cpu(&self, stat: Stat) -> Result<Vec<u64>> {
-        let mut vals = vec![0u8; self.stats.value_len()];
-        self.stats
-            .lookup(&(stat as u32).to_ne_bytes(), &mut vals)
+        let mut vals = self
+            .stats
+            .lookup_per_cpu(&(stat as u32).to_ne_bytes())
             .map_err(map_err(STATS, "check `bpftool map`"))?;
-        Ok(vals
-            .chunks_exact(8)
-            .take(self.cpus_possible)
-            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-            .collect())
+        vals.truncate(self.cpus_possible);
+        Ok(vals)
     }
 
     /// The program's counters, summed over CPUs.

@@ -626,6 +626,13 @@ impl Map<'_> {
     }
 }
 
+/// The 8-byte slots of a per-CPU map's lookup, one per possible CPU, in
+/// CPU order.
+pub(crate) fn per_cpu_values(buf: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    buf.chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+}
+
 /// A map's own descriptor, with the key and value lengths the kernel reads
 /// and writes; every call checks the buffers against them first, so byte
 /// slices of any length are safe to pass. `Send + Sync` (a descriptor).
@@ -703,9 +710,12 @@ impl MapFd {
         })
     }
 
-    /// The length of a value as `lookup` writes it.
-    pub(crate) fn value_len(&self) -> usize {
-        self.value_len
+    /// The value of `key` in a per-CPU map, one u64 per possible CPU, in
+    /// CPU order.
+    pub(crate) fn lookup_per_cpu(&self, key: &[u8]) -> io::Result<Vec<u64>> {
+        let mut values = vec![0u8; self.value_len];
+        self.lookup(key, &mut values)?;
+        Ok(per_cpu_values(&values).collect())
     }
 
     /// Every entry of a hash map now, keys and values, `chunk` entries a
