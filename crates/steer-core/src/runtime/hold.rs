@@ -71,17 +71,14 @@ impl HeldHeads {
         progress: Option<TxProgress>,
         rings: &mut [R],
     ) {
-        let Some(progress) = progress else {
-            self.release_all(rings);
-            return;
-        };
-        if progress.settled() {
-            // Everything flushed has left: nothing to hold.
-            self.release_all(rings);
-            return;
+        match progress {
+            Some(p) if !p.settled() => {
+                self.record(p.flushed, rings);
+                self.completed(Some(p), rings);
+            }
+            // Copy mode, or everything flushed has left: nothing to hold.
+            _ => self.release_all(rings),
         }
-        self.record(progress.flushed, rings);
-        self.completed(Some(progress), rings);
     }
 
     /// Progress polled between flushes: publishes each ring up to the
